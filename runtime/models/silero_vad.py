@@ -1,0 +1,74 @@
+"""Silero VAD (v5/v6 ONNX graph) driven directly through onnxruntime.
+
+The ``silero_vad`` Python package imports torch at import time, which would
+add hundreds of MB and seconds of start-up to a stage that only needs a 2 MB
+ONNX graph; so we take just the model file from the wheel and keep the
+recurrent state ourselves.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+SAMPLE_RATE = 16000
+FRAME_SAMPLES = 512          # the graph is trained on 32 ms windows at 16 kHz
+CONTEXT_SAMPLES = 64         # v5+ graphs expect the previous window's tail prepended
+FRAME_MS = FRAME_SAMPLES * 1000 / SAMPLE_RATE
+
+
+def model_path() -> Path:
+    """Locate the ONNX file inside the installed wheel without importing the package."""
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            p = Path(loc) / "data" / "silero_vad.onnx"
+            if p.is_file():
+                return p
+    # Fallback: importlib.resources imports the package __init__, which pulls torch;
+    # only reached when the wheel layout is unexpected.
+    return Path(str(importlib.resources.files("silero_vad") / "data" / "silero_vad.onnx"))
+
+
+def make_session(threads: int = 1) -> ort.InferenceSession:
+    """One small sequential session: the graph is tiny, so extra threads only add sync cost."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(model_path()), sess_options=opts,
+                                providers=["CPUExecutionProvider"])
+
+
+class SileroVAD:
+    """Speech probability for consecutive 512-sample frames of one audio stream.
+
+    The graph is recurrent, so each stream needs its own instance (or a
+    ``reset()`` between streams); a session may be shared between instances.
+    """
+
+    def __init__(self, session: ort.InferenceSession | None = None, threads: int = 1) -> None:
+        self.session = session if session is not None else make_session(threads)
+        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the stream: a fresh state avoids carrying one talker's history into the next."""
+        self._state = np.zeros((2, 1, 128), dtype=np.float32)
+        self._context = np.zeros(CONTEXT_SAMPLES, dtype=np.float32)
+
+    def prob(self, frame: np.ndarray) -> float:
+        """Probability (0..1) that this 32 ms frame (float32 in [-1, 1]) is speech."""
+        frame = np.asarray(frame, dtype=np.float32).reshape(-1)
+        if frame.shape[0] != FRAME_SAMPLES:
+            raise ValueError(f"SileroVAD expects {FRAME_SAMPLES} samples, got {frame.shape[0]}")
+        x = np.concatenate([self._context, frame])[None, :]
+        out, state = self.session.run(None, {"input": x, "state": self._state, "sr": self._sr})
+        self._state = state
+        self._context = frame[-CONTEXT_SAMPLES:].copy()
+        return float(out.reshape(-1)[0])

@@ -1,0 +1,260 @@
+"""ListenExecutor on speech generated at test time with the flite CLI (see TESTING.md)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soxr
+
+from runtime.errors import ErrorCode, StageError
+from runtime.executor import WorkItem
+from runtime.models.listen import ListenExecutor
+from runtime.models.pocketsphinx_asr import StreamingRecognizer
+from runtime.models.silero_vad import SileroVAD
+
+pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite CLI not installed")
+
+SR = 16000
+QUESTION = "what is the capital of france"
+_rid = iter(range(1, 1_000_000))
+
+
+def wer(ref: str, hyp: str) -> float:
+    r, h = ref.lower().split(), hyp.lower().split()
+    d = list(range(len(h) + 1))
+    for i, rw in enumerate(r, 1):
+        prev, d[0] = d[0], i
+        for j, hw in enumerate(h, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (rw != hw))
+    return d[len(h)] / max(1, len(r))
+
+
+def flite_16k(text: str, tmp: Path) -> np.ndarray:
+    out = tmp / "tts.wav"
+    subprocess.run(["flite", "-voice", "slt", "-t", text, "-o", str(out)], check=True)
+    with wave.open(str(out)) as w:
+        rate = w.getframerate()
+        x = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+    if rate != SR:
+        x = (soxr.resample(x.astype(np.float32) / 32768, rate, SR) * 32767).astype(np.int16)
+    return x
+
+
+def silence(seconds: float) -> np.ndarray:
+    return np.zeros(int(seconds * SR), dtype=np.int16)
+
+
+def onset_ms(x: np.ndarray) -> float:
+    """First 10 ms window with real energy: the ground truth for audio_start_ms."""
+    win = x[: len(x) // 160 * 160].astype(np.float64).reshape(-1, 160)
+    loud = np.flatnonzero(np.sqrt((win ** 2).mean(axis=1)) > 300)
+    return loud[0] * 10.0
+
+
+def stream(ex: ListenExecutor, audio: np.ndarray, rate: int = SR, chunk_ms: int = 20,
+           params: dict | None = None) -> list[tuple[float, dict]]:
+    """Feed audio like a client would; return (input ms at emission, event) pairs."""
+    params = {"sample_rate": rate, **(params or {})}
+    rid = next(_rid)
+    ex.open(rid, params)
+    step = max(1, rate * chunk_ms // 1000)
+    events: list[tuple[float, dict]] = []
+    try:
+        starts = list(range(0, len(audio), step)) or [0]
+        for k, i in enumerate(starts):
+            final = k == len(starts) - 1
+            [res] = ex.process([WorkItem(rid, audio[i:i + step], params, final=final, first=k == 0)])
+            assert not isinstance(res, BaseException), res
+            events += [((i + step) * 1000 / rate, e) for e in res]
+    finally:
+        ex.release(rid)
+    return events
+
+
+def kinds(events) -> list[str]:
+    return [e["type"] for _, e in events if e["type"] != "partial"]
+
+
+def resample_int16(x: np.ndarray, rate: int) -> np.ndarray:
+    y = soxr.resample(x.astype(np.float32) / 32768, SR, rate)
+    return (np.clip(y, -1, 1) * 32767).astype(np.int16)
+
+
+@pytest.fixture(scope="module")
+def ex() -> ListenExecutor:
+    e = ListenExecutor(threads=1)
+    e.load()
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def question(tmp_path_factory) -> np.ndarray:
+    return flite_16k(QUESTION, tmp_path_factory.mktemp("q"))
+
+
+@pytest.fixture(scope="module")
+def conversation(question) -> np.ndarray:
+    """1 s silence, question, 1 s silence, question, 1 s silence."""
+    return np.concatenate([silence(1), question, silence(1), question, silence(1)])
+
+
+def test_silero_separates_speech_from_silence(question):
+    vad = SileroVAD()
+    x = np.concatenate([silence(0.5), question, silence(0.5)]).astype(np.float32) / 32768
+    probs = np.array([vad.prob(x[i:i + 512]) for i in range(0, len(x) - 511, 512)])
+    lead = int(0.5 * SR) // 512
+    assert probs[:lead].max() < 0.2
+    assert np.median(probs[lead + 10:lead + 40]) > 0.8
+    vad.reset()
+    assert vad.prob(np.zeros(512, np.float32)) < 0.2
+
+
+def test_streaming_recognizer_partials_and_final(question):
+    rec = StreamingRecognizer()
+    for _ in range(2):                      # the decoder is reused across utterances
+        rec.start()
+        partials = [p for i in range(0, len(question), 320) if (p := rec.feed(question[i:i + 320]))]
+        final = rec.finish()
+        assert partials and len(set(partials)) == len(partials)
+        assert wer(QUESTION, final) <= 0.2
+
+
+def test_question_transcribed_with_ordered_events(ex, question):
+    audio = np.concatenate([silence(1), question, silence(1)])
+    events = stream(ex, audio)
+    assert kinds(events) == ["speech_started", "speech_stopped", "final"]
+    (t_start, started), = [(t, e) for t, e in events if e["type"] == "speech_started"]
+    (t_stop, stopped), = [(t, e) for t, e in events if e["type"] == "speech_stopped"]
+    final = events[-1][1]
+    assert wer(QUESTION, final["text"]) <= 0.2, final
+    true_on = 1000 + onset_ms(question)
+    true_off = 1000 + len(question) / 16
+    assert abs(started["audio_start_ms"] - true_on) <= 120
+    assert true_off - 300 <= stopped["audio_end_ms"] <= true_off + 300
+    assert final["audio_start_ms"] == started["audio_start_ms"]
+    assert final["audio_end_ms"] == stopped["audio_end_ms"]
+    # started is only announced once min_speech_ms (250) has passed, but not much later
+    assert started["audio_start_ms"] + 250 <= t_start <= started["audio_start_ms"] + 450
+    # stopped after the 500 ms silence window
+    assert stopped["audio_end_ms"] + 500 <= t_stop <= stopped["audio_end_ms"] + 650
+    partials = [(t, e) for t, e in events if e["type"] == "partial"]
+    assert partials and all(t_start <= t <= t_stop for t, _ in partials)
+    assert all(isinstance(e["text"], str) and e["text"] for _, e in partials)
+
+
+def test_two_utterances_give_two_finals(ex, conversation):
+    events = stream(ex, conversation)
+    assert kinds(events) == ["speech_started", "speech_stopped", "final"] * 2
+    finals = [e for _, e in events if e["type"] == "final"]
+    assert all(wer(QUESTION, f["text"]) <= 0.2 for f in finals), finals
+    assert finals[0]["audio_end_ms"] < finals[1]["audio_start_ms"]
+    gap = finals[1]["audio_start_ms"] - finals[0]["audio_start_ms"]
+    assert abs(gap - (len(conversation) / 16 - 3000) / 2 - 1000) <= 100
+
+
+def test_silence_only_gives_nothing(ex):
+    assert stream(ex, silence(3)) == []
+    quiet = (np.random.default_rng(1).normal(0, 30, 3 * SR)).astype(np.int16)   # -60 dBFS hiss
+    assert stream(ex, quiet) == []
+
+
+def test_white_noise_does_not_crash(ex):
+    noise = np.random.default_rng(0).normal(0, 0.3, 10 * SR).astype(np.float32)
+    events = stream(ex, noise, chunk_ms=50)
+    for _, e in events:
+        assert e["type"] in {"speech_started", "partial", "speech_stopped", "final"}
+    assert len([e for _, e in events if e["type"] == "final"]) <= 1
+
+
+def test_speech_shorter_than_min_speech_is_dropped(ex, question):
+    on = int(onset_ms(question) * 16)
+    blip = question[on:on + int(0.15 * SR)]
+    assert stream(ex, np.concatenate([silence(0.5), blip, silence(1)])) == []
+    # the same blip counts when the client lowers min_speech_ms
+    assert "final" in kinds(stream(ex, np.concatenate([silence(0.5), blip, silence(1)]),
+                                   params={"min_speech_ms": 50}))
+
+
+def test_max_utterance_splits_long_speech(ex, question):
+    events = stream(ex, np.concatenate([silence(0.5), question, silence(1)]),
+                    params={"max_utterance_s": 0.8})
+    assert kinds(events).count("final") >= 2
+
+
+def test_final_flag_flushes_open_utterance(ex, question):
+    events = stream(ex, np.concatenate([silence(0.5), question]))  # stream ends mid-speech
+    assert kinds(events) == ["speech_started", "speech_stopped", "final"]
+    assert wer(QUESTION, events[-1][1]["text"]) <= 0.2
+
+
+@pytest.mark.parametrize("rate", [8000, 24000, 44100, 48000])
+def test_declared_sample_rates(ex, question, rate):
+    audio = resample_int16(np.concatenate([silence(1), question, silence(1)]), rate)
+    events = stream(ex, audio, rate=rate)
+    assert kinds(events) == ["speech_started", "speech_stopped", "final"]
+    started = events[[e["type"] for _, e in events].index("speech_started")][1]
+    assert abs(started["audio_start_ms"] - (1000 + onset_ms(question))) <= 120
+    if rate > SR:                              # 8 kHz loses the bands the en-us model relies on
+        assert wer(QUESTION, events[-1][1]["text"]) <= 0.2
+
+
+def test_float_input_and_odd_chunk_sizes(ex, question):
+    audio = np.concatenate([silence(1), question, silence(1)]).astype(np.float32) / 32768
+    events = stream(ex, audio, chunk_ms=97)
+    assert kinds(events) == ["speech_started", "speech_stopped", "final"]
+    assert wer(QUESTION, events[-1][1]["text"]) <= 0.2
+
+
+def _one(ex: ListenExecutor, rid: int, payload, final: bool = False):
+    [res] = ex.process([WorkItem(rid, payload, {}, final=final)])
+    return res
+
+
+def test_bad_and_odd_inputs(ex, question):
+    rid = next(_rid)
+    ex.open(rid, {})
+    try:
+        assert _one(ex, rid, np.zeros(0, np.int16)) == []                 # empty chunk ignored
+        assert _one(ex, rid, np.zeros(320, np.float64)) == []             # float64 converted
+        assert _one(ex, rid, np.zeros((320, 2), np.int16)) == []          # stereo downmixed
+        assert _one(ex, rid, np.full(320, np.nan, np.float32)) == []      # NaN zeroed
+        assert _one(ex, rid, np.zeros(640, np.int16).tobytes()) == []     # raw int16 PCM bytes
+        for bad in (np.zeros(320, np.int32), np.zeros((2, 2, 80), np.int16), "hello", b"\x00"):
+            res = _one(ex, rid, bad)
+            assert isinstance(res, StageError) and res.code == ErrorCode.BAD_INPUT, bad
+        # the stream still works after rejected chunks
+        audio = np.concatenate([silence(0.5), question, silence(1)])
+        out = []
+        for i in range(0, len(audio), 320):
+            out += _one(ex, rid, audio[i:i + 320], final=i + 320 >= len(audio))
+        assert [e["type"] for e in out if e["type"] != "partial"] == \
+            ["speech_started", "speech_stopped", "final"]
+    finally:
+        ex.release(rid)
+
+
+def test_bad_params_rejected(ex):
+    for params in ({"sample_rate": 123}, {"sample_rate": "fast"}, {"threshold": 1.5},
+                   {"silence_duration_ms": -1}):
+        with pytest.raises(StageError) as info:
+            ex.open(next(_rid), params)
+        assert info.value.code == ErrorCode.BAD_INPUT
+
+
+def test_one_bad_request_does_not_fail_its_batch_mate(ex):
+    a, b = next(_rid), next(_rid)
+    ex.open(a, {})
+    ex.open(b, {})
+    try:
+        res = ex.process([WorkItem(a, "junk", {}), WorkItem(b, np.zeros(320, np.int16), {})])
+        assert isinstance(res[0], StageError) and res[1] == []
+    finally:
+        ex.release(a)
+        ex.release(b)
+    assert ex.stats()["streams"] == 0

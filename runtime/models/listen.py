@@ -49,6 +49,8 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class VadParams:
+    """Validated per-request turn-detection settings (ms unless named otherwise)."""
+
     sample_rate: int
     threshold: float
     silence_duration_ms: float
@@ -108,6 +110,8 @@ def to_mono_float32(payload: Any) -> np.ndarray:
             raise StageError(ErrorCode.BAD_INPUT,
                              f"listen: expected a numpy int16/float32 array, got {type(payload).__name__}")
     a = payload
+    if a.size == 0:
+        return np.zeros(0, dtype=np.float32)
     if a.ndim == 2:
         rows, cols = a.shape
         if cols <= MAX_CHANNELS and (rows >= cols or rows == 0):

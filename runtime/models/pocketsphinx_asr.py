@@ -32,6 +32,7 @@ class StreamingRecognizer:
 
     @property
     def active(self) -> bool:
+        """True between start() and finish(): callers need it to decide whether to flush."""
         return self._active
 
     def start(self) -> None:

@@ -1,0 +1,418 @@
+"""The coordinator: global request table, submit, abort fan-out, error fan-in, output gate.
+
+Lives in the server process on the asyncio loop.  Stages stay ignorant of
+the pipeline around them; the coordinator alone knows where request 17 is.
+
+The output gate: once a request is terminal, nothing more of it reaches the
+caller, whatever is still in flight: ``abort`` closes the gate before it
+publishes the abort, in the same call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections import OrderedDict
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from runtime import wire
+from runtime.config import PipelineConfig
+from runtime.dataplane import DataPlane
+from runtime.endpoints import Endpoints
+from runtime.errors import ErrorCode, ErrorInfo
+from runtime.placement import COORDINATOR, edge_transport
+from runtime.requests import OutputEvent, RequestHandle, RequestRecord, StageProgress, State
+from runtime.shm import ShmPool
+from runtime.supervisor import Proc, Supervisor
+
+RECENT_MAX = 4096
+
+
+class AbortTicket:
+    """Resolves when every live stage process acknowledged the abort."""
+
+    def __init__(self, rid: int, expected: set[tuple[str, int]], loop: asyncio.AbstractEventLoop) -> None:
+        self.request_id = rid
+        self.expected = set(expected)
+        self.t0 = time.perf_counter()
+        self.acked = loop.create_future()
+        self.freed_bytes = 0
+        self.freed_buffers = 0
+        self.held_by: list[str] = []
+        self.ack_ms: float | None = None
+        if not self.expected:
+            self.acked.set_result(self)
+
+    def ack(self, key: tuple[str, int], msg: dict) -> None:
+        self.expected.discard(key)
+        self.freed_bytes += msg.get("freed_bytes", 0)
+        self.freed_buffers += msg.get("freed_buffers", 0)
+        self.held_by.extend(msg.get("held", ()))
+        if not self.expected and not self.acked.done():
+            self.ack_ms = (time.perf_counter() - self.t0) * 1000
+            self.acked.set_result(self)
+
+    def __await__(self):
+        return self.acked.__await__()
+
+
+class Coordinator:
+    def __init__(self, cfg: PipelineConfig, endpoints: Endpoints, run_token: str) -> None:
+        self.cfg = cfg
+        self.endpoints = endpoints
+        self.run_token = run_token
+        # Sends never block (no high-water mark), so only the receiving side is
+        # asyncio; a plain shadow of the same socket drains without awaiting.
+        self.ctx = zmq.Context()
+        self.actx = zmq.asyncio.Context.shadow(self.ctx.underlying)
+        self.pull = self.actx.socket(zmq.PULL)
+        self.pull.setsockopt(zmq.LINGER, 0)
+        self.pull.setsockopt(zmq.RCVHWM, 0)
+        self.pull.bind(endpoints.coordinator)
+        self.pull_sync = zmq.Socket.shadow(self.pull.underlying)
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, 0)
+        self.pub.bind(endpoints.control_pub)
+        self.push: dict[str, zmq.Socket] = {}
+        for eps in endpoints.groups.values():
+            for ep in eps:
+                s = self.ctx.socket(zmq.PUSH)
+                s.setsockopt(zmq.LINGER, 0)
+                s.setsockopt(zmq.SNDHWM, 0)
+                s.connect(ep)
+                self.push[ep] = s
+        dp = cfg.data
+        self.pool = ShmPool(f"va-{run_token}-coord-{os.getpid()}", dp.max_lent_mb << 20, dp.max_cached_mb << 20)
+        self.data = DataPlane(endpoints.coordinator, self.pool, dp.inline_max_bytes)
+        self.live: dict[int, RequestRecord] = {}
+        self.recent: OrderedDict[int, RequestRecord] = OrderedDict()
+        self.tickets: dict[int, AbortTicket] = {}
+        self._ids = itertools.count(time.time_ns() // 1000)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._recv_task: asyncio.Task | None = None
+        self._credit = asyncio.Event()
+        self._release_scheduled = False
+        self.counters = {"submitted": 0, "completed": 0, "cancelled": 0, "failed": 0,
+                         "aborts": 0, "errors_by_code": {}}
+        self.supervisor = Supervisor(cfg, endpoints, run_token, self._on_proc_death, self._publish)
+        self.supervisor.tombstone_source = self._recent_dead_ids
+        self._entry_transport = {s.name: edge_transport(cfg, COORDINATOR, s.name) for s in cfg.stages}
+        self.closed = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.data.on_release_ready = self._schedule_release_flush
+        self._recv_task = asyncio.ensure_future(self._recv_loop())
+        await self.supervisor.start()
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for rid in list(self.live):
+            self._terminate(self.live[rid], State.CANCELLED, "shutdown",
+                            ErrorInfo.make(ErrorCode.CANCELLED, "the pipeline is shutting down"))
+        await self.supervisor.stop()
+        if self._recv_task is not None:
+            self._recv_task.cancel()
+            try:
+                await self._recv_task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        self.data.close()
+        for s in [self.pull, self.pub, *self.push.values()]:
+            s.close(0)
+        self.ctx.term()
+
+    # ---- submit ------------------------------------------------------------------------------
+    async def submit(self, payload: Any = None, *, entry: str | None = None, route: list[str] | None = None,
+                     params: dict | None = None, stream_input: bool = False,
+                     deadline_s: float | None = None) -> RequestHandle:
+        """Start a request at ``entry``; with ``stream_input`` feed it later through the handle."""
+        if self.closed:
+            raise RuntimeError("the pipeline is closed")
+        if entry is None:
+            roots = self.cfg.roots()
+            entry = route[0] if route else roots[0]
+        try:
+            self.cfg.stage(entry)
+        except KeyError:
+            raise ValueError(f"unknown entry stage {entry!r}") from None
+        full_route = self.cfg.route_from(entry, route)
+        outputs = {s for s in full_route
+                   if self.cfg.stage(s).output or not any(e.dst in full_route for e in self.cfg.outputs(s))}
+        rid = next(self._ids)
+        deadline_s = deadline_s or self.cfg.request_deadline_s
+        rec = RequestRecord(rid, entry, full_route, outputs, time.monotonic() + deadline_s)
+        rec.stages = {s: StageProgress() for s in full_route}
+        self.live[rid] = rec
+        self.counters["submitted"] += 1
+        rec.timer = self.loop.call_later(deadline_s, self._expire, rid)
+        p = dict(params or {})
+        p["_route"] = full_route
+        rec.params = p
+        if stream_input:
+            rec.state = State.RUNNING
+            await self._send_data(rec, payload, end=False, has_payload=payload is not None, params=p)
+        else:
+            rec.input_closed = True
+            rec.state = State.RUNNING
+            await self._send_data(rec, payload, end=True, has_payload=True, params=p)
+        return RequestHandle(self, rec)
+
+    async def send_input(self, rec: RequestRecord, payload: Any, end: bool, has_payload: bool = True) -> None:
+        if rec.input_closed:
+            raise RuntimeError(f"request {rec.request_id}: input already closed")
+        if rec.state.terminal:
+            if has_payload:
+                return  # the request ended (aborted/failed); input is dropped quietly
+            rec.input_closed = True
+            return
+        if end:
+            rec.input_closed = True
+        await self._send_data(rec, payload, end=end, has_payload=has_payload, params=None)
+
+    async def _send_data(self, rec: RequestRecord, payload: Any, end: bool, has_payload: bool,
+                         params: dict | None) -> None:
+        msg: dict = {"t": "d", "to": rec.entry, "rid": rec.request_id, "src": "@in"}
+        if end:
+            msg["end"] = True
+        if rec.input_seq == 0:
+            msg["p"] = params if params is not None else rec.params
+        rec.input_seq += 1
+        frames: list = []
+        if has_payload:
+            transport = self._entry_transport[rec.entry]
+            while True:
+                desc, frames = self.data.pack(payload, rec.request_id, transport)
+                if desc is not None:
+                    break
+                self._credit.clear()
+                await self._credit.wait()
+            msg["pl"] = desc
+        g = self.cfg.group_of(rec.entry)
+        sock = self.push[self.endpoints.of(g.name, rec.request_id % g.replicas)]
+        if frames:
+            sock.send_multipart([wire.dumps(msg), *frames], copy=False)
+        else:
+            sock.send(wire.dumps(msg), copy=False)
+
+    # ---- abort -------------------------------------------------------------------------------
+    def abort(self, rid: int, reason: str = "cancelled") -> AbortTicket:
+        """Close the output gate now, then tell every stage.  Await the ticket for the acks."""
+        rec = self.live.get(rid)
+        ticket = AbortTicket(rid, {p.key for p in self.supervisor.live()}, self.loop)
+        if rec is None:
+            ticket.expected.clear()
+            if not ticket.acked.done():
+                ticket.acked.set_result(ticket)
+            return ticket
+        self.counters["aborts"] += 1
+        self._terminate(rec, State.CANCELLED, reason, None)
+        self.tickets[rid] = ticket
+        ticket.acked.add_done_callback(lambda _f, r=rid: self.tickets.pop(r, None))
+        self._publish({"t": "a", "rids": [rid], "reason": reason})
+        return ticket
+
+    def _publish(self, msg: dict) -> None:
+        try:
+            self.pub.send(wire.dumps(msg), zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass
+
+    def _terminate(self, rec: RequestRecord, state: State, reason: str | None, error: ErrorInfo | None) -> None:
+        if rec.state.terminal:
+            return
+        rec.state = state
+        rec.reason = reason
+        rec.error = error
+        rec.t_end = time.monotonic()
+        if rec.timer is not None:
+            rec.timer.cancel()
+        self.live.pop(rec.request_id, None)
+        self.recent[rec.request_id] = rec
+        while len(self.recent) > RECENT_MAX:
+            self.recent.popitem(last=False)
+        if state == State.COMPLETED:
+            self.counters["completed"] += 1
+            rec.push(OutputEvent("done", rec.request_id))
+        elif state == State.CANCELLED:
+            self.counters["cancelled"] += 1
+            rec.events.clear()  # the gate: nothing queued before the cancel is delivered after it
+            rec.push(OutputEvent("cancelled", rec.request_id, reason=reason, error=error))
+        else:
+            self.counters["failed"] += 1
+            code = error.code.value if error else "internal"
+            self.counters["errors_by_code"][code] = self.counters["errors_by_code"].get(code, 0) + 1
+            rec.push(OutputEvent("error", rec.request_id, stage=error.stage if error else None,
+                                 error=error, reason=reason))
+
+    def _fail(self, rec: RequestRecord, error: ErrorInfo) -> None:
+        if rec.state.terminal:
+            return
+        self._terminate(rec, State.FAILED, error.code.value, error)
+        # Free whatever the other stages still hold for it.
+        self._publish({"t": "a", "rids": [rec.request_id], "reason": error.code.value, "ack": False})
+
+    def _expire(self, rid: int) -> None:
+        rec = self.live.get(rid)
+        if rec is not None:
+            where = [s for s, p in rec.stages.items() if not p.done]
+            self._fail(rec, ErrorInfo.make(ErrorCode.TIMEOUT,
+                                           f"request {rid} passed its deadline (still at {where})"))
+
+    def _on_proc_death(self, p: Proc, why: str) -> None:
+        group = next(g for g in self.cfg.placement.groups if g.name == p.group)
+        stages = set(group.stages)
+        for rec in list(self.live.values()):
+            if rec.request_id % group.replicas != p.replica:
+                continue
+            pending = [s for s in rec.route if s in stages and not rec.stages[s].done]
+            if pending:
+                self._fail(rec, ErrorInfo.make(
+                    ErrorCode.STAGE_UNAVAILABLE, f"stage {pending[0]!r} became unavailable ({why})", pending[0]))
+        for ticket in list(self.tickets.values()):
+            ticket.ack(p.key, {})
+
+    def _recent_dead_ids(self) -> list[int]:
+        return [rid for rid, rec in self.recent.items()
+                if getattr(rec, "state", None) in (State.CANCELLED, State.FAILED)]
+
+    # ---- receive -----------------------------------------------------------------------------
+    async def _recv_loop(self) -> None:
+        pull, drain = self.pull, self.pull_sync
+        while True:
+            parts = await pull.recv_multipart(copy=False)
+            self._handle(parts)
+            # Drain what else is waiting without going back through the event loop.
+            for _ in range(256):
+                try:
+                    parts = drain.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._handle(parts)
+
+    def _handle(self, parts: list) -> None:
+        try:
+            msg = wire.loads(parts[0].buffer)
+            t = msg.get("t")
+            if t == "d":
+                self._on_output(msg, parts[1:])
+            elif t == "r":
+                self.data.release_lends(msg["lids"])
+                self._credit.set()
+            elif t == "x":
+                rec = self.live.get(msg["rid"])
+                if rec is not None:
+                    self._fail(rec, ErrorInfo.from_wire(msg["err"]))
+            elif t == "k":
+                ticket = self.tickets.get(msg["rid"])
+                if ticket is not None:
+                    ticket.ack((msg["g"], msg["r"]), msg)
+            elif t == "done":
+                self._on_done(msg["items"])
+            elif t == "h":
+                self.supervisor.on_heartbeat(msg)
+            elif t == "st":
+                self.supervisor.on_stats(msg)
+            elif t == "ready":
+                self.supervisor.on_ready(msg)
+            elif t == "fatal":
+                self.supervisor.on_fatal(msg)
+        except Exception as exc:  # noqa: BLE001 - one bad message must not stop the loop
+            print(f"coordinator: dropped a message: {type(exc).__name__}: {exc}", flush=True)
+
+    def _on_output(self, msg: dict, frames: list) -> None:
+        rid = msg["rid"]
+        desc = msg.get("pl")
+        rec = self.live.get(rid)
+        if rec is None:  # the gate is closed for this request
+            if desc is not None:
+                self.data.discard(desc)
+                self._flush_releases()
+            return
+        src = msg["src"]
+        if desc is not None:
+            payload = self.data.unpack(desc, frames)
+            if rec.t_first_output is None:
+                rec.t_first_output = time.monotonic()
+            prog = rec.stages.get(src)
+            if prog is not None:
+                prog.chunks += 1
+            rec.push(OutputEvent("chunk", rid, stage=src, payload=payload))
+        if msg.get("end"):
+            rec.ended_outputs.add(src)
+            prog = rec.stages.get(src)
+            if prog is not None:
+                prog.done = True
+            if rec.outputs <= rec.ended_outputs:
+                for p in rec.stages.values():
+                    p.done = True
+                self._terminate(rec, State.COMPLETED, "completed", None)
+
+    def _on_done(self, items: list) -> None:
+        for rid, stage, n_out, queue_ms, compute_ms in items:
+            rec = self.live.get(rid) or self.recent.get(rid)
+            if rec is None or not isinstance(rec, RequestRecord):
+                continue
+            prog = rec.stages.setdefault(stage, StageProgress())
+            prog.done = True
+            prog.chunks = max(prog.chunks, n_out)
+            prog.queue_ms = queue_ms
+            prog.compute_ms = compute_ms
+
+    def _schedule_release_flush(self) -> None:
+        if not self._release_scheduled and self.loop is not None:
+            self._release_scheduled = True
+            self.loop.call_soon_threadsafe(self._flush_releases)
+
+    def _flush_releases(self) -> None:
+        self._release_scheduled = False
+        for owner, lids in self.data.take_releases().items():
+            if owner == self.endpoints.coordinator:
+                self.data.release_lends(lids)
+                self._credit.set()
+                continue
+            sock = self.push.get(owner)
+            if sock is None:
+                sock = self.ctx.socket(zmq.PUSH)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(owner)
+                self.push[owner] = sock
+            try:
+                sock.send(wire.dumps({"t": "r", "lids": lids}), zmq.NOBLOCK)
+            except zmq.Again:
+                pass
+
+    # ---- views -------------------------------------------------------------------------------
+    def status(self, rid: int) -> dict | None:
+        rec = self.live.get(rid) or self.recent.get(rid)
+        if rec is None:
+            return None
+        s = rec.summary()
+        held_by = [f"{p.group}/{p.replica}" for p in self.supervisor.procs.values()
+                   if rid in (p.stats.get("held") or ())]
+        s["held_by"] = held_by
+        return s
+
+    def snapshot(self) -> dict:
+        procs = {}
+        for p in self.supervisor.procs.values():
+            st = p.stats
+            procs[f"{p.group}/{p.replica}"] = {
+                "pid": p.pid, "ready": p.ready, "restarts": p.restarts,
+                "heartbeat_age_ms": round((time.monotonic() - p.last_heartbeat) * 1000, 1),
+                "held": st.get("held", []), "pool": st.get("pool", {}),
+                "tombstones": st.get("tombstones", 0), "stages": st.get("stages", {}),
+            }
+        ps = self.pool.stats()
+        return {"live_requests": len(self.live), "counters": dict(self.counters),
+                "coordinator_pool": {"segments": ps.segments, "lent": ps.lent, "lent_bytes": ps.lent_bytes},
+                "processes": procs}

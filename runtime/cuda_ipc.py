@@ -1,0 +1,74 @@
+"""CUDA IPC transport: a torch CUDA tensor crosses processes on one GPU as a handle.
+
+torch's own sharing path pickles; here the handle's parts (bytes and ints) go
+into the msgpack descriptor and the receiver rebuilds the tensor with
+``torch.multiprocessing.reductions.rebuild_cuda_tensor``.  The sender keeps
+the tensor alive until the receiver releases the lend (same release path as
+shared memory, lend ids from ``LEND_BASE`` up), or until an abort reclaims it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+LEND_BASE = 1 << 40
+
+
+class KeepAlive:
+    """Sender-side references that keep exported CUDA storage valid."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(LEND_BASE)
+        self._held: dict[int, tuple[int, Any]] = {}
+
+    def hold(self, request_id: int, tensor: Any) -> int:
+        lid = next(self._ids)
+        self._held[lid] = (request_id, tensor)
+        return lid
+
+    def release(self, lid: int) -> int:
+        entry = self._held.pop(lid, None)
+        if entry is None:
+            return 0
+        return int(entry[1].untyped_storage().nbytes())
+
+    def reclaim(self, request_id: int) -> tuple[int, int]:
+        lids = [lid for lid, (rid, _) in self._held.items() if rid == request_id]
+        freed = sum(self.release(lid) for lid in lids)
+        return len(lids), freed
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def export(tensor: Any, request_id: int, keepalive: KeepAlive, owner: str = "") -> dict:
+    """Descriptor for a CUDA tensor; the storage stays alive in ``keepalive``."""
+    storage = tensor.untyped_storage()
+    (device, handle, size_bytes, offset_bytes, ref_handle, ref_offset,
+     event_handle, event_sync) = storage._share_cuda_()
+    lid = keepalive.hold(request_id, tensor)
+    return {
+        "tr": "cuda_ipc", "k": "pt", "own": owner, "lid": lid,
+        "dt": _dtype_name(tensor.dtype), "sh": list(tensor.shape),
+        "st": list(tensor.stride()), "so": int(tensor.storage_offset()),
+        "dev": int(device), "h": bytes(handle), "sz": int(size_bytes), "off": int(offset_bytes),
+        "rh": bytes(ref_handle), "ro": int(ref_offset),
+        "eh": bytes(event_handle) if event_handle else b"", "es": bool(event_sync),
+        "n": int(tensor.numel() * tensor.element_size()),
+    }
+
+
+def open_tensor(desc: dict) -> Any:
+    import torch
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    return rebuild_cuda_tensor(
+        torch.Tensor, tuple(desc["sh"]), tuple(desc["st"]), desc["so"],
+        torch.UntypedStorage, getattr(torch, desc["dt"]), desc["dev"], desc["h"],
+        desc["sz"], desc["off"], False, desc["rh"], desc["ro"], desc["eh"] or None, desc["es"])
+

@@ -1,0 +1,131 @@
+"""Chat requests as every thinker backend receives them.
+
+All thinkers take the same payload (a list of chat messages) and must behave
+the same way on the edges: a default system prompt when the caller gave none,
+and a prompt that is too long for the context is cut -- keeping the system
+prompt and the most recent turns, because those are what a voice agent needs to
+answer the last utterance -- instead of failing the turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from runtime.errors import ErrorCode, StageError
+
+ROLES = ("system", "user", "assistant")
+
+Message = dict[str, str]
+
+
+def parse_messages(payload: Any) -> list[Message]:
+    """Accept the payload shapes upstream stages send and reject the rest early.
+
+    A bare string is taken as one user turn so that a plain ASR transcript can
+    be wired straight into a thinker.
+    """
+    if isinstance(payload, str):
+        return [{"role": "user", "content": payload}]
+    if isinstance(payload, dict):
+        msgs = payload.get("messages")
+        if msgs is None and "text" in payload:
+            return [{"role": "user", "content": str(payload["text"])}]
+    elif isinstance(payload, (list, tuple)):
+        msgs = payload
+    else:
+        msgs = None
+    if not isinstance(msgs, (list, tuple)) or not msgs:
+        raise StageError(ErrorCode.BAD_INPUT, "thinker payload needs a non-empty 'messages' list")
+    out: list[Message] = []
+    for m in msgs:
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"bad chat message {m!r}: needs role in {ROLES} and content")
+        content = m.get("content")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise StageError(ErrorCode.BAD_INPUT, "chat message content must be a string")
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def with_system_prompt(messages: list[Message], system_prompt: str | None) -> list[Message]:
+    """The executor's configured persona applies only when the caller sent none."""
+    if system_prompt and not any(m["role"] == "system" for m in messages):
+        return [{"role": "system", "content": system_prompt}] + list(messages)
+    return list(messages)
+
+
+@dataclass
+class Fitted:
+    """A prompt that fits, and whether something had to be cut to get there."""
+
+    messages: list[Message]
+    truncated: bool
+
+
+def fit_messages(messages: list[Message], measure: Callable[[list[Message]], int],
+                 budget: int) -> Fitted:
+    """Cut the conversation until ``measure(messages) <= budget``.
+
+    Order of sacrifice: the oldest non-system turns, then the head of the last
+    remaining turn (its end is what the user just said), then the head of the
+    system prompt.  ``measure`` is whatever unit the backend limits (tokens of
+    the rendered prompt, or characters when no tokenizer is at hand).  The
+    result may still be over budget only if even an empty turn does not fit;
+    callers keep a hard token-level cut as the last resort.
+    """
+    if measure(messages) <= budget:
+        return Fitted(list(messages), False)
+    system = [m for m in messages if m["role"] == "system"][:1]
+    turns = [m for m in messages if m["role"] != "system"]
+    while len(turns) > 1 and measure(system + turns) > budget:
+        turns.pop(0)
+    if not turns:
+        turns = [{"role": "user", "content": ""}]
+    turns[-1] = dict(turns[-1])
+    turns[-1]["content"] = _cut_head(turns[-1]["content"],
+                                     lambda c: measure(system + turns[:-1] + [_with(turns[-1], c)]),
+                                     budget)
+    if system and measure(system + turns) > budget:
+        system = [_with(system[0], _cut_head(system[0]["content"],
+                                             lambda c: measure([_with(system[0], c)] + turns),
+                                             budget))]
+    return Fitted(system + turns, True)
+
+
+def _with(message: Message, content: str) -> Message:
+    return {"role": message["role"], "content": content}
+
+
+def _cut_head(text: str, measure: Callable[[str], int], budget: int) -> str:
+    """Longest tail of ``text`` that fits; binary search keeps it O(log n) measurements."""
+    if measure(text) <= budget:
+        return text
+    lo, hi = 0, len(text)  # keep text[len - k:] ; find the largest k that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if measure(text[len(text) - mid:]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[len(text) - lo:] if lo else ""
+
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def render_template(template: str | None, messages: Sequence[Message], **extra: Any) -> str:
+    """Render a HF-style chat template with a sandboxed Jinja (templates come from model files)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    tmpl = env.from_string(template or CHATML_TEMPLATE)
+    return tmpl.render(messages=list(messages), add_generation_prompt=True, **extra)

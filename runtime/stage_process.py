@@ -1,0 +1,515 @@
+"""One OS process hosting one placement group (one or more fused stages).
+
+receive -> schedule -> execute -> emit.  The loop blocks only in a zmq poll
+(never spins: busy polling starves ZMQ's I/O threads), reads the control
+socket between any two steps, and keeps liveness on a separate heartbeat
+thread so that a long step is not mistaken for a death.
+
+Started by the supervisor as ``python -m runtime.stage_process`` with its
+spec (JSON) on stdin; exits when told, when its parent dies, or on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+import zmq
+
+from runtime import wire
+from runtime.config import PipelineConfig, StageConfig, parse_config
+from runtime.dataplane import DataPlane
+from runtime.endpoints import Endpoints
+from runtime.errors import ErrorCode, ErrorInfo, classify
+from runtime.placement import COORDINATOR, edge_transport
+from runtime.schedulers import SCHEDULERS
+from runtime.schedulers.base import ENTRY_SRC
+from runtime.shm import ShmPool
+from runtime.tombstones import Tombstones
+
+OUT = "@out"
+STATS_EVERY_S = 0.2
+DONE_FLUSH_S = 0.02
+
+
+def _set_parent_death_signal() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+class Peers:
+    """Lazily connected PUSH sockets, one per destination endpoint."""
+
+    def __init__(self, ctx: zmq.Context) -> None:
+        self.ctx = ctx
+        self.socks: dict[str, zmq.Socket] = {}
+
+    def get(self, endpoint: str) -> zmq.Socket:
+        s = self.socks.get(endpoint)
+        if s is None:
+            s = self.ctx.socket(zmq.PUSH)
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.SNDHWM, 0)
+            s.connect(endpoint)
+            self.socks[endpoint] = s
+        return s
+
+    def send(self, endpoint: str, msg: dict, frames: list | None = None) -> None:
+        sock = self.get(endpoint)
+        if frames:
+            sock.send_multipart([wire.dumps(msg), *frames], copy=False)
+        else:
+            sock.send(wire.dumps(msg), copy=False)
+
+    def close(self) -> None:
+        for s in self.socks.values():
+            s.close(0)
+        self.socks.clear()
+
+
+class StageHost:
+    """A stage inside the process: its scheduler plus the routing of what it emits."""
+
+    def __init__(self, loop: "ProcessLoop", cfg: StageConfig, executor: Any) -> None:
+        self.loop = loop
+        self.name = cfg.name
+        self.cfg = cfg
+        self.executor = executor
+        self.sched = SCHEDULERS[cfg.scheduler](self, executor, cfg)
+        pipe = loop.pipeline
+        self.out_edges = pipe.outputs(cfg.name)
+        self.in_edges = pipe.inputs(cfg.name)
+        self.transports = {e.dst: edge_transport(pipe, cfg.name, e.dst) for e in self.out_edges}
+        self.to_coord = edge_transport(pipe, cfg.name, COORDINATOR)
+        self.final_buf: dict[tuple[int, str], list] = {}
+        self.started: set[tuple[int, str]] = set()
+        self.n_out: dict[int, int] = {}
+
+    # ---- StageContext ----------------------------------------------------------------
+    def expected_sources(self, rid: int, params: dict) -> set[str]:
+        route = params.get("_route") or []
+        if route and route[0] == self.name:
+            return {ENTRY_SRC}
+        srcs = {e.src for e in self.in_edges if not route or e.src in route}
+        return srcs or {ENTRY_SRC}
+
+    def poll_control(self) -> None:
+        self.loop.poll_control()
+
+    def is_dead(self, rid: int) -> bool:
+        return rid in self.loop.tombstones
+
+    def emit(self, rid: int, payload: Any, end: bool = False) -> None:
+        if rid in self.loop.tombstones:
+            return
+        req = self.sched.requests.get(rid)
+        params = req.params if req else {}
+        route = params.get("_route") or []
+        self.n_out[rid] = self.n_out.get(rid, 0) + 1
+        dests = [e for e in self.out_edges if not route or e.dst in route]
+        for e in dests:
+            key = (rid, e.dst)
+            if e.kind == "final":
+                self.final_buf.setdefault(key, []).append(payload)
+                if end:
+                    chunks = self.final_buf.pop(key)
+                    self._send(rid, e.dst, chunks[0] if len(chunks) == 1 else chunks, True, True, params)
+            else:
+                self._send(rid, e.dst, payload, True, end, params)
+        if not dests or self.cfg.output:
+            self._send(rid, OUT, payload, True, end, params)
+        if end:
+            self._ended(rid)
+
+    def finish(self, rid: int) -> None:
+        if rid in self.loop.tombstones:
+            return
+        req = self.sched.requests.get(rid)
+        params = req.params if req else {}
+        route = params.get("_route") or []
+        dests = [e for e in self.out_edges if not route or e.dst in route]
+        for e in dests:
+            buffered = self.final_buf.pop((rid, e.dst), None)
+            if buffered:
+                self._send(rid, e.dst, buffered[0] if len(buffered) == 1 else buffered, True, True, params)
+            else:
+                self._send(rid, e.dst, None, False, True, params)
+        if not dests or self.cfg.output:
+            self._send(rid, OUT, None, False, True, params)
+        self._ended(rid)
+
+    def fail(self, rid: int, error: BaseException | ErrorInfo) -> None:
+        info = error if isinstance(error, ErrorInfo) else classify(error, self.name)
+        if not isinstance(error, ErrorInfo) and info.code == ErrorCode.INTERNAL:
+            self.loop.log(f"stage {self.name}: request {rid} failed:\n"
+                          + "".join(traceback.format_exception(error)))
+        self.loop.tombstones.add(rid)
+        self.loop.send_coord({"t": "x", "rid": rid, "err": info.to_wire()})
+        self.loop.forget(rid)
+
+    # ---- routing -----------------------------------------------------------------------
+    def _send(self, rid: int, dst: str, payload: Any, has_payload: bool, end: bool, params: dict) -> None:
+        loop = self.loop
+        if dst != OUT:
+            local = loop.local_stage(dst, rid)
+            if local is not None:
+                first = (rid, dst) not in self.started
+                self.started.add((rid, dst))
+                loop.deliver(local, rid, self.name, payload, has_payload, end, params if first else None)
+                if end:
+                    self.started.discard((rid, dst))
+                return
+        msg: dict = {"t": "d", "to": dst, "rid": rid, "src": self.name}
+        if end:
+            msg["end"] = True
+        key = (rid, dst)
+        if key not in self.started and dst != OUT:
+            msg["p"] = params
+            self.started.add(key)
+        if end:
+            self.started.discard(key)
+        frames: list = []
+        if has_payload:
+            transport = self.to_coord if dst == OUT else self.transports[dst]
+            desc, frames = loop.pack(payload, rid, transport)
+            msg["pl"] = desc
+        endpoint = loop.endpoints.coordinator if dst == OUT else loop.endpoint_of(dst, rid)
+        loop.peers.send(endpoint, msg, frames)
+
+    def _ended(self, rid: int) -> None:
+        req = self.sched.done(rid)
+        self.loop.report_done(rid, self.name, self.n_out.pop(rid, 0), req)
+        for key in [k for k in self.started if k[0] == rid]:
+            self.started.discard(key)
+
+    def drop(self, rid: int) -> bool:
+        held = self.sched.drop(rid)
+        for key in [k for k in self.final_buf if k[0] == rid]:
+            del self.final_buf[key]
+            held = True
+        for key in [k for k in self.started if k[0] == rid]:
+            self.started.discard(key)
+        self.n_out.pop(rid, None)
+        return held
+
+
+class ProcessLoop:
+    def __init__(self, spec: dict) -> None:
+        self.spec = spec
+        self.pipeline: PipelineConfig = parse_config(spec["config"], "<spec>", check_imports=False)
+        self.group = self.pipeline.placement.groups[[g.name for g in self.pipeline.placement.groups].index(spec["group"])]
+        self.replica = int(spec["replica"])
+        self.endpoints = Endpoints.from_wire(spec["endpoints"])
+        self.my_endpoint = self.endpoints.of(self.group.name, self.replica)
+        tomb = self.pipeline.tombstones
+        self.tombstones = Tombstones(tomb.max_entries, tomb.ttl_s)
+        for rid in spec.get("tombstones", []):
+            self.tombstones.add(int(rid))
+        dp = self.pipeline.data
+        prefix = f"va-{spec['run_token']}-{self.group.name}{self.replica}-{os.getpid()}"
+        self.pool = ShmPool(prefix, dp.max_lent_mb << 20, dp.max_cached_mb << 20)
+        self.data = DataPlane(self.my_endpoint, self.pool, dp.inline_max_bytes)
+        self.ctx = zmq.Context.instance()
+        self.pull = self.ctx.socket(zmq.PULL)
+        self.pull.setsockopt(zmq.LINGER, 0)
+        self.pull.setsockopt(zmq.RCVHWM, 0)
+        self.pull.bind(self.my_endpoint)
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(self.endpoints.control_pub)
+        self.peers = Peers(self.ctx)
+        self.poller = zmq.Poller()
+        self.poller.register(self.pull, zmq.POLLIN)
+        self.poller.register(self.sub, zmq.POLLIN)
+        self.stages: dict[str, StageHost] = {}
+        self.running = True
+        self.done_reports: list = []
+        self.last_done_flush = time.monotonic()
+        self.last_stats = 0.0
+        self.stalled: list[tuple] = []
+
+    # ---- setup -------------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        print(f"[{self.group.name}/{self.replica} pid={os.getpid()}] {text}", file=sys.stderr, flush=True)
+
+    def load_stages(self) -> None:
+        for name in self.group.stages:
+            scfg = self.pipeline.stage(name)
+            module, _, cls_name = scfg.executor.partition(":")
+            try:
+                cls = getattr(importlib.import_module(module), cls_name)
+            except (ImportError, AttributeError) as exc:
+                raise RuntimeError(f"stage {name!r}: cannot import executor {scfg.executor!r}: {exc}") from exc
+            executor = cls(**scfg.args)
+            executor.load()
+            self.stages[name] = StageHost(self, scfg, executor)
+
+    def local_stage(self, name: str, rid: int) -> StageHost | None:
+        return self.stages.get(name)
+
+    def endpoint_of(self, stage: str, rid: int) -> str:
+        g = self.pipeline.group_of(stage)
+        return self.endpoints.of(g.name, rid % g.replicas)
+
+    def send_coord(self, msg: dict) -> None:
+        self.peers.send(self.endpoints.coordinator, msg)
+
+    def pack(self, payload: Any, rid: int, transport: str) -> tuple[Any, list]:
+        desc, frames = self.data.pack(payload, rid, transport)
+        while desc is None:  # credit spent: wait for releases, keep serving control
+            self.flush_releases()
+            self.poll_control()
+            self._drain_pull(only_releases=True, timeout_ms=5)
+            desc, frames = self.data.pack(payload, rid, transport)
+        return desc, frames
+
+    # ---- message handling ----------------------------------------------------------------
+    def deliver(self, host: StageHost, rid: int, src: str, payload: Any, has_payload: bool,
+                end: bool, params: dict | None) -> None:
+        host.sched.on_input(rid, src, payload, has_payload, end, params)
+
+    def on_data(self, msg: dict, frames: list) -> None:
+        rid = msg["rid"]
+        desc = msg.get("pl")
+        if rid in self.tombstones:
+            if desc is not None:
+                self.data.discard(desc)
+            return
+        host = self.stages.get(msg["to"])
+        if host is None:
+            if desc is not None:
+                self.data.discard(desc)
+            self.log(f"message for unknown stage {msg['to']!r} dropped")
+            return
+        payload = self.data.unpack(desc, frames) if desc is not None else None
+        self.deliver(host, rid, msg["src"], payload, desc is not None, bool(msg.get("end")), msg.get("p"))
+
+    def on_abort(self, msg: dict) -> None:
+        for rid in msg["rids"]:
+            self.tombstones.add(rid)
+            held = [name for name, h in self.stages.items() if h.drop(rid)]
+            n, freed = self.pool.reclaim(rid)
+            cn, cfreed = self.data.cuda_keepalive.reclaim(rid)
+            if msg.get("ack", True):
+                self.send_coord({"t": "k", "rid": rid, "stages": list(self.stages), "held": held,
+                                 "freed_bytes": freed + cfreed, "freed_buffers": n + cn,
+                                 "g": self.group.name, "r": self.replica})
+        self.flush_releases()
+
+    def forget(self, rid: int) -> None:
+        for h in self.stages.values():
+            h.drop(rid)
+        self.pool.reclaim(rid)
+        self.data.cuda_keepalive.reclaim(rid)
+
+    def on_release(self, msg: dict) -> None:
+        self.data.release_lends(msg["lids"])
+
+    def handle(self, parts: list) -> None:
+        msg = wire.loads(parts[0].buffer if hasattr(parts[0], "buffer") else parts[0])
+        t = msg.get("t")
+        if t == "d":
+            self.on_data(msg, parts[1:])
+        elif t == "r":
+            self.on_release(msg)
+        elif t == "a":
+            self.on_abort(msg)
+        elif t == "s":
+            self.running = False
+        elif t == "hello":
+            pass
+        elif t == "tomb":
+            for rid in msg["rids"]:
+                self.tombstones.add(rid)
+        else:
+            self.log(f"unknown message type {t!r} dropped")
+
+    def poll_control(self) -> None:
+        """Apply every control message waiting now (aborts, shutdown); never blocks."""
+        while True:
+            try:
+                parts = self.sub.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            self.handle(parts)
+
+    def _drain_pull(self, only_releases: bool = False, timeout_ms: int = 0, limit: int = 256) -> None:
+        if timeout_ms and not self.pull.poll(timeout_ms):
+            return
+        for _ in range(limit):
+            try:
+                parts = self.pull.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            if only_releases:
+                msg = wire.loads(parts[0].buffer)
+                if msg.get("t") == "r":
+                    self.on_release(msg)
+                elif msg.get("t") == "d":
+                    self.on_data(msg, parts[1:])
+                continue
+            self.handle(parts)
+
+    def flush_releases(self) -> None:
+        for owner, lids in self.data.take_releases().items():
+            if owner == self.my_endpoint:
+                self.data.release_lends(lids)
+            else:
+                self.peers.send(owner, {"t": "r", "lids": lids})
+
+    def report_done(self, rid: int, stage: str, n_out: int, req: Any) -> None:
+        if req is None:
+            return
+        start = req.t_start or req.t_arrive
+        self.done_reports.append([rid, stage, n_out, round((start - req.t_arrive) * 1000, 3),
+                                  round(req.compute_s * 1000, 3)])
+        if len(self.done_reports) >= 64:
+            self.flush_done()
+
+    def flush_done(self) -> None:
+        if self.done_reports:
+            self.send_coord({"t": "done", "items": self.done_reports})
+            self.done_reports = []
+        self.last_done_flush = time.monotonic()
+
+    def held(self) -> list[int]:
+        out: set[int] = set()
+        for h in self.stages.values():
+            out.update(h.sched.held())
+        return sorted(out)
+
+    def send_stats(self) -> None:
+        ps = self.pool.stats()
+        self.send_coord({"t": "st", "g": self.group.name, "r": self.replica, "pid": os.getpid(),
+                         "held": self.held(), "tombstones": len(self.tombstones),
+                         "pool": {"segments": ps.segments, "lent": ps.lent, "lent_bytes": ps.lent_bytes,
+                                  "reclaimed": ps.reclaimed, "stale_releases": ps.stale_releases},
+                         "cuda_held": len(self.data.cuda_keepalive),
+                         "stages": {n: h.sched.stats() for n, h in self.stages.items()}})
+        self.last_stats = time.monotonic()
+
+    def check_deadlines(self) -> None:
+        now = time.monotonic()
+        for host in self.stages.values():
+            for rid in host.sched.deadline_expired(now):
+                host.fail(rid, ErrorInfo.make(ErrorCode.TIMEOUT,
+                                              f"stage {host.name} exceeded its deadline of "
+                                              f"{host.cfg.deadline_s}s", host.name))
+
+    # ---- main loop -------------------------------------------------------------------------
+    def run(self) -> None:
+        last_deadline_check = 0.0
+        while self.running:
+            busy = False
+            for host in self.stages.values():
+                self.poll_control()
+                if not self.running:
+                    break
+                if host.sched.has_work():
+                    host.sched.run_once()
+                    busy = True
+            self.flush_releases()
+            now = time.monotonic()
+            if now - last_deadline_check > 0.05:
+                self.check_deadlines()
+                self.tombstones.expire()
+                last_deadline_check = now
+            if busy:
+                timeout = 0
+            else:
+                if self.done_reports:
+                    self.flush_done()
+                hints = [h.sched.wait_hint() for h in self.stages.values()]
+                hints = [x for x in hints if x is not None]
+                timeout = min([STATS_EVERY_S] + hints) * 1000
+            if now - self.last_stats > STATS_EVERY_S:
+                self.send_stats()
+            elif busy and self.done_reports and now - self.last_done_flush > DONE_FLUSH_S:
+                self.flush_done()
+            events = dict(self.poller.poll(timeout))
+            if self.sub in events:
+                self.poll_control()
+            if self.pull in events:
+                self._drain_pull()
+
+    def close(self) -> None:
+        self.flush_done()
+        for h in self.stages.values():
+            try:
+                h.executor.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self.data.close()
+        self.peers.close()
+        self.pull.close(0)
+        self.sub.close(0)
+
+
+def _heartbeat(spec: dict, stop: threading.Event) -> None:
+    """Liveness on its own thread and socket: a long step is not a death."""
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(spec["endpoints"]["coordinator"])
+    parent = os.getppid()
+    period = spec["config"].get("control", {}).get("heartbeat_ms", 100) / 1000.0
+    msg = wire.dumps({"t": "h", "g": spec["group"], "r": spec["replica"], "pid": os.getpid()})
+    while not stop.wait(period):
+        if os.getppid() != parent:
+            os._exit(3)  # orphaned: the supervisor is gone
+        try:
+            sock.send(msg, zmq.NOBLOCK)
+        except zmq.Again:
+            pass
+    sock.close(0)
+
+
+def main() -> int:
+    _set_parent_death_signal()
+    spec = json.loads(sys.stdin.read())
+    for k, v in (spec.get("env") or {}).items():
+        os.environ[k] = v
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    loop = ProcessLoop(spec)
+    try:
+        loop.load_stages()
+    except BaseException as exc:  # noqa: BLE001 - report why the stage did not start
+        loop.send_coord({"t": "fatal", "g": spec["group"], "r": spec["replica"], "pid": os.getpid(),
+                         "error": f"{type(exc).__name__}: {exc}"})
+        loop.log("failed to start:\n" + traceback.format_exc())
+        time.sleep(0.1)
+        loop.close()
+        return 2
+    hb = threading.Thread(target=_heartbeat, args=(spec, stop), daemon=True)
+    hb.start()
+    # PUB/SUB joins late: wait until the coordinator's broadcasts reach us, or an
+    # abort published right after 'ready' could be lost.
+    if not loop.sub.poll(60_000):
+        loop.log("no control broadcast within 60 s; exiting")
+        return 2
+    loop.send_coord({"t": "ready", "g": spec["group"], "r": spec["replica"], "pid": os.getpid(),
+                     "stages": list(loop.stages)})
+    signal.signal(signal.SIGTERM, lambda *_: setattr(loop, "running", False))
+    try:
+        loop.run()
+    finally:
+        stop.set()
+        loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

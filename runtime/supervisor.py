@@ -1,0 +1,222 @@
+"""Starts one OS process per placed stage group, watches it, restarts it.
+
+Death is noticed two ways: the process exiting (a waiter thread sees it at
+once) and missing heartbeats (a hung process is killed, then treated as
+exited).  Either way the coordinator fails only the requests that process
+held, with ``stage_unavailable``, and the group is started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from runtime.config import PipelineConfig
+from runtime.endpoints import Endpoints
+
+
+class StageStartError(RuntimeError):
+    """A stage group did not report ready; the message names it and why."""
+
+
+@dataclass
+class Proc:
+    group: str
+    replica: int
+    popen: subprocess.Popen | None = None
+    pid: int | None = None
+    ready: bool = False
+    ready_future: asyncio.Future | None = None
+    last_heartbeat: float = 0.0
+    restarts: int = 0
+    stats: dict = field(default_factory=dict)
+    stderr_tail: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.group, self.replica)
+
+
+class Supervisor:
+    def __init__(self, cfg: PipelineConfig, endpoints: Endpoints, run_token: str,
+                 on_death: Callable[[Proc, str], None], publish: Callable[[dict], None]) -> None:
+        self.cfg = cfg
+        self.endpoints = endpoints
+        self.run_token = run_token
+        self.on_death = on_death
+        self.publish = publish
+        self.procs: dict[tuple[str, int], Proc] = {}
+        for g in cfg.placement.groups:
+            for r in range(g.replicas):
+                self.procs[(g.name, r)] = Proc(g.name, r)
+        self.stopping = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._monitor: asyncio.Task | None = None
+        self.tombstone_source: Callable[[], list[int]] = lambda: []
+
+    # ---- spawning --------------------------------------------------------------------------
+    def _spawn(self, p: Proc) -> None:
+        group = next(g for g in self.cfg.placement.groups if g.name == p.group)
+        spec = {"config": self.cfg.model_dump(mode="json", by_alias=True), "group": p.group,
+                "replica": p.replica, "endpoints": self.endpoints.to_wire(),
+                "run_token": self.run_token, "tombstones": self.tombstone_source(),
+                "env": group.env}
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([x for x in sys.path if x] + [env.get("PYTHONPATH", "")])
+        p.ready = False
+        p.ready_future = self.loop.create_future()
+        p.popen = subprocess.Popen([sys.executable, "-m", "runtime.stage_process"],
+                                   stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                   start_new_session=False)
+        p.pid = p.popen.pid
+        p.last_heartbeat = time.monotonic()
+        p.popen.stdin.write(json.dumps(spec).encode())
+        p.popen.stdin.close()
+        popen = p.popen
+        threading.Thread(target=self._pump_stderr, args=(p, popen), daemon=True).start()
+        threading.Thread(target=self._wait_exit, args=(p, popen), daemon=True).start()
+
+    def _pump_stderr(self, p: Proc, popen: subprocess.Popen) -> None:
+        for raw in popen.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            p.stderr_tail = (p.stderr_tail + [line])[-40:]
+            print(line, file=sys.stderr, flush=True)
+
+    def _wait_exit(self, p: Proc, popen: subprocess.Popen) -> None:
+        code = popen.wait()
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._exited, p, popen, code)
+            except RuntimeError:
+                pass
+
+    def _exited(self, p: Proc, popen: subprocess.Popen, code: int) -> None:
+        if p.popen is not popen:
+            return
+        was_ready = p.ready
+        p.ready = False
+        if p.ready_future is not None and not p.ready_future.done():
+            tail = "\n    ".join(p.stderr_tail[-8:])
+            p.ready_future.set_exception(StageStartError(
+                f"stage group {p.group!r} (replica {p.replica}, stages {self._stages(p)}) exited with "
+                f"code {code} before it was ready\n    {tail}"))
+        if self.stopping:
+            return
+        self.on_death(p, f"process {p.pid} exited with code {code}")
+        if was_ready and self.cfg.control.restart and p.restarts < self.cfg.control.max_restarts:
+            p.restarts += 1
+            self._spawn(p)
+            asyncio.ensure_future(self._await_restart(p))
+
+    async def _await_restart(self, p: Proc) -> None:
+        try:
+            await self._wait_ready(p, self.cfg.control.ready_timeout_s)
+        except StageStartError as exc:
+            print(f"restart failed: {exc}", file=sys.stderr, flush=True)
+
+    def _stages(self, p: Proc) -> list[str]:
+        return next(g.stages for g in self.cfg.placement.groups if g.name == p.group)
+
+    # ---- messages from the processes ---------------------------------------------------------
+    def on_ready(self, msg: dict) -> None:
+        p = self.procs.get((msg["g"], msg["r"]))
+        if p is None or msg["pid"] != p.pid:
+            return
+        p.ready = True
+        p.last_heartbeat = time.monotonic()
+        if p.ready_future is not None and not p.ready_future.done():
+            p.ready_future.set_result(None)
+
+    def on_fatal(self, msg: dict) -> None:
+        p = self.procs.get((msg["g"], msg["r"]))
+        if p is None or msg["pid"] != p.pid:
+            return
+        if p.ready_future is not None and not p.ready_future.done():
+            p.ready_future.set_exception(StageStartError(
+                f"stage group {p.group!r} (stages {self._stages(p)}) failed to start: {msg['error']}"))
+
+    def on_heartbeat(self, msg: dict) -> None:
+        p = self.procs.get((msg["g"], msg["r"]))
+        if p is not None and msg["pid"] == p.pid:
+            p.last_heartbeat = time.monotonic()
+
+    def on_stats(self, msg: dict) -> None:
+        p = self.procs.get((msg["g"], msg["r"]))
+        if p is not None and msg["pid"] == p.pid:
+            p.stats = msg
+            p.last_heartbeat = time.monotonic()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        for p in self.procs.values():
+            self._spawn(p)
+        self._monitor = asyncio.ensure_future(self._watch())
+        try:
+            await asyncio.gather(*(self._wait_ready(p, self.cfg.control.ready_timeout_s)
+                                   for p in self.procs.values()))
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _wait_ready(self, p: Proc, timeout: float) -> None:
+        fut = p.ready_future
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            raise StageStartError(f"stage group {p.group!r} (stages {self._stages(p)}) did not report "
+                                  f"ready within {timeout:g}s") from None
+
+    def starting(self) -> bool:
+        return any(not p.ready and p.popen is not None and p.popen.poll() is None for p in self.procs.values())
+
+    async def _watch(self) -> None:
+        dead_after = self.cfg.control.dead_after_ms / 1000.0
+        while not self.stopping:
+            if self.starting():
+                self.publish({"t": "hello"})  # SUB sockets wait for this before reporting ready
+                await asyncio.sleep(0.02)
+            else:
+                await asyncio.sleep(0.05)
+            now = time.monotonic()
+            for p in self.procs.values():
+                if p.ready and now - p.last_heartbeat > dead_after and p.popen and p.popen.poll() is None:
+                    print(f"stage group {p.group!r} pid {p.pid}: no heartbeat for "
+                          f"{now - p.last_heartbeat:.2f}s, killing it", file=sys.stderr, flush=True)
+                    p.popen.kill()
+
+    def live(self) -> list[Proc]:
+        return [p for p in self.procs.values() if p.ready]
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        self.stopping = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+        self.publish({"t": "s"})
+        deadline = time.monotonic() + grace_s
+        for p in self.procs.values():
+            if p.popen is None:
+                continue
+            while p.popen.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            if p.popen.poll() is None:
+                p.popen.send_signal(signal.SIGTERM)
+                await asyncio.sleep(0.2)
+            if p.popen.poll() is None:
+                p.popen.kill()
+            await asyncio.get_running_loop().run_in_executor(None, p.popen.wait)
+
+    def kill(self, group: str, replica: int = 0, sig: int = signal.SIGKILL) -> int:
+        """Test and fault-injection hook: signal one stage process."""
+        p = self.procs[(group, replica)]
+        os.kill(p.pid, sig)
+        return p.pid

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.chat import Message, fit_messages, render_template
+from runtime.models.gguf_requant import requantized
 from runtime.models.model_files import ModelFileMissing, smollm2_gguf
 from runtime.models.request import DEFAULT_SYSTEM_PROMPT, read_request
 from runtime.models.sampling import Sampling
@@ -62,7 +64,9 @@ class LlamaCppThinker(ARExecutor):
     n_threads (2), max_sequences (8), n_ctx (KV cells in total; default
     1024 * max_sequences), n_batch (tokens per decode, 512), kv_unified (False),
     system_prompt, max_tokens (64), temperature (0.25), top_p (0.9), top_k (40),
-    repeat_penalty (1.2), seed (None: random per request), verbose (False).
+    repeat_penalty (1.2), seed (None: random per request), verbose (False),
+    requantize (None | "q4_0": convert once into cache_dir for faster batched
+    decoding, see gguf_requant), cache_dir.
     """
 
     idle_wait_s = 0.0
@@ -95,6 +99,8 @@ class LlamaCppThinker(ARExecutor):
             path = self.args.get("model_path") or smollm2_gguf()
         except ModelFileMissing as e:
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, str(e)) from None
+        if not os.path.exists(path):
+            raise StageError(ErrorCode.STAGE_UNAVAILABLE, f"model file not found: {path}")
         try:
             from llama_cpp import _logger
             _logger.set_verbose(bool(self.args.get("verbose", False)))
@@ -102,6 +108,10 @@ class LlamaCppThinker(ARExecutor):
             pass
         lc.llama_backend_init()
         t0 = time.perf_counter()
+        if self.args.get("requantize"):
+            path = requantized(lc, str(path), str(self.args["requantize"]),
+                               self.args.get("cache_dir"), self.n_threads)
+        self.model_path = str(path)
         mparams = lc.llama_model_default_params()
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:

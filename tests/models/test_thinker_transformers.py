@@ -1,0 +1,136 @@
+"""TransformersThinker through its real loading path, on a tiny model built here.
+
+The model is random (its words mean nothing); what is tested is the executor:
+loading from disk, streaming, per-request caches, release mid-way and
+concurrency.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+from runtime.executor import StepResult, WorkItem  # noqa: E402
+from runtime.models.transformers_thinker import TransformersThinker  # noqa: E402
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+TEXT = ("The quick brown fox jumps over the lazy dog. Paris is the capital of France. "
+        "Hello, how are you today? I am fine, thank you. Voice agents answer briefly. ") * 20
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([TEXT], trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
+                                   pad_token="<|endoftext|>", bos_token=None)
+    fast.chat_template = CHATML
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=fast.vocab_size if fast.vocab_size >= 512 else 512,
+                      hidden_size=256, intermediate_size=768, num_hidden_layers=8,
+                      num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=1024, tie_word_embeddings=True,
+                      eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"))
+    model = Qwen2ForCausalLM(cfg)
+    n_params = sum(p.numel() for p in model.parameters())
+    assert 5e6 < n_params < 15e6
+    d = tmp_path_factory.mktemp("tiny_qwen2")
+    model.save_pretrained(d)
+    fast.save_pretrained(d)
+    return str(d)
+
+
+@pytest.fixture(scope="module")
+def thinker(tiny_model_dir):
+    t = TransformersThinker(model_path=tiny_model_dir, local_files_only=True, n_threads=2,
+                            max_tokens=12, temperature=0.8, seed=1, max_context=256)
+    t.load()
+    yield t
+    t.close()
+
+
+def _item(rid, text, **params):
+    return WorkItem(rid, {"messages": [{"role": "user", "content": text}]}, params=params)
+
+
+def _run(t, rids, limit=200):
+    texts = {r: "" for r in rids}
+    done: set[int] = set()
+    for _ in range(limit):
+        live = [r for r in rids if r not in done]
+        if not live:
+            break
+        res = t.step(live)
+        for r, sr in res.items():
+            assert isinstance(sr, StepResult), sr
+            if sr.chunk is not None:
+                assert isinstance(sr.chunk, str)
+                texts[r] += sr.chunk
+            if sr.finished:
+                done.add(r)
+                t.release(r)
+    assert done == set(rids)
+    return texts
+
+
+def test_streams_tokens(thinker):
+    thinker.prefill(_item(1, "Hello, how are you?"))
+    chunks, steps = [], 0
+    while True:
+        sr = thinker.step([1])[1]
+        steps += 1
+        if sr.chunk:
+            chunks.append(sr.chunk)
+        if sr.finished:
+            break
+    thinker.release(1)
+    assert 1 <= steps <= 12
+    assert chunks and "".join(chunks).encode("utf-8")
+    assert thinker.stats()["active"] == 0
+
+
+def test_release_midway_then_next_request(thinker):
+    thinker.prefill(_item(2, "Tell me a long story"))
+    for _ in range(3):
+        assert not thinker.step([2])[2].finished
+    thinker.release(2)
+    assert thinker.stats()["kv_cells_used"] == 0
+    thinker.prefill(_item(3, "Paris?"))
+    assert _run(thinker, [3])[3] is not None
+
+
+def test_four_concurrent_requests_finish(thinker):
+    rids = [10, 11, 12, 13]
+    for r in rids:
+        thinker.prefill(_item(r, f"Question number {r}", max_tokens=6 + r % 3))
+    _run(thinker, rids)
+    assert thinker.stats()["batch_sizes_hist"].get(4, 0) >= 6
+    assert thinker.stats()["active"] == 0
+
+
+def test_overlong_prompt_is_truncated(thinker):
+    thinker.prefill(_item(20, "word " * 5000))
+    assert thinker.stats()["truncated"] is True
+    _run(thinker, [20])
+
+
+def test_emoji_only(thinker):
+    thinker.prefill(_item(21, "\U0001f600\U0001f680\U0001f44d"))
+    texts = _run(thinker, [21])
+    texts[21].encode("utf-8")

@@ -1,0 +1,82 @@
+"""Shared helpers for the session-core tests (no sockets, no clock)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import typing
+
+import numpy as np
+from pydantic import TypeAdapter
+
+from openai.types.realtime import realtime_server_event as _rse
+from voice_server.session import SendEvent, Session, SessionSettings
+from voice_server.session.core import Session as _S  # noqa: F401
+
+_SERVER_CLASSES = {}
+for _cls in typing.get_args(typing.get_args(_rse.RealtimeServerEvent)[0]):
+    _lit = _cls.model_fields["type"].annotation
+    _SERVER_CLASSES[typing.get_args(_lit)[0]] = _cls
+
+_SEEN_IDS: dict[str, int] = {}
+
+
+def validate_event(ev: dict) -> None:
+    """Validate one server event against the official SDK model (GA)."""
+    cls = _SERVER_CLASSES.get(ev["type"])
+    assert cls is not None, f"not a GA server event type: {ev['type']}"
+    TypeAdapter(cls).validate_python(ev)
+    json.dumps(ev)  # must be serialisable as is
+    # the same dict may be checked twice; another event with its id may not
+    assert _SEEN_IDS.setdefault(ev["event_id"], id(ev)) == id(ev), "event_id reused"
+
+
+def events(cmds) -> list[dict]:
+    out = [c.event for c in cmds if isinstance(c, SendEvent)]
+    for e in out:
+        validate_event(e)
+    return out
+
+
+def types(cmds) -> list[str]:
+    return [e["type"] for e in events(cmds)]
+
+
+def of(cmds, cls) -> list:
+    return [c for c in cmds if isinstance(c, cls)]
+
+
+def one(cmds, type_: str) -> dict:
+    found = [e for e in events(cmds) if e["type"] == type_]
+    assert len(found) == 1, f"expected one {type_}, got {len(found)}: {types(cmds)}"
+    return found[0]
+
+
+def tone(ms: float, sr: int = 16000, freq: float = 440.0, amp: int = 8000) -> np.ndarray:
+    n = int(round(sr * ms / 1000.0))
+    t = np.arange(n) / sr
+    return (amp * np.sin(2 * np.pi * freq * t)).astype(np.int16)
+
+
+def speak(text: str, ms: float = 500.0, sr: int = 16000) -> dict:
+    audio = tone(ms, sr)
+    return {"audio": audio, "sample_rate": sr, "text": text, "duration_ms": ms}
+
+
+def b64_pcm(pcm: np.ndarray) -> str:
+    return base64.b64encode(pcm.astype("<i2").tobytes()).decode()
+
+
+def new_session(mode: str = "events", **settings) -> Session:
+    s = Session("sess_test", SessionSettings(**settings), audio_out_mode=mode)
+    events(s.start(0))
+    return s
+
+
+def spoken_turn(s: Session, text: str, t0: int = 1000, now: int = 0):
+    """speech_started/stopped/final for one utterance; returns all commands."""
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": t0}, now)
+    cmds += s.listen_event({"type": "speech_stopped", "audio_end_ms": t0 + 800}, now + 1)
+    cmds += s.listen_event({"type": "final", "text": text, "audio_start_ms": t0,
+                            "audio_end_ms": t0 + 800}, now + 2)
+    return cmds

@@ -1,0 +1,106 @@
+"""Commands: everything the session core asks its transport/runner to do.
+
+The core never performs I/O; each input method returns ``list[Command]`` in
+the order they must be carried out.  Transports send ``SendEvent`` payloads
+(JSON text) to the client; the runner turns the other commands into runtime
+calls (listen stream, response requests, aborts) or transport actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+
+@dataclass
+class SendEvent:
+    """A schema-complete server event (dict ready for ``json.dumps``)."""
+    event: dict
+
+    @property
+    def type(self) -> str:
+        return self.event["type"]
+
+
+@dataclass
+class FeedListen:
+    """Input audio for the listen stage (VAD + streaming ASR), 16 kHz int16 mono."""
+    pcm16k: np.ndarray
+
+
+@dataclass
+class ConfigureListen:
+    """(Re)start the listen stream with these VAD params.
+
+    Keys: threshold, silence_duration_ms, prefix_padding_ms, min_speech_ms.
+    Emitted at start() when turn detection is on and whenever those values
+    change (including switching from push-to-talk back to server VAD).
+    """
+    params: dict
+
+
+@dataclass
+class StopListen:
+    """End the listen stream (turn_detection became null = push-to-talk, or close)."""
+
+
+@dataclass
+class TranscribeBuffer:
+    """Transcribe this finished utterance (push-to-talk commit, or a client
+    ``input_audio`` item without transcript).  Answer with
+    ``Session.transcription_result(item_id, text, now_ms)``."""
+    item_id: str
+    pcm16k: np.ndarray
+
+
+@dataclass
+class StartResponse:
+    """Submit think(+speak) to the runtime.
+
+    ``messages``: [{"role": "user"|"assistant"|"system", "content": str}], the
+    conversation (truncated assistant turns already cut to what was heard).
+    """
+    response_id: str
+    messages: list
+    modalities: list
+    max_tokens: int | None
+    instructions: str | None
+    metadata: dict | None = None
+
+
+@dataclass
+class CancelResponse:
+    """Abort the runtime request (distributed abort). reason: turn_detected |
+    client_cancelled | disconnected | session_expired | item_truncated."""
+    response_id: str
+    reason: str
+
+
+@dataclass
+class AudioOut:
+    """Audio to play (audio_out_mode == "stream" only), native speak rate."""
+    response_id: str
+    item_id: str
+    pcm: np.ndarray
+    sample_rate: int
+
+
+@dataclass
+class FlushAudio:
+    """Stream transports: drop every queued sample of this item now (barge-in)."""
+    item_id: str
+
+
+@dataclass
+class Close:
+    code: int
+    reason: str
+
+
+Command = Union[SendEvent, FeedListen, ConfigureListen, StopListen, TranscribeBuffer,
+                StartResponse, CancelResponse, AudioOut, FlushAudio, Close]
+
+__all__ = ["SendEvent", "FeedListen", "ConfigureListen", "StopListen", "TranscribeBuffer",
+           "StartResponse", "CancelResponse", "AudioOut", "FlushAudio", "Close", "Command"]

@@ -16,16 +16,16 @@ from voice_server.session.core import Session as _S  # noqa: F401
 _SERVER_CLASSES = {}
 for _cls in typing.get_args(typing.get_args(_rse.RealtimeServerEvent)[0]):
     _lit = _cls.model_fields["type"].annotation
-    _SERVER_CLASSES[typing.get_args(_lit)[0]] = _cls
+    _SERVER_CLASSES[typing.get_args(_lit)[0]] = TypeAdapter(_cls)
 
 _SEEN_IDS: dict[str, int] = {}
 
 
 def validate_event(ev: dict) -> None:
     """Validate one server event against the official SDK model (GA)."""
-    cls = _SERVER_CLASSES.get(ev["type"])
-    assert cls is not None, f"not a GA server event type: {ev['type']}"
-    TypeAdapter(cls).validate_python(ev)
+    adapter = _SERVER_CLASSES.get(ev["type"])
+    assert adapter is not None, f"not a GA server event type: {ev['type']}"
+    adapter.validate_python(ev)
     json.dumps(ev)  # must be serialisable as is
     # the same dict may be checked twice; another event with its id may not
     assert _SEEN_IDS.setdefault(ev["event_id"], id(ev)) == id(ev), "event_id reused"

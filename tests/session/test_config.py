@@ -1,0 +1,124 @@
+"""session.update merging, beta aliases, unsupported fields, effective values."""
+
+from session_helpers import events, new_session, of, one, types
+from voice_server.session import ConfigureListen, Session, SessionSettings, StopListen
+from voice_server.session.config import apply_session_update
+
+
+def _updated(cmds):
+    return one(cmds, "session.updated")["session"]
+
+
+def test_session_update_before_session_created_is_accepted():
+    s = Session("sess_early")
+    cmds = s.client_event({"type": "session.update", "session": {
+        "type": "realtime", "instructions": "be nice"}}, 0)
+    assert types(cmds) == ["session.created", "session.updated"]
+    assert _updated(cmds)["instructions"] == "be nice"
+    assert s.start(1) == []
+
+
+def test_ga_update_with_unsupported_fields_is_applied_and_reported():
+    s = new_session()
+    cmds = s.client_event({"type": "session.update", "session": {
+        "type": "realtime", "model": "gpt-realtime", "instructions": "short answers",
+        "output_modalities": ["text"],
+        "audio": {"input": {"format": {"type": "audio/pcmu"},
+                            "transcription": {"model": "gpt-4o-transcribe"},
+                            "noise_reduction": {"type": "near_field"},
+                            "turn_detection": {"type": "semantic_vad", "eagerness": "high"}},
+                  "output": {"format": {"type": "audio/pcma"}, "voice": "marin", "speed": 1.2}},
+        "tools": [{"type": "function", "name": "f", "parameters": {}}],
+        "tool_choice": "auto", "tracing": "auto", "max_output_tokens": 300,
+        "truncation": "auto", "include": ["item.input_audio_transcription.logprobs"]}}, 0)
+    sess = _updated(cmds)
+    assert sess["instructions"] == "short answers"
+    assert sess["output_modalities"] == ["text"]
+    assert sess["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+    assert sess["audio"]["output"]["format"] == {"type": "audio/pcma"}
+    assert sess["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+    assert sess["audio"]["input"]["transcription"] == {"model": "gpt-4o-transcribe"}
+    assert sess["audio"]["input"]["noise_reduction"] is None
+    assert sess["audio"]["output"]["voice"] == "marin"
+    assert sess["audio"]["output"]["speed"] == 1.2
+    assert sess["tools"] == [] and sess["tracing"] is None
+    assert sess["max_output_tokens"] == 300
+    assert s.settings.input_format.sample_rate == 8000
+    assert not of(cmds, ConfigureListen)  # VAD params unchanged
+
+
+def test_beta_shape_aliases():
+    s = new_session()
+    cmds = s.client_event({"type": "session.update", "session": {
+        "modalities": ["text", "audio"], "voice": "alloy", "input_audio_format": "g711_alaw",
+        "output_audio_format": "pcm16", "max_response_output_tokens": "inf",
+        "input_audio_transcription": {"model": "whisper-1"}, "temperature": 0.7,
+        "turn_detection": {"type": "server_vad", "silence_duration_ms": 700}}}, 0)
+    sess = _updated(cmds)
+    assert sess["output_modalities"] == ["audio"]
+    assert sess["audio"]["input"]["format"] == {"type": "audio/pcma"}
+    assert sess["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    assert sess["max_output_tokens"] == "inf"
+    assert sess["audio"]["input"]["turn_detection"]["silence_duration_ms"] == 700
+    cfg = of(cmds, ConfigureListen)[0].params
+    assert cfg["silence_duration_ms"] == 700 and cfg["threshold"] == 0.5
+
+
+def test_turn_detection_merge_null_and_back():
+    s = new_session()
+    cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": {"type": "server_vad", "threshold": 0.7, "prefix_padding_ms": 200,
+                           "min_speech_ms": 120}}}}}, 0)
+    assert of(cmds, ConfigureListen)[0].params == {"threshold": 0.7, "silence_duration_ms": 500,
+                                                   "prefix_padding_ms": 200,
+                                                   "min_speech_ms": 120}
+    cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": {"type": "server_vad", "idle_timeout_ms": 6000}}}}}, 0)
+    td = _updated(cmds)["audio"]["input"]["turn_detection"]
+    assert td["threshold"] == 0.7 and td["idle_timeout_ms"] == 6000  # merged
+    assert not of(cmds, ConfigureListen)  # listen params unchanged
+    cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": None}}}}, 0)
+    assert of(cmds, StopListen)
+    cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": {"type": "server_vad"}}}}}, 0)
+    assert of(cmds, ConfigureListen)
+    # an update that does not mention turn_detection leaves it alone
+    cmds = s.client_event({"type": "session.update", "session": {"instructions": "x"}}, 0)
+    assert _updated(cmds)["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+    assert not of(cmds, ConfigureListen) and not of(cmds, StopListen)
+
+
+def test_transcription_null_suppresses_transcription_events():
+    from session_helpers import spoken_turn
+    s = new_session()
+    events(s.client_event({"type": "session.update", "session": {"audio": {"input": {
+        "transcription": None}}}}, 0))
+    t = types(spoken_turn(s, "hello"))
+    assert not any(x.startswith("conversation.item.input_audio_transcription") for x in t)
+    assert "conversation.item.done" in t and "response.created" in t
+
+
+def test_pcm_rate_and_voice_object():
+    st = apply_session_update(SessionSettings(), {"audio": {
+        "input": {"format": {"type": "audio/pcm", "rate": 16000}},
+        "output": {"voice": {"id": "voice_123"}}}})
+    assert st.input_format.sample_rate == 16000 and st.voice == "voice_123"
+
+
+def test_beta_dialect_renames_output_events():
+    from session_helpers import speak
+    from voice_server.session import SendEvent, StartResponse
+    s = Session("s", dialect="beta")
+    s.start(0)
+    c = s.listen_event({"type": "speech_started", "audio_start_ms": 0}, 0)
+    c += s.listen_event({"type": "speech_stopped", "audio_end_ms": 500}, 0)
+    c += s.listen_event({"type": "final", "text": "hi", "audio_start_ms": 0,
+                         "audio_end_ms": 500}, 0)
+    rid = of(c, StartResponse)[0].response_id
+    c += s.response_chunk(rid, "speak", speak("Hello", 200), 1)
+    c += s.response_finished(rid, "completed", None, 2)
+    t = [x.event["type"] for x in c if isinstance(x, SendEvent)]
+    assert "response.audio.delta" in t and "response.audio_transcript.delta" in t
+    assert "response.audio.done" in t and "conversation.item.created" in t
+    assert "response.output_audio.delta" not in t

@@ -11,7 +11,6 @@ from pydantic import TypeAdapter
 
 from openai.types.realtime import realtime_server_event as _rse
 from voice_server.session import SendEvent, Session, SessionSettings
-from voice_server.session.core import Session as _S  # noqa: F401
 
 _SERVER_CLASSES = {}
 for _cls in typing.get_args(typing.get_args(_rse.RealtimeServerEvent)[0]):

@@ -1,13 +1,10 @@
 """Response lifecycle: barge-in, cancel, truncation, failures, benign errors."""
 
-import base64
-
 import numpy as np
-import pytest
 
 from session_helpers import events, new_session, of, one, speak, spoken_turn, types
-from voice_server.session import (AudioOut, CancelResponse, FlushAudio, SendEvent,
-                                  StartResponse, StopListen)
+from voice_server.session import (AudioOut, CancelResponse, FlushAudio, StartResponse,
+                                  StopListen)
 
 DELTA_TYPES = {"response.output_audio.delta", "response.output_audio_transcript.delta",
                "response.output_text.delta"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any, List, Optional, Union
+from typing import List, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

@@ -81,18 +81,20 @@ from __future__ import annotations
 
 import base64
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from ..audio_codec import (PCM, StreamResampler, decode_wire_audio, encode_wire_audio,
                            low_latency_quality, resample)
 from .client_events import ItemIn, decode_base64_audio, parse_client_event
 from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen, FeedListen,
                        FlushAudio, SendEvent, StartResponse, StopListen, TranscribeBuffer)
-from .errors import ClientError
-from .config import ServerLimits, SessionSettings, apply_session_update, session_to_wire
+from .errors import ClientError, from_validation_error
+from .config import (ServerLimits, SessionSettings, _max_tokens, _modalities,
+                     apply_session_update, session_to_wire)
 from .input_buffer import RATE as LISTEN_RATE, InputBuffer
 from .items import Content, Conversation, Item, Segment
 from .server_events import (EventFactory, IdFactory, content_part, error_body,
@@ -418,7 +420,6 @@ class Session:
         in_conv = True
         input_messages = None
         if p is not None:
-            from .config import _max_tokens, _modalities  # shared validation helpers
             if p.modalities is not None:
                 modalities = _modalities(p.modalities, "response.modalities")
             if p.output_modalities is not None:
@@ -470,8 +471,7 @@ class Session:
             else:
                 try:
                     it = ItemIn.model_validate(raw)
-                except Exception as exc:  # pydantic ValidationError
-                    from .errors import from_validation_error
+                except ValidationError as exc:
                     raise from_validation_error(exc, param) from None
                 item, _ = self._build_item(it, allow_transcribe=False, param=param)
             text = item.text()

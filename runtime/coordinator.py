@@ -126,6 +126,7 @@ class Coordinator:
                 await self._recv_task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
+        self.data.on_release_ready = None
         self.data.close()
         for s in [self.pull, self.pub, *self.push.values()]:
             s.close(0)
@@ -369,7 +370,7 @@ class Coordinator:
             prog.compute_ms = compute_ms
 
     def _schedule_release_flush(self) -> None:
-        if not self._release_scheduled and self.loop is not None:
+        if not self._release_scheduled and self.loop is not None and not self.loop.is_closed():
             self._release_scheduled = True
             self.loop.call_soon_threadsafe(self._flush_releases)
 

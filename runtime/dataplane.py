@@ -90,13 +90,14 @@ class DataPlane:
         if arr.nbytes <= self.inline_max:
             return {"tr": "inline", "v": payload if kind != KIND_BYTES else bytes(payload)}, []
         head = {"k": kind, "dt": arr.dtype.str, "sh": list(arr.shape), "n": int(arr.nbytes)}
-        if transport == "shm" and self.pool is not None:
+        if transport == "shm":
             lease = self._leases.get(id(arr))
-            if lease is not None and not lease.released and not lease.forwarded:
+            if lease is not None and lease.segment and not lease.released and not lease.forwarded:
                 # The very array we received: hand the lease on, no copy.
                 lease.forwarded = True
                 head.update(tr="shm", seg=lease.segment, lid=lease.lend_id, own=lease.owner)
                 return head, []
+        if transport == "shm" and self.pool is not None:
             lend = self.pool.lend(arr.nbytes, request_id)
             if lend is None:
                 return None, []

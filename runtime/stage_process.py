@@ -37,7 +37,7 @@ from runtime.tombstones import Tombstones
 
 OUT = "@out"
 STATS_EVERY_S = 0.2
-DONE_FLUSH_S = 0.02
+DONE_FLUSH_S = 0.05
 
 
 def _set_parent_death_signal() -> None:
@@ -426,18 +426,18 @@ class ProcessLoop:
                 self.check_deadlines()
                 self.tombstones.expire()
                 last_deadline_check = now
+            if self.done_reports and now - self.last_done_flush > DONE_FLUSH_S:
+                self.flush_done()  # coalesced: never one extra message per request
+            if now - self.last_stats > STATS_EVERY_S:
+                self.send_stats()
             if busy:
                 timeout = 0
             else:
-                if self.done_reports:
-                    self.flush_done()
                 hints = [h.sched.wait_hint() for h in self.stages.values()]
                 hints = [x for x in hints if x is not None]
+                if self.done_reports:
+                    hints.append(DONE_FLUSH_S)
                 timeout = min([STATS_EVERY_S] + hints) * 1000
-            if now - self.last_stats > STATS_EVERY_S:
-                self.send_stats()
-            elif busy and self.done_reports and now - self.last_done_flush > DONE_FLUSH_S:
-                self.flush_done()
             events = dict(self.poller.poll(timeout))
             if self.sub in events:
                 self.poll_control()

@@ -121,6 +121,8 @@ class Doubler(ChunkExecutor):
                 out.append([])
             elif isinstance(x, str):
                 out.append([x.upper()])
+            elif isinstance(x, dict):
+                out.append([x])
             elif isinstance(x, np.ndarray):
                 out.append([x * 2])
             else:

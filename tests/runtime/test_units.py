@@ -1,0 +1,137 @@
+"""Unit tests of the runtime's small parts, no processes."""
+
+import numpy as np
+import pytest
+import torch
+
+from runtime import wire
+from runtime.cuda_ipc import LEND_BASE, KeepAlive
+from runtime.dataplane import DataPlane
+from runtime.errors import ErrorCode, StageError, classify
+from runtime.shm import ShmPool, list_segments, remove_segments
+from runtime.tombstones import Tombstones
+
+
+def test_wire_round_trips_nested_arrays_and_tensors():
+    msg = {"a": np.arange(6, dtype=np.int16).reshape(2, 3), "t": torch.ones(3), "s": "x", "n": [1, 2.5, None],
+           "b": b"\x00\x01"}
+    out = wire.loads(wire.dumps(msg))
+    assert np.array_equal(out["a"], msg["a"]) and out["a"].dtype == np.int16
+    assert torch.equal(out["t"], msg["t"])
+    assert out["s"] == "x" and out["n"] == [1, 2.5, None] and out["b"] == b"\x00\x01"
+
+
+def test_wire_refuses_objects():
+    with pytest.raises(TypeError):
+        wire.dumps({"f": object()})
+    with pytest.raises(TypeError):
+        wire.dumps(np.array([object()]))
+
+
+def test_tombstones_bounded_in_count_and_age():
+    t = Tombstones(max_entries=100, ttl_s=10)
+    for i in range(1000):
+        t.add(i, now=0.0)
+    assert len(t) == 100 and 999 in t and 0 not in t
+    t.expire(now=11.0)
+    assert len(t) == 0
+
+
+def test_pool_lend_release_reclaim_and_stale_release():
+    pool = ShmPool("va-unit-test-pool", max_lent_bytes=3 << 20)
+    try:
+        a = pool.lend(1 << 20, request_id=1)
+        b = pool.lend(1 << 20, request_id=2)
+        assert a and b and pool.lent_bytes == 2 << 20
+        assert pool.lend(2 << 20, request_id=3) is None  # credit spent
+        assert pool.release(a.lend_id) == 1 << 20
+        assert pool.release(a.lend_id) == 0 and pool.stale_releases == 1  # freed exactly once
+        n, freed = pool.reclaim(2)
+        assert (n, freed) == (1, 1 << 20)
+        assert pool.release(b.lend_id) == 0  # the late release after an abort is ignored
+        c = pool.lend(1 << 20, request_id=4)
+        assert c.segment.name in (a.segment.name, b.segment.name)  # reused, not re-created
+        assert pool.stats().lent == 1
+    finally:
+        pool.close()
+    assert list_segments("va-unit-test-pool") == []
+
+
+def test_dataplane_shm_view_releases_when_dropped():
+    owner = DataPlane("ipc://owner", ShmPool("va-unit-test-dp"), inline_max=1024)
+    reader = DataPlane("ipc://reader", None, inline_max=1024)
+    try:
+        x = np.arange(100_000, dtype=np.float32)
+        desc, frames = owner.pack(x, 7, "shm")
+        assert desc["tr"] == "shm" and not frames
+        y = reader.unpack(desc, [])
+        assert np.array_equal(x, y)
+        assert owner.pool.stats().lent == 1
+        # Forwarding the very same array hands the lease on: no copy, no release yet.
+        desc2, _ = reader.pack(y, 7, "shm")
+        assert desc2["lid"] == desc["lid"] and desc2["own"] == "ipc://owner"
+        del y
+        assert not reader.take_releases()
+        z = reader.unpack(desc2, [])
+        del z
+        rel = reader.take_releases()
+        assert rel == {"ipc://owner": [desc["lid"]]}
+        owner.release_lends(rel["ipc://owner"])
+        assert owner.pool.stats().lent == 0
+    finally:
+        owner.close()
+        reader.close()
+        remove_segments("va-unit-test-dp")
+
+
+@pytest.mark.parametrize("payload", [
+    "text", {"k": [1, 2]}, b"x" * 10, b"y" * 5000, np.ones(10, np.int16),
+    np.ones((300, 40), np.float64), torch.arange(5000, dtype=torch.float32), None, 3.5,
+])
+@pytest.mark.parametrize("transport", ["shm", "frame"])
+def test_dataplane_round_trip_every_kind(payload, transport):
+    owner = DataPlane("ipc://o", ShmPool("va-unit-test-rt"), inline_max=1024)
+    reader = DataPlane("ipc://r", None, inline_max=1024)
+    try:
+        desc, frames = owner.pack(payload, 1, transport)
+        out = reader.unpack(desc, list(frames))
+        if isinstance(payload, np.ndarray):
+            assert np.array_equal(out, payload) and out.dtype == payload.dtype
+        elif isinstance(payload, torch.Tensor):
+            assert isinstance(out, torch.Tensor) and torch.equal(out, payload)
+        else:
+            assert out == payload
+    finally:
+        owner.close()
+        reader.close()
+        remove_segments("va-unit-test-rt")
+
+
+def test_cuda_keepalive_bookkeeping_on_cpu():
+    ka = KeepAlive()
+    t = torch.zeros(4)
+    lid = ka.hold(5, t)
+    assert lid >= LEND_BASE and len(ka) == 1
+    assert ka.reclaim(5) == (1, 16)
+    assert ka.release(lid) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_ipc_export_open_same_process():
+    from runtime import cuda_ipc
+    ka = KeepAlive()
+    t = torch.arange(10, device="cuda", dtype=torch.float32)
+    desc = cuda_ipc.export(t, 1, ka, "owner")
+    assert wire.loads(wire.dumps(desc))["h"] == desc["h"]
+
+
+def test_error_classification_closed_set():
+    assert classify(MemoryError()).code == ErrorCode.RESOURCE_EXHAUSTED
+    assert classify(StageError("timeout", "x")).code == ErrorCode.TIMEOUT
+    assert classify(ValueError("x")).code == ErrorCode.BAD_INPUT
+    assert classify(RuntimeError("x")).code == ErrorCode.INTERNAL
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+    info = classify(OutOfMemoryError("CUDA"))
+    assert info.code == ErrorCode.RESOURCE_EXHAUSTED and info.retryable

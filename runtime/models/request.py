@@ -8,7 +8,6 @@ the thinker: same payload, same overrides, same errors for bad input.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from runtime.executor import WorkItem
 from runtime.models.chat import Message, parse_messages, with_system_prompt

@@ -1,0 +1,185 @@
+"""OpenAICompatThinker against a real llama.cpp server started here (127.0.0.1 only)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from runtime.errors import ErrorCode, StageError
+from runtime.executor import StepResult, WorkItem
+from runtime.models.openai_thinker import OpenAICompatThinker, status_code_error
+from runtime.models.sse import sse_events
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ask(rid, text, **params):
+    return WorkItem(rid, {"messages": [{"role": "user", "content": text}]}, params=params)
+
+
+def _collect(t, rid, deadline_s=60.0):
+    """Step like the AR scheduler does: drain, and wait idle_wait_s when nothing came."""
+    text, end = "", time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        res = t.step([rid])
+        if rid not in res:
+            time.sleep(t.idle_wait_s)
+            continue
+        r = res[rid]
+        if isinstance(r, Exception):
+            t.release(rid)
+            raise r
+        assert isinstance(r, StepResult)
+        text += r.chunk or ""
+        if r.finished:
+            t.release(rid)
+            return text
+    raise AssertionError("stream did not finish")
+
+
+@pytest.fixture(scope="module")
+def server():
+    pytest.importorskip("llama_cpp")
+    for mod in ("fastapi", "sse_starlette", "starlette_context", "pydantic_settings", "uvicorn"):
+        pytest.importorskip(mod, reason="pip install 'llama-cpp-python[server]' extras")
+    from runtime.models.model_files import ModelFileMissing, smollm2_gguf
+
+    try:
+        model = smollm2_gguf()
+    except ModelFileMissing as e:
+        pytest.skip(str(e))
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
+         "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "False"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    import httpx
+
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            pytest.fail("llama_cpp.server exited: " + proc.stderr.read().decode()[-2000:])
+        try:
+            if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("llama_cpp.server did not come up within 60 s")
+        time.sleep(0.2)
+    yield proc, url
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture
+def thinker(server):
+    _, url = server
+    t = OpenAICompatThinker(base_url=url + "/v1", model="smollm2", max_tokens=16, temperature=0.25,
+                            extra_body={"repeat_penalty": 1.2})
+    t.load()
+    yield t
+    t.close()
+
+
+def _server_connections(proc, port) -> int:
+    import psutil
+
+    return sum(1 for c in psutil.Process(proc.pid).net_connections(kind="tcp")
+               if c.laddr and c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+
+
+def test_streamed_reply_is_not_empty(thinker):
+    thinker.prefill(_ask(1, "What is the capital of France?"))
+    assert _collect(thinker, 1).strip()
+    assert thinker.stats()["active"] == 0
+
+
+def test_release_mid_stream_closes_connection(server, thinker):
+    proc, url = server
+    port = int(url.rsplit(":", 1)[1])
+    thinker.prefill(_ask(2, "Tell me a very long story about a dragon.", max_tokens=400))
+    end = time.monotonic() + 60
+    got = ""
+    while not got and time.monotonic() < end:
+        r = thinker.step([2]).get(2)
+        if r is None:
+            time.sleep(thinker.idle_wait_s)
+            continue
+        assert not isinstance(r, Exception), r
+        assert not r.finished
+        got += r.chunk or ""
+    assert got
+    assert _server_connections(proc, port) >= 1
+    fut = thinker._streams[2].future
+    thinker.release(2)  # barge-in
+    end = time.monotonic() + 5
+    while (not fut.done() or _server_connections(proc, port)) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert fut.cancelled()
+    assert _server_connections(proc, port) == 0
+    thinker.prefill(_ask(3, "Say hello.", max_tokens=8))
+    assert _collect(thinker, 3) is not None
+
+
+def test_server_not_running_is_stage_unavailable():
+    t = OpenAICompatThinker(base_url=f"http://127.0.0.1:{_free_port()}/v1", connect_timeout_s=2)
+    t.load()
+    try:
+        t.prefill(_ask(4, "hi"))
+        with pytest.raises(StageError) as e:
+            _collect(t, 4, deadline_s=10)
+        assert e.value.code == ErrorCode.STAGE_UNAVAILABLE
+    finally:
+        t.close()
+
+
+def test_wrong_path_is_bad_input(server):
+    _, url = server
+    t = OpenAICompatThinker(base_url=url + "/nope")
+    t.load()
+    try:
+        t.prefill(_ask(5, "hi"))
+        with pytest.raises(StageError) as e:
+            _collect(t, 5, deadline_s=10)
+        assert e.value.code == ErrorCode.BAD_INPUT
+    finally:
+        t.close()
+
+
+def test_status_mapping_and_truncation():
+    assert status_code_error(429, "").code == ErrorCode.RESOURCE_EXHAUSTED
+    assert status_code_error(503, "").code == ErrorCode.RESOURCE_EXHAUSTED
+    assert status_code_error(400, "").code == ErrorCode.BAD_INPUT
+    assert status_code_error(500, "").code == ErrorCode.INTERNAL
+    t = OpenAICompatThinker(max_prompt_chars=1000)
+    req = t._fit(_ask(6, "word " * 20000))
+    assert t.stats()["truncated"] is True
+    assert req.messages[0]["role"] == "system"
+    assert sum(len(m["content"]) for m in req.messages) <= 1000
+
+
+def test_sse_parser_groups_multiline_events():
+    async def lines():
+        for ln in [": keep-alive", "data: {\"a\":", "data: 1}", "", "event: x", "data: [DONE]", ""]:
+            yield ln
+
+    async def collect():
+        return [(e.event, e.data) for e in [e async for e in sse_events(lines())]]
+
+    assert asyncio.run(collect()) == [("message", "{\"a\":\n1}"), ("x", "[DONE]")]

@@ -34,7 +34,7 @@ from runtime.models.text_stream import Utf8Stream
 
 log = logging.getLogger(__name__)
 
-_INSTALL = "pip install llama-cpp-python  (or pip install 'voice-agent[cpu]')"
+_INSTALL = "pip install llama-cpp-python"
 _SEED_RANDOM = 0xFFFFFFFF
 
 

@@ -23,8 +23,7 @@ from runtime.models.text_stream import TokenTextStream
 
 log = logging.getLogger(__name__)
 
-_MISSING = ("transformers/torch are not installed: pip install transformers torch "
-            "(or pip install 'voice-agent[hf]')")
+_MISSING = "transformers/torch are not installed: pip install transformers torch"
 
 
 @dataclass

@@ -1,0 +1,64 @@
+"""One real voice pipeline (configs/voice-cpu.yaml) shared by the module's tests.
+
+Starting the three stage processes costs a few seconds and ~400 MB, so the
+tests of a module share one pipeline on one event loop (``loop_scope=module``).
+Tests needing a model or Debian tool that is missing are skipped with the
+reason, not failed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from runtime.pipeline import Pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "configs" / "voice-cpu.yaml"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pipeline():
+    try:
+        p = await Pipeline.start(CONFIG)
+    except Exception as e:  # noqa: BLE001 - a missing model/library skips, naming the stage
+        pytest.skip(f"voice pipeline cannot start here: {str(e).splitlines()[0]}")
+    yield p
+    await p.close()
+
+
+@pytest.fixture(scope="module")
+def flite_wav(tmp_path_factory):
+    """flite_wav(text) -> (int16 mono samples, rate): flite's slt voice, made at test time."""
+    if shutil.which("flite") is None:
+        pytest.skip("Debian flite is not installed (apt-get install flite)")
+    d = tmp_path_factory.mktemp("flite")
+    cache: dict[str, tuple[np.ndarray, int]] = {}
+
+    def make(text: str) -> tuple[np.ndarray, int]:
+        if text not in cache:
+            path = d / f"{len(cache)}.wav"
+            subprocess.run(["flite", "-voice", "slt", "-t", text, "-o", str(path)], check=True)
+            with wave.open(str(path)) as w:
+                cache[text] = (np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").copy(),
+                               w.getframerate())
+        return cache[text]
+
+    return make
+
+
+def wer(ref: str, hyp: str) -> float:
+    r, h = ref.lower().split(), hyp.lower().split()
+    d = list(range(len(h) + 1))
+    for i in range(1, len(r) + 1):
+        prev, d[0] = d[0], i
+        for j in range(1, len(h) + 1):
+            cur = min(d[j] + 1, d[j - 1] + 1, prev + (r[i - 1] != h[j - 1]))
+            prev, d[j] = d[j], cur
+    return d[len(h)] / max(1, len(r))

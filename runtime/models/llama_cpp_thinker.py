@@ -39,6 +39,11 @@ _SEED_RANDOM = 0xFFFFFFFF
 
 
 def _import_llama_cpp() -> Any:
+    # ggml's CPU backend uses OpenMP; libgomp's default spin-waiting barriers make
+    # decoding ~100x slower (seconds per token) as soon as another busy process
+    # shares the cores (listen/speak stages, a second pipeline).  Must be set
+    # before libgomp is loaded, i.e. before the import.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp
     except ImportError as e:

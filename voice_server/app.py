@@ -1,0 +1,168 @@
+"""The voice server application: Starlette app + uvicorn runner.
+
+    app = build_app(pipeline, settings)      # routes: /v1/realtime (WebSocket),
+                                             # voice_server.http_api routes if present,
+                                             # web_demo/ as static files at /
+    await serve("configs/voice-cpu.yaml", "127.0.0.1", 8000)
+
+``serve`` starts the Pipeline (stage processes, model loading), runs uvicorn,
+prints ONE line when ready, and closes everything on SIGINT/SIGTERM.  With no
+API key configured it only binds loopback.
+
+Command line (until a ``voice-agent`` CLI delegates here)::
+
+    python -m voice_server.app --config configs/voice-cpu.yaml --host 127.0.0.1 --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .realtime_ws import realtime_route
+from .settings import LOOPBACK_HOSTS, ServerSettings
+
+log = logging.getLogger("voice_server.app")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WEB_DEMO = REPO_ROOT / "web_demo"
+
+_PLACEHOLDER = """<!doctype html>
+<html><head><meta charset="utf-8"><title>voice-agent</title></head>
+<body><h1>voice-agent</h1>
+<p>The realtime endpoint is <code>/v1/realtime</code> (OpenAI Realtime WebSocket).
+The web demo page is not built yet.</p></body></html>
+"""
+
+
+def _demo_dir(settings: ServerSettings) -> Path:
+    d = Path(settings.web_demo_dir) if settings.web_demo_dir else WEB_DEMO
+    if not d.exists():
+        d.mkdir(parents=True, exist_ok=True)
+    if d == WEB_DEMO and not any(d.iterdir()):
+        (d / "index.html").write_text(_PLACEHOLDER)
+    return d
+
+
+def build_app(pipeline, settings: ServerSettings | None = None, *,
+              close_pipeline: bool = False) -> Starlette:
+    """The ASGI app over a started Pipeline.  ``close_pipeline``: the lifespan
+    closes it at shutdown (``serve`` passes True)."""
+    settings = settings or ServerSettings()
+    ws_route, endpoint = realtime_route(pipeline, settings)
+    routes: list[Any] = [ws_route]
+    try:
+        from . import http_api  # another part of the server; optional here
+    except ImportError as exc:
+        if getattr(exc, "name", None) not in ("voice_server.http_api", None):
+            raise  # http_api exists but is broken: say so
+        http_api = None
+    if http_api is not None:
+        routes += list(http_api.routes(pipeline, settings))
+    demo = _demo_dir(settings)
+    if (demo / "index.html").exists():
+        routes.append(Mount("/", app=StaticFiles(directory=str(demo), html=True), name="web"))
+    else:
+        routes.append(Route("/", lambda request: HTMLResponse(_PLACEHOLDER)))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        try:
+            yield
+        finally:
+            await endpoint.close_all()
+            if close_pipeline:
+                await pipeline.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.pipeline = pipeline
+    app.state.settings = settings
+    app.state.realtime = endpoint
+    return app
+
+
+def check_bind(host: str, settings: ServerSettings) -> None:
+    """Refuse a non-loopback bind without an API key (raises SystemExit)."""
+    if not settings.auth_required and host not in LOOPBACK_HOSTS:
+        raise SystemExit(
+            f"refusing to listen on {host!r} without an API key: anyone who can reach it could "
+            "use the server. Set VOICE_AGENT_API_KEYS=key1[,key2] (or extra.server.api_keys in "
+            "the pipeline YAML), or bind 127.0.0.1.")
+
+
+def uvicorn_config(app, settings: ServerSettings, host: str, port: int, **kw):
+    import uvicorn
+    return uvicorn.Config(app, host=host, port=port, log_level=kw.pop("log_level", "warning"),
+                          ws_max_size=settings.ws_max_message_bytes, ws_ping_interval=20.0,
+                          ws_ping_timeout=20.0, lifespan="on", **kw)
+
+
+async def serve(config_path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, *,
+                settings: ServerSettings | None = None, log_level: str = "warning",
+                ready_file=None) -> None:
+    """Start the pipeline and serve until SIGINT/SIGTERM; prints one line when ready."""
+    import uvicorn
+    from runtime.pipeline import Pipeline
+    from runtime.config import load_config
+
+    cfg = load_config(config_path)
+    settings = settings or ServerSettings.from_sources(cfg.extra)
+    check_bind(host, settings)
+    # bind before loading models: a busy port fails fast
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    pipeline = await Pipeline.start(cfg)
+    try:
+        app = build_app(pipeline, settings, close_pipeline=True)
+        server = uvicorn.Server(uvicorn_config(app, settings, host, port, log_level=log_level))
+        task = asyncio.ensure_future(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.05)
+        if server.started:
+            shown = f"[{host}]" if ":" in host else host
+            note = "" if settings.auth_required else \
+                " (no API key configured: loopback only)"
+            print(f"voice-agent ready: demo http://{shown}:{port}/  realtime "
+                  f"ws://{shown}:{port}/v1/realtime{note}", file=ready_file or sys.stdout,
+                  flush=True)
+        await task
+    finally:
+        sock.close()
+        await pipeline.close()  # no-op when the lifespan closed it already
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="voice_server.app", description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="configs/voice-cpu.yaml")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--log-level", default="warning")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=a.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(a.config, a.host, a.port, log_level=a.log_level))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

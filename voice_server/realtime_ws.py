@@ -1,0 +1,193 @@
+"""The OpenAI-Realtime-compatible WebSocket endpoint, ``/v1/realtime``.
+
+A thin transport: JSON text frames in -> :class:`SessionRunner` -> JSON text
+frames out.  Everything about turns, responses and barge-in lives in the
+session core; everything about requests in the runner.
+
+Before the upgrade is accepted, problems are HTTP statuses:
+401 (missing/bad key), 403 (Origin not allowed), 503 (too many sessions).
+After it, every problem is an ``error`` event and the session stays open.
+
+Auth: ``Authorization: Bearer KEY``, or for browsers the subprotocols
+``realtime`` + ``openai-insecure-api-key.KEY`` (``realtime`` is echoed when
+offered).  Keys come from :class:`voice_server.settings.ServerSettings`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import secrets
+from urllib.parse import urlsplit
+
+from starlette.responses import JSONResponse
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketState
+
+from .runner import RunnerOptions, SessionRunner
+from .session import Session, SessionSettings
+from .settings import LOOPBACK_HOSTS, ServerSettings
+
+log = logging.getLogger("voice_server.realtime_ws")
+
+KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
+
+
+def _bearer(headers) -> str | None:
+    auth = headers.get("authorization")
+    if not auth:
+        return None
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip() or None
+
+
+def _key_ok(key: str | None, keys: list[str]) -> bool:
+    if key is None:
+        return False
+    ok = False
+    for k in keys:  # no early exit: constant work per key
+        ok |= hmac.compare_digest(key.encode(), k.encode())
+    return ok
+
+
+def origin_allowed(origin: str | None, host_header: str | None, settings: ServerSettings) -> bool:
+    if origin is None:
+        return True  # not a browser
+    allowed = settings.allowed_origins
+    if "*" in allowed:
+        return True
+    if allowed:
+        return origin.rstrip("/") in {o.rstrip("/") for o in allowed}
+    if settings.auth_required:
+        return True  # the key authenticates the caller
+    # no key: only pages served from this host or from loopback may connect
+    o = urlsplit(origin)
+    host = (o.hostname or "").lower()
+    if host in LOOPBACK_HOSTS:
+        return True
+    if host_header:
+        return host == (urlsplit("//" + host_header).hostname or "").lower()
+    return False
+
+
+class RealtimeEndpoint:
+    """ASGI WebSocket endpoint; one instance per app (it counts the sessions)."""
+
+    def __init__(self, pipeline, settings: ServerSettings) -> None:
+        self.pipeline = pipeline
+        self.settings = settings
+        self.runners: dict[str, SessionRunner] = {}
+        self._pending = 0  # accepted upgrades not yet registered
+
+    async def _deny(self, ws: WebSocket, status: int, code: str, message: str,
+                    headers: dict | None = None) -> None:
+        body = {"error": {"type": "invalid_request_error", "code": code, "message": message,
+                          "param": None}}
+        try:
+            await ws.send_denial_response(JSONResponse(body, status_code=status,
+                                                       headers=headers))
+        except RuntimeError:  # server without the denial-response extension: plain 403
+            await ws.close(1008)
+
+    async def __call__(self, scope, receive, send) -> None:
+        ws = WebSocket(scope, receive, send)
+        await self.handle(ws)
+
+    async def handle(self, ws: WebSocket) -> None:
+        s = self.settings
+        offered = list(ws.scope.get("subprotocols") or [])
+        if not origin_allowed(ws.headers.get("origin"), ws.headers.get("host"), s):
+            await ws.close(1008)  # before accept: HTTP 403
+            return
+        if s.auth_required:
+            key = _bearer(ws.headers)
+            if key is None:
+                key = next((p[len(KEY_PROTOCOL_PREFIX):] for p in offered
+                            if p.startswith(KEY_PROTOCOL_PREFIX)), None)
+            if not _key_ok(key, s.api_keys):
+                await self._deny(ws, 401, "invalid_api_key",
+                                 "Missing or incorrect API key. Send 'Authorization: Bearer "
+                                 "KEY' or the subprotocol 'openai-insecure-api-key.KEY'.",
+                                 {"WWW-Authenticate": "Bearer"})
+                return
+        if len(self.runners) + self._pending >= s.max_sessions:
+            await self._deny(ws, 503, "server_busy",
+                             f"Too many sessions ({s.max_sessions}); try again later.",
+                             {"Retry-After": "5"})
+            return
+        self._pending += 1
+        try:
+            await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
+        except Exception:  # noqa: BLE001 - client vanished during the handshake
+            self._pending -= 1
+            return
+        model = ws.query_params.get("model") or s.model
+        dialect = "beta" if "realtime=v1" in (ws.headers.get("openai-beta") or "") else "ga"
+        config = SessionSettings(model=model[:256], instructions=s.instructions, voice=s.voice,
+                                 max_output_tokens=s.max_output_tokens)
+        session = Session("sess_" + secrets.token_hex(10), config, audio_out_mode="events",
+                          limits=s.limits, dialect=dialect)
+
+        async def send_event(ev: dict) -> None:
+            await ws.send_text(json.dumps(ev, separators=(",", ":"), ensure_ascii=False))
+
+        async def on_close(code: int, reason: str) -> None:
+            if ws.application_state != WebSocketState.DISCONNECTED:
+                await ws.close(code, reason[:120])
+
+        runner = SessionRunner(session, self.pipeline, send_event, on_close=on_close,
+                               options=RunnerOptions.from_settings(s))
+        self.runners[session.session_id] = runner
+        self._pending -= 1
+        try:
+            await runner.start()
+            reader = asyncio.ensure_future(self._read(ws, runner))
+            closed = asyncio.ensure_future(runner.wait_closed())
+            await asyncio.wait({reader, closed}, return_when=asyncio.FIRST_COMPLETED)
+            for t in (reader, closed):
+                if not t.done():
+                    t.cancel()
+                    with contextlib.suppress(BaseException):
+                        await t
+        finally:
+            try:
+                await runner.close()
+            finally:
+                self.runners.pop(session.session_id, None)
+                if ws.application_state != WebSocketState.DISCONNECTED:
+                    with contextlib.suppress(Exception):
+                        await ws.close(1000)
+
+    async def _read(self, ws: WebSocket, runner: SessionRunner) -> None:
+        while True:
+            msg = await ws.receive()
+            t = msg["type"]
+            if t == "websocket.disconnect":
+                return
+            if t != "websocket.receive":
+                continue
+            text = msg.get("text")
+            if text is not None:
+                runner.client_event(text)
+            elif msg.get("bytes") is not None:
+                runner.send_error("binary_frames_not_supported",
+                                  "Binary frames are not supported: send client events as JSON "
+                                  "text frames (audio base64 in input_audio_buffer.append).")
+
+    async def close_all(self) -> None:
+        await asyncio.gather(*(r.close() for r in list(self.runners.values())),
+                             return_exceptions=True)
+
+
+def realtime_route(pipeline, settings: ServerSettings,
+                   path: str = "/v1/realtime") -> tuple[WebSocketRoute, RealtimeEndpoint]:
+    ep = RealtimeEndpoint(pipeline, settings)
+    return WebSocketRoute(path, ep), ep
+
+
+__all__ = ["RealtimeEndpoint", "realtime_route", "origin_allowed"]

@@ -1,0 +1,84 @@
+"""Server settings: read from the pipeline YAML's ``extra:`` mapping plus env.
+
+The YAML may carry the server's settings either directly under ``extra:`` or
+under ``extra.server:``::
+
+    extra:
+      server:
+        api_keys: []                 # or env VOICE_AGENT_API_KEYS=k1,k2
+        allowed_origins: []          # browser Origins; [] = same host / loopback only
+        max_sessions: 32
+        instructions: ""             # "" = the thinker's own system prompt
+        voice: alloy
+        max_output_tokens: null
+        limits: {max_session_s: 3600, max_append_b64_bytes: 15728640}
+
+Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
+``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .session.config import ServerLimits
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+class ServerSettings(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    api_keys: list[str] = Field(default_factory=list)
+    allowed_origins: list[str] = Field(default_factory=list)
+    max_sessions: int = Field(32, ge=1)
+    # session defaults
+    model: str = "voice-agent"
+    instructions: str = ""
+    voice: str = "alloy"
+    max_output_tokens: Optional[int] = Field(None, ge=1)
+    limits: ServerLimits = ServerLimits()
+    # runner
+    listen_deadline_s: Optional[float] = None  # None: limits.max_session_s + 60
+    response_deadline_s: float = Field(120.0, gt=0)
+    transcribe_deadline_s: float = Field(60.0, gt=0)
+    tick_ms: float = Field(100.0, gt=0)
+    max_outbox_events: int = Field(20000, ge=16)
+    ws_max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    web_demo_dir: Optional[str] = None
+
+    @property
+    def auth_required(self) -> bool:
+        return bool(self.api_keys)
+
+    @property
+    def effective_listen_deadline_s(self) -> float:
+        if self.listen_deadline_s is not None:
+            return self.listen_deadline_s
+        return self.limits.max_session_s + 60.0
+
+    @classmethod
+    def from_sources(cls, extra: Mapping[str, Any] | None = None,
+                     env: Mapping[str, str] | None = None, **overrides: Any) -> "ServerSettings":
+        """YAML ``extra`` (or its ``server`` sub-mapping), then env, then ``overrides``."""
+        env = os.environ if env is None else env
+        data: dict[str, Any] = {}
+        extra = dict(extra or {})
+        src = extra.get("server") if isinstance(extra.get("server"), dict) else extra
+        data.update({k: v for k, v in src.items() if k in cls.model_fields})
+        keys = env.get("VOICE_AGENT_API_KEYS")
+        if keys is not None and keys.strip():
+            data["api_keys"] = [k.strip() for k in keys.split(",") if k.strip()]
+        origins = env.get("VOICE_AGENT_ALLOWED_ORIGINS")
+        if origins is not None and origins.strip():
+            data["allowed_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
+        if env.get("VOICE_AGENT_MAX_SESSIONS"):
+            data["max_sessions"] = int(env["VOICE_AGENT_MAX_SESSIONS"])
+        data.update(overrides)
+        return cls.model_validate(data)
+
+
+__all__ = ["ServerSettings", "LOOPBACK_HOSTS"]

@@ -1,0 +1,402 @@
+"""Realtime benchmark: simulated callers over real WebSockets.
+
+Each caller streams pre-synthesised flite speech in real time (20 ms frames,
+continuous silence between turns, as real clients do) and measures:
+
+* first_audio_ms - end of the user's speech + the server-VAD silence window
+  (reported separately as silence_window_ms) -> first response.output_audio.delta;
+* barge_in_ms - first frame of interrupting speech sent -> response.done
+  (cancelled) received; barge_in_last_audio_ms - same start -> last audio delta
+  of the interrupted response;
+* late_audio_deltas - audio deltas of a response after its response.done (must be 0).
+
+At 1, 4, 8, 16 concurrent sessions (``--quick``: 1 and 4, fewer turns).
+Prints a table; writes benchmarks/results/realtime.json.
+
+    python benchmarks/realtime_bench.py --quick
+    python benchmarks/realtime_bench.py --url ws://127.0.0.1:8000/v1/realtime --key K
+
+The caller talks through a :class:`CallerTransport`; only ``ws`` (OpenAI
+Realtime WebSocket) exists now, ``--transport webrtc|twilio`` plug in here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import socket
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from voice_server.audio_codec import resample  # noqa: E402
+
+RATE = 24000
+FRAME_MS = 20
+SILENCE_WINDOW_MS = 500  # the session's default server-VAD silence_duration_ms
+
+QUESTIONS = ["what is the capital of france", "what is two plus two",
+             "what color is the sky", "how are you today"]
+STORY = "tell me a long story about a dragon"
+INTERRUPT = "stop and tell me the time"
+
+
+def flite_pcm(text: str) -> np.ndarray:
+    import subprocess
+    import tempfile
+    import wave
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "s.wav")
+        subprocess.run(["flite", "-voice", "slt", "-t", text, "-o", path], check=True,
+                       capture_output=True, timeout=60)
+        with wave.open(path, "rb") as w:
+            sr = w.getframerate()
+            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+    return resample(pcm, sr, RATE)
+
+
+def zeros(ms: float) -> np.ndarray:
+    return np.zeros(int(RATE * ms / 1000), dtype=np.int16)
+
+
+# ---------------------------------------------------------------- transports
+
+class CallerTransport:
+    """What a simulated caller needs from a transport: audio up, events down."""
+
+    async def connect(self) -> None: ...
+
+    async def send_audio(self, pcm24k: np.ndarray) -> None: ...
+
+    async def send_event(self, ev: dict) -> None: ...
+
+    async def next_event(self, timeout: float) -> dict | None:
+        """Next server event (Realtime schema), or None on timeout."""
+
+    async def close(self) -> None: ...
+
+
+class RealtimeWSTransport(CallerTransport):
+    def __init__(self, url: str, key: str | None) -> None:
+        self.url, self.key = url, key
+        self.q: asyncio.Queue = asyncio.Queue()
+
+    async def connect(self) -> None:
+        import websockets
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
+        self.ws = await websockets.connect(self.url + "?model=bench", additional_headers=headers,
+                                           max_size=None)
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        with contextlib.suppress(Exception):
+            async for m in self.ws:
+                ev = json.loads(m)
+                ev["_t"] = time.monotonic()
+                self.q.put_nowait(ev)
+
+    async def send_audio(self, pcm24k: np.ndarray) -> None:
+        await self.ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                       "audio": base64.b64encode(pcm24k.tobytes()).decode()}))
+
+    async def send_event(self, ev: dict) -> None:
+        await self.ws.send(json.dumps(ev))
+
+    async def next_event(self, timeout: float) -> dict | None:
+        try:
+            return await asyncio.wait_for(self.q.get(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.ws.close()
+        self._reader.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reader
+
+
+TRANSPORTS = {"ws": RealtimeWSTransport}
+
+
+# ------------------------------------------------------------------- caller
+
+class Caller:
+    """One simulated caller: a mic task streaming in real time, and an event reader."""
+
+    def __init__(self, transport: CallerTransport, speech: dict) -> None:
+        self.t = transport
+        self.speech = speech
+        self.mic_queue: asyncio.Queue = asyncio.Queue()
+        self.events: list[dict] = []
+        self.new = asyncio.Event()
+        self.late = 0
+        self.done_ids: set[str] = set()
+
+    async def mic(self) -> None:
+        """Real-time pacing: one 20 ms frame per tick, silence when nothing queued."""
+        n = RATE * FRAME_MS // 1000
+        t0 = time.monotonic()
+        k = 0
+        cur = np.zeros(0, np.int16)
+        marks: list = []
+        while True:
+            if cur.size == 0 and not self.mic_queue.empty():
+                cur, marks = self.mic_queue.get_nowait()
+                marks = list(marks)
+            if cur.size:
+                frame, cur = cur[:n], cur[n:]
+                if marks and marks[0][0] == "start":
+                    marks.pop(0)[1].set_result(time.monotonic())
+            else:
+                frame = np.zeros(n, np.int16)
+            await self.t.send_audio(frame)
+            if cur.size == 0 and marks and marks[0][0] == "end":
+                marks.pop(0)[1].set_result(time.monotonic())
+            k += 1
+            delay = t0 + k * FRAME_MS / 1000 - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif delay < -1.0:  # fell far behind (overloaded client): resync
+                t0, k = time.monotonic(), 0
+
+    def say(self, pcm: np.ndarray) -> tuple[asyncio.Future, asyncio.Future]:
+        loop = asyncio.get_running_loop()
+        start, end = loop.create_future(), loop.create_future()
+        self.mic_queue.put_nowait((pcm, [("start", start), ("end", end)]))
+        return start, end
+
+    async def reader(self) -> None:
+        while True:
+            ev = await self.t.next_event(3600)
+            if ev is None:
+                continue
+            self.events.append(ev)
+            if ev["type"] == "response.done":
+                self.done_ids.add(ev["response"]["id"])
+            elif ev["type"] == "response.output_audio.delta" and ev["response_id"] in self.done_ids:
+                self.late += 1
+            self.new.set()
+
+    async def wait(self, pred, start: int, timeout: float = 60.0) -> tuple[int, dict]:
+        end = time.monotonic() + timeout
+        i = start
+        while True:
+            while i < len(self.events):
+                if pred(self.events[i]):
+                    return i, self.events[i]
+                i += 1
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"caller: no matching event; last "
+                                   f"{[e['type'] for e in self.events[-8:]]}")
+            self.new.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.new.wait(), left)
+
+
+async def run_caller(make_transport, speech: dict, turns: int, barge: bool, res: dict) -> None:
+    t = make_transport()
+    await t.connect()
+    c = Caller(t, speech)
+    tasks = [asyncio.ensure_future(c.reader()), asyncio.ensure_future(c.mic())]
+    try:
+        await c.wait(lambda e: e["type"] == "session.created", 0, 20)
+        await t.send_event({"type": "session.update",
+                            "session": {"type": "realtime", "max_output_tokens": 24}})
+        for k in range(turns):
+            n = len(c.events)
+            _, end = c.say(speech["q"][k % len(speech["q"])])
+            t_end = await end
+            _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
+                                                        "response.done"), n)
+            if d["type"] == "response.output_audio.delta":
+                res["first_audio_ms"].append((d["_t"] - t_end) * 1000 - SILENCE_WINDOW_MS)
+            else:
+                res["errors"] += 1
+            await c.wait(lambda e: e["type"] == "response.done", n)
+            await asyncio.sleep(0.3)
+        if barge:
+            await t.send_event({"type": "session.update", "session": {
+                "type": "realtime", "max_output_tokens": 200,
+                "instructions": "You tell long, detailed stories of many sentences."}})
+            n = len(c.events)
+            c.say(speech["story"])
+            i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n)
+            rid = first["response_id"]
+            start, _ = c.say(speech["interrupt"])
+            t0 = await start
+            j, done = await c.wait(lambda e: e["type"] == "response.done"
+                                   and e["response"]["id"] == rid, i)
+            if done["response"]["status"] == "cancelled":
+                res["barge_in_ms"].append((done["_t"] - t0) * 1000)
+                last = [e["_t"] for e in c.events[i:j]
+                        if e["type"] == "response.output_audio.delta" and e["response_id"] == rid]
+                res["barge_in_last_audio_ms"].append((max(last) - t0) * 1000)
+            else:
+                res["barge_not_cancelled"] += 1  # reply finished before the user spoke
+            await c.wait(lambda e: e["type"] == "response.done"
+                         and e["response"]["id"] != rid, j)
+            await asyncio.sleep(0.5)
+    except Exception as exc:  # noqa: BLE001
+        res["errors"] += 1
+        res.setdefault("error_samples", []).append(repr(exc)[:200])
+    finally:
+        res["late_audio_deltas"] += c.late
+        for x in tasks:
+            x.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await t.close()
+
+
+def pct(xs: list[float], p: float) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return round(xs[lo] + (xs[hi] - xs[lo]) * (k - lo), 1)
+
+
+async def run_level(make_transport, speech: dict, sessions: int, turns: int) -> dict:
+    res = {"first_audio_ms": [], "barge_in_ms": [], "barge_in_last_audio_ms": [],
+           "late_audio_deltas": 0, "errors": 0, "barge_not_cancelled": 0}
+    t0 = time.monotonic()
+
+    async def staggered(i):
+        await asyncio.sleep(i * 0.25)  # callers do not all start speaking in the same frame
+        await run_caller(make_transport, speech, turns, True, res)
+
+    await asyncio.gather(*(staggered(i) for i in range(sessions)))
+    out = {"first_audio_ms": {"p50": pct(res["first_audio_ms"], 50),
+                              "p95": pct(res["first_audio_ms"], 95),
+                              "n": len(res["first_audio_ms"])},
+           "barge_in_ms": {"p50": pct(res["barge_in_ms"], 50), "p95": pct(res["barge_in_ms"], 95),
+                           "n": len(res["barge_in_ms"])},
+           "barge_in_last_audio_ms": {"p50": pct(res["barge_in_last_audio_ms"], 50),
+                                      "p95": pct(res["barge_in_last_audio_ms"], 95)},
+           "late_audio_deltas": res["late_audio_deltas"], "errors": res["errors"],
+           "barge_not_cancelled": res["barge_not_cancelled"],
+           "wall_s": round(time.monotonic() - t0, 1)}
+    if res.get("error_samples"):
+        out["error_samples"] = res["error_samples"][:3]
+    return out
+
+
+# ------------------------------------------------------------------- server
+
+class _Server:
+    """The voice server in-process (uvicorn on a thread), bound to 127.0.0.1."""
+
+    def __init__(self, config: str, key: str, max_sessions: int) -> None:
+        from voice_server.settings import ServerSettings
+        self.config = config
+        self.settings = ServerSettings(api_keys=[key], max_sessions=max_sessions)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.ready = threading.Event()
+        self.err: BaseException | None = None
+        self.server = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # noqa: BLE001
+            self.err = exc
+            self.ready.set()
+
+    async def _main(self) -> None:
+        import uvicorn
+        from runtime.pipeline import Pipeline
+        from voice_server.app import build_app, uvicorn_config
+        p = await Pipeline.start(self.config)
+        try:
+            app = build_app(p, self.settings)
+            self.server = uvicorn.Server(uvicorn_config(app, self.settings, "127.0.0.1",
+                                                        self.port))
+            self.server.install_signal_handlers = lambda: None
+            task = asyncio.ensure_future(self.server.serve(sockets=[self.sock]))
+            while not self.server.started and not task.done():
+                await asyncio.sleep(0.02)
+            self.ready.set()
+            await task
+        finally:
+            await p.close()
+
+    def __enter__(self):
+        self.thread.start()
+        self.ready.wait(180)
+        if self.err or not self.ready.is_set():
+            raise RuntimeError(f"server did not start: {self.err!r}")
+        return self
+
+    def __exit__(self, *a):
+        if self.server is not None:
+            self.server.should_exit = True
+        self.thread.join(60)
+        self.sock.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 and 4 sessions, 2 turns each")
+    ap.add_argument("--sessions", default=None, help="comma list, default 1,4,8,16")
+    ap.add_argument("--turns", type=int, default=None)
+    ap.add_argument("--transport", choices=sorted(TRANSPORTS), default="ws")
+    ap.add_argument("--config", default=str(ROOT / "configs" / "voice-cpu.yaml"))
+    ap.add_argument("--url", default=None, help="use a running server instead of starting one")
+    ap.add_argument("--key", default=os.environ.get("VOICE_AGENT_API_KEY"))
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "realtime.json"))
+    a = ap.parse_args(argv)
+    levels = [int(x) for x in a.sessions.split(",")] if a.sessions else \
+        ([1, 4] if a.quick else [1, 4, 8, 16])
+    turns = a.turns or (2 if a.quick else 3)
+
+    speech = {"q": [flite_pcm(q) for q in QUESTIONS], "story": flite_pcm(STORY),
+              "interrupt": flite_pcm(INTERRUPT)}
+    key = a.key or "bench-key"
+    with contextlib.ExitStack() as stack:
+        if a.url:
+            url = a.url
+        else:
+            srv = stack.enter_context(_Server(a.config, key, max(levels) + 2))
+            url = f"ws://127.0.0.1:{srv.port}/v1/realtime"
+        cls = TRANSPORTS[a.transport]
+        results = {"transport": a.transport, "silence_window_ms": SILENCE_WINDOW_MS,
+                   "turns_per_session": turns, "sessions": {}}
+        for n in levels:
+            r = asyncio.run(run_level(lambda: cls(url, key), speech, n, turns))
+            results["sessions"][str(n)] = r
+            print(f"  {n} sessions done in {r['wall_s']} s", file=sys.stderr, flush=True)
+
+    hdr = (f"{'sessions':>8} {'first_audio p50':>15} {'p95':>7} {'barge_in p50':>12} {'p95':>7} "
+           f"{'last_audio p50':>14} {'late':>5} {'err':>4}")
+    print(f"realtime bench ({a.transport}); first_audio excludes the {SILENCE_WINDOW_MS} ms "
+          "VAD silence window; ms")
+    print(hdr)
+    for n, r in results["sessions"].items():
+        fa, bi, la = r["first_audio_ms"], r["barge_in_ms"], r["barge_in_last_audio_ms"]
+        print(f"{n:>8} {fa['p50']!s:>15} {fa['p95']!s:>7} {bi['p50']!s:>12} {bi['p95']!s:>7} "
+              f"{la['p50']!s:>14} {r['late_audio_deltas']:>5} {r['errors']:>4}")
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

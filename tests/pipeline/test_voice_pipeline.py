@@ -190,7 +190,7 @@ async def test_emoji_only_text_completes(pipeline):
 
 async def test_overlong_prompt_is_truncated_and_completes(pipeline):
     base = (await fresh_stats(pipeline))["executor"]["truncated_total"]
-    long_text = " ".join(f"word{i}" for i in range(6000)) + " What is two plus two?"
+    long_text = " ".join(f"word{i}" for i in range(1500)) + " What is two plus two?"
     term, reply, clips = await turn(pipeline, long_text, max_tokens=16)
     assert term.kind == "done", term
     ex = (await fresh_stats(pipeline))["executor"]

@@ -18,7 +18,6 @@ from collections import OrderedDict
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from runtime import wire
 from runtime.config import PipelineConfig
@@ -66,15 +65,13 @@ class Coordinator:
         self.cfg = cfg
         self.endpoints = endpoints
         self.run_token = run_token
-        # Sends never block (no high-water mark), so only the receiving side is
-        # asyncio; a plain shadow of the same socket drains without awaiting.
+        # Plain sockets: sends never block (no high-water mark) and the PULL
+        # socket is read from an event-loop reader on its FD.
         self.ctx = zmq.Context()
-        self.actx = zmq.asyncio.Context.shadow(self.ctx.underlying)
-        self.pull = self.actx.socket(zmq.PULL)
+        self.pull = self.ctx.socket(zmq.PULL)
         self.pull.setsockopt(zmq.LINGER, 0)
         self.pull.setsockopt(zmq.RCVHWM, 0)
         self.pull.bind(endpoints.coordinator)
-        self.pull_sync = zmq.Socket.shadow(self.pull.underlying)
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, 0)
@@ -95,7 +92,6 @@ class Coordinator:
         self.tickets: dict[int, AbortTicket] = {}
         self._ids = itertools.count(time.time_ns() // 1000)
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._recv_task: asyncio.Task | None = None
         self._credit = asyncio.Event()
         self._release_scheduled = False
         self.counters = {"submitted": 0, "completed": 0, "cancelled": 0, "failed": 0,
@@ -109,7 +105,8 @@ class Coordinator:
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
         self.data.on_release_ready = self._schedule_release_flush
-        self._recv_task = asyncio.ensure_future(self._recv_loop())
+        self.loop.add_reader(self.pull.getsockopt(zmq.FD), self._on_readable)
+        self._on_readable()
         await self.supervisor.start()
 
     async def close(self) -> None:
@@ -120,12 +117,10 @@ class Coordinator:
             self._terminate(self.live[rid], State.CANCELLED, "shutdown",
                             ErrorInfo.make(ErrorCode.CANCELLED, "the pipeline is shutting down"))
         await self.supervisor.stop()
-        if self._recv_task is not None:
-            self._recv_task.cancel()
-            try:
-                await self._recv_task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        try:
+            self.loop.remove_reader(self.pull.getsockopt(zmq.FD))
+        except (ValueError, zmq.ZMQError):
+            pass
         self.data.on_release_ready = None
         self.data.close()
         for s in [self.pull, self.pub, *self.push.values()]:
@@ -287,15 +282,18 @@ class Coordinator:
                 if getattr(rec, "state", None) in (State.CANCELLED, State.FAILED)]
 
     # ---- receive -----------------------------------------------------------------------------
-    async def _recv_loop(self) -> None:
-        pull, drain = self.pull, self.pull_sync
-        while True:
-            parts = await pull.recv_multipart(copy=False)
-            self._handle(parts)
-            # Drain what else is waiting without going back through the event loop.
-            for _ in range(256):
+    def _on_readable(self) -> None:
+        """The PULL socket's FD fired: drain everything waiting, then re-arm.
+
+        zmq's FD is edge-triggered, so the socket is drained until it reports
+        no more input; no asyncio future is made per message (that cost
+        about as much as a whole hop).
+        """
+        sock = self.pull
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            for _ in range(512):
                 try:
-                    parts = drain.recv_multipart(zmq.NOBLOCK, copy=False)
+                    parts = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
                 self._handle(parts)

@@ -338,21 +338,18 @@ class ProcessLoop:
 
     def poll_control(self) -> None:
         """Apply every control message waiting now (aborts, shutdown); never blocks."""
-        while True:
-            try:
-                parts = self.sub.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
-                return
-            self.handle(parts)
+        sub = self.sub
+        while sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than catching zmq.Again
+            self.handle(sub.recv_multipart(zmq.NOBLOCK, copy=False))
 
     def _drain_pull(self, only_releases: bool = False, timeout_ms: int = 0, limit: int = 256) -> None:
-        if timeout_ms and not self.pull.poll(timeout_ms):
+        pull = self.pull
+        if timeout_ms and not pull.poll(timeout_ms):
             return
         for _ in range(limit):
-            try:
-                parts = self.pull.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            if not pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 return
+            parts = pull.recv_multipart(zmq.NOBLOCK, copy=False)
             if only_releases:
                 msg = wire.loads(parts[0].buffer)
                 if msg.get("t") == "r":
@@ -410,39 +407,33 @@ class ProcessLoop:
 
     # ---- main loop -------------------------------------------------------------------------
     def run(self) -> None:
-        last_deadline_check = 0.0
+        last_periodic = 0.0
         while self.running:
-            busy = False
+            self.poll_control()
+            self._drain_pull()
+            ran = False
             for host in self.stages.values():
-                self.poll_control()
-                if not self.running:
-                    break
-                if host.sched.has_work():
+                if self.running and host.sched.has_work():
                     host.sched.run_once()
-                    busy = True
+                    ran = True
+                    self.poll_control()
             self.flush_releases()
             now = time.monotonic()
-            if now - last_deadline_check > 0.05:
+            if now - last_periodic > 0.05:
                 self.check_deadlines()
                 self.tombstones.expire()
-                last_deadline_check = now
+                last_periodic = now
+                if now - self.last_stats > STATS_EVERY_S:
+                    self.send_stats()
             if self.done_reports and now - self.last_done_flush > DONE_FLUSH_S:
                 self.flush_done()  # coalesced: never one extra message per request
-            if now - self.last_stats > STATS_EVERY_S:
-                self.send_stats()
-            if busy:
-                timeout = 0
-            else:
-                hints = [h.sched.wait_hint() for h in self.stages.values()]
-                hints = [x for x in hints if x is not None]
-                if self.done_reports:
-                    hints.append(DONE_FLUSH_S)
-                timeout = min([STATS_EVERY_S] + hints) * 1000
-            events = dict(self.poller.poll(timeout))
-            if self.sub in events:
-                self.poll_control()
-            if self.pull in events:
-                self._drain_pull()
+            if ran:
+                continue  # more work may be ready; sockets are drained at the top
+            hints = [h.sched.wait_hint() for h in self.stages.values()]
+            hints = [x for x in hints if x is not None]
+            if self.done_reports:
+                hints.append(DONE_FLUSH_S)
+            self.poller.poll(min([0.05] + hints) * 1000)
 
     def close(self) -> None:
         self.flush_done()
@@ -503,8 +494,15 @@ def main() -> int:
     loop.send_coord({"t": "ready", "g": spec["group"], "r": spec["replica"], "pid": os.getpid(),
                      "stages": list(loop.stages)})
     signal.signal(signal.SIGTERM, lambda *_: setattr(loop, "running", False))
+    profile_dir = os.environ.get("VOICE_AGENT_PROFILE_DIR")  # cProfile each stage process
     try:
-        loop.run()
+        if profile_dir:
+            import cProfile
+
+            cProfile.runctx("loop.run()", globals(), {"loop": loop},
+                            os.path.join(profile_dir, f"{spec['group']}-{spec['replica']}.prof"))
+        else:
+            loop.run()
     finally:
         stop.set()
         loop.close()

@@ -8,6 +8,7 @@ extension types (dtype, shape, raw bytes), so a dict such as
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import msgpack
@@ -24,9 +25,20 @@ def _torch():
 
 
 def _pack_array(arr: np.ndarray) -> bytes:
+    # Header: dtype length, dtype string, ndim, shape as little-endian u64s.
     arr = np.ascontiguousarray(arr)
-    head = msgpack.packb((arr.dtype.str, list(arr.shape)))
-    return head + arr.tobytes()
+    dt = arr.dtype.str.encode()
+    return b"".join((bytes((len(dt),)), dt, bytes((arr.ndim,)),
+                     struct.pack(f"<{arr.ndim}Q", *arr.shape), arr.tobytes()))
+
+
+def _unpack_array(data: bytes) -> np.ndarray:
+    n = data[0]
+    dtype = np.dtype(data[1:1 + n].decode())
+    ndim = data[1 + n]
+    off = 2 + n
+    shape = struct.unpack_from(f"<{ndim}Q", data, off)
+    return np.frombuffer(data, dtype=dtype, offset=off + 8 * ndim).reshape(shape)
 
 
 def _default(obj: Any) -> Any:
@@ -46,11 +58,7 @@ def _default(obj: Any) -> Any:
 
 def _ext_hook(code: int, data: bytes) -> Any:
     if code in (_EXT_NDARRAY, _EXT_TENSOR):
-        unpacker = msgpack.Unpacker(raw=False)
-        unpacker.feed(data)
-        dtype, shape = unpacker.unpack()
-        offset = unpacker.tell()
-        arr = np.frombuffer(data, dtype=np.dtype(dtype), offset=offset).reshape(shape)
+        arr = _unpack_array(data)
         if code == _EXT_TENSOR:
             import torch
 

@@ -100,6 +100,7 @@ class Coordinator:
         self.supervisor.tombstone_source = self._recent_dead_ids
         self._entry_transport = {s.name: edge_transport(cfg, COORDINATOR, s.name) for s in cfg.stages}
         self.closed = False
+        self._routes: dict[tuple, tuple[list[str], set[str]]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -141,9 +142,7 @@ class Coordinator:
             self.cfg.stage(entry)
         except KeyError:
             raise ValueError(f"unknown entry stage {entry!r}") from None
-        full_route = self.cfg.route_from(entry, route)
-        outputs = {s for s in full_route
-                   if self.cfg.stage(s).output or not any(e.dst in full_route for e in self.cfg.outputs(s))}
+        full_route, outputs = self._route(entry, tuple(route) if route else None)
         rid = next(self._ids)
         deadline_s = deadline_s or self.cfg.request_deadline_s
         rec = RequestRecord(rid, entry, full_route, outputs, time.monotonic() + deadline_s)
@@ -162,6 +161,17 @@ class Coordinator:
             rec.state = State.RUNNING
             await self._send_data(rec, payload, end=True, has_payload=True, params=p)
         return RequestHandle(self, rec)
+
+    def _route(self, entry: str, within: tuple[str, ...] | None) -> tuple[list[str], set[str]]:
+        """(stages visited, stages whose end completes the request); cached per shape."""
+        key = (entry, within)
+        hit = self._routes.get(key)
+        if hit is None:
+            full = self.cfg.route_from(entry, list(within) if within else None)
+            outs = {s for s in full
+                    if self.cfg.stage(s).output or not any(e.dst in full for e in self.cfg.outputs(s))}
+            hit = self._routes[key] = (full, outs)
+        return list(hit[0]), set(hit[1])
 
     async def send_input(self, rec: RequestRecord, payload: Any, end: bool, has_payload: bool = True) -> None:
         if rec.input_closed:

@@ -149,8 +149,8 @@ class RequestHandle:
     async def result(self) -> tuple[OutputEvent, list[OutputEvent]]:
         """Collect everything: (terminal event, chunk events)."""
         chunks: list[OutputEvent] = []
-        async for ev in self.events():
+        while True:
+            ev = await self.next_event()
             if ev.terminal:
                 return ev, chunks
             chunks.append(ev)
-        raise RuntimeError("event stream ended without a terminal event")

@@ -73,7 +73,13 @@ class LlamaCppThinker(ARExecutor):
     system_prompt, max_tokens (64), temperature (0.25), top_p (0.9), top_k (40),
     repeat_penalty (1.2), seed (None: random per request), verbose (False),
     requantize (None | "q4_0": convert once into cache_dir for faster batched
-    decoding, see gguf_requant), cache_dir.
+    decoding, see gguf_requant), cache_dir, prefix_cache (True).
+
+    prefix_cache: every voice turn starts with the same system prompt, and on
+    two CPU cores its prefill is most of the time to the first token.  The
+    system prompt is decoded once into a reserved sequence at load; a new
+    request shares those KV cells (``llama_memory_seq_cp`` on a unified cache,
+    which tags cells rather than copying them) and decodes only the rest.
     """
 
     idle_wait_s = 0.0
@@ -97,6 +103,7 @@ class LlamaCppThinker(ARExecutor):
         self._last_batch = 0
         self._last_tokens = 0
         self._hist: dict[int, int] = {}
+        self._prefix_hits = 0
 
     # ------------------------------------------------------------------ load
     def load(self) -> None:
@@ -128,10 +135,11 @@ class LlamaCppThinker(ARExecutor):
         cparams.n_ctx = self.n_ctx
         cparams.n_batch = self.n_batch
         cparams.n_ubatch = min(self.n_batch, int(self.args.get("n_ubatch", 512)))
-        cparams.n_seq_max = self.max_sequences
+        self.prefix_cache = bool(self.args.get("prefix_cache", True))
+        cparams.n_seq_max = self.max_sequences + (1 if self.prefix_cache else 0)
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads
-        cparams.kv_unified = bool(self.args.get("kv_unified", False))
+        cparams.kv_unified = bool(self.args.get("kv_unified", False)) or self.prefix_cache
         cparams.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
@@ -141,13 +149,45 @@ class LlamaCppThinker(ARExecutor):
         self._vocab = lc.llama_model_get_vocab(self._model)
         self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_seq = int(lc.llama_n_ctx_seq(self._ctx))
+        if cparams.kv_unified:  # one shared pool of cells: bound what one request may take
+            self.n_ctx_seq = min(self.n_ctx_seq, int(self.args.get(
+                "max_context_per_seq", max(self.n_ctx // self.max_sequences, 256))))
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._free = list(range(self.max_sequences - 1, -1, -1))
         tmpl = lc.llama_model_chat_template(self._model, None)
         self._template = tmpl.decode("utf-8", "replace") if tmpl else None
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._prefix: list[int] = []
+        if self.prefix_cache:
+            self._fill_prefix_cache()
         log.info("LlamaCppThinker: %s loaded in %.2fs (n_ctx=%d, per seq %d, %d sequences)",
                  path, time.perf_counter() - t0, self.n_ctx, self.n_ctx_seq, self.max_sequences)
+
+    @property
+    def _prefix_seq(self) -> int:
+        return self.max_sequences
+
+    def _fill_prefix_cache(self) -> None:
+        ids = self.tokenize(self.render([{"role": "system", "content": self.system_prompt}]))
+        ids = ids[: min(len(ids), self.n_batch, self.n_ctx_seq // 2)]
+        for i, tok in enumerate(ids):
+            self._put(self._batch, i, tok, i, self._prefix_seq, i == len(ids) - 1)
+        self._batch.n_tokens = len(ids)
+        if ids and self._lc.llama_decode(self._ctx, self._batch) == 0:
+            self._prefix = ids
+        else:
+            log.warning("prefix cache disabled: decoding the system prompt failed")
+
+    def _reuse_prefix(self, seq_id: int, ids: list[int]) -> int:
+        """Share the cached system-prompt cells; returns how many prompt tokens they cover."""
+        n = 0
+        limit = min(len(self._prefix), len(ids) - 1)  # keep one token to decode for logits
+        while n < limit and self._prefix[n] == ids[n]:
+            n += 1
+        if n < 4:
+            return 0
+        self._lc.llama_memory_seq_cp(self._mem, self._prefix_seq, seq_id, 0, n)
+        return n
 
     def close(self) -> None:
         lc = getattr(self, "_lc", None)
@@ -248,9 +288,11 @@ class LlamaCppThinker(ARExecutor):
                         item.request_id, len(ids))
         seq_id = self._free.pop()
         self._lc.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
+        cached = self._reuse_prefix(seq_id, ids) if self._prefix else 0
+        self._prefix_hits += 1 if cached else 0
         self._seqs[item.request_id] = _Seq(
             rid=item.request_id, seq_id=seq_id, sampler=self._new_sampler(req.sampling),
-            text=Utf8Stream(), max_tokens=max_tokens, prompt=ids)
+            text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached)
         self._admitted += 1
 
     def step(self, request_ids: list[int]) -> dict[int, StepResult]:
@@ -371,4 +413,6 @@ class LlamaCppThinker(ARExecutor):
             "batch_sizes_hist": dict(self._hist),
             "truncated": self._last_truncated,
             "truncated_total": self._truncated_total,
+            "prefix_tokens": len(self._prefix),
+            "prefix_hits": self._prefix_hits,
         }

@@ -122,3 +122,22 @@ def test_missing_model_is_one_clear_error(tmp_path):
         t.load()
     assert e.value.code == ErrorCode.STAGE_UNAVAILABLE
     assert "nope.gguf" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_prefix_cache_shares_the_system_prompt_and_changes_nothing(thinker):
+    """Greedy replies are identical with and without the cached system prompt."""
+    plain = LlamaCppThinker(n_threads=2, max_sequences=2, prefix_cache=False)
+    plain.load()
+    try:
+        before = thinker.stats()["prefix_hits"]
+        assert thinker.stats()["prefix_tokens"] > 4
+        params = {"temperature": 0.0, "max_tokens": 12}
+        thinker.prefill(_ask(901, "Name a colour.", **params))
+        plain.prefill(_ask(902, "Name a colour.", **params))
+        assert _drain(thinker, 901) == _drain(plain, 902)
+        assert thinker.stats()["prefix_hits"] == before + 1
+        thinker.release(901)
+        plain.release(902)
+        assert thinker.stats()["kv_cells_used"] == 0
+    finally:
+        plain.close()

@@ -32,6 +32,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .realtime_ws import realtime_route
+from .webrtc import webrtc_routes
 from .settings import LOOPBACK_HOSTS, ServerSettings
 
 log = logging.getLogger("voice_server.app")
@@ -71,6 +72,8 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
         http_api = None
     if http_api is not None:
         routes += list(http_api.routes(pipeline, settings))
+    rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, realtime=endpoint)
+    routes += rtc_routes
     demo = _demo_dir(settings)
     if (demo / "index.html").exists():
         routes.append(Mount("/", app=StaticFiles(directory=str(demo), html=True), name="web"))
@@ -82,12 +85,15 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
         try:
             yield
         finally:
+            await rtc_endpoint.close_all()
             await endpoint.close_all()
             if close_pipeline:
                 await pipeline.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.pipeline = pipeline
+    app.state.webrtc = rtc_endpoint
+    app.state.client_secrets = rtc_endpoint.secrets  # shared by every transport's auth
     app.state.settings = settings
     app.state.realtime = endpoint
     return app

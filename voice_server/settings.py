@@ -41,6 +41,13 @@ class ServerSettings(BaseModel):
     voice: str = "alloy"
     max_output_tokens: Optional[int] = Field(None, ge=1)
     limits: ServerLimits = ServerLimits()
+    # WebRTC (voice_server.webrtc): STUN/TURN servers ("stun:h:p" or {"urls", "username",
+    # "credential"}; [] = host candidates only, never aiortc's public STUN default), the
+    # exact host addresses to offer ([] = aioice's choice, which never includes 127.0.0.1;
+    # env VOICE_AGENT_ICE_HOSTS=127.0.0.1), and the client secrets' default lifetime
+    ice_servers: list[Any] = Field(default_factory=list)
+    ice_hosts: list[str] = Field(default_factory=list)
+    client_secret_ttl_s: float = Field(60.0, ge=10, le=7200)
     # runner
     listen_deadline_s: Optional[float] = None  # None: limits.max_session_s + 60
     response_deadline_s: float = Field(120.0, gt=0)
@@ -72,6 +79,9 @@ class ServerSettings(BaseModel):
         keys = env.get("VOICE_AGENT_API_KEYS")
         if keys is not None and keys.strip():
             data["api_keys"] = [k.strip() for k in keys.split(",") if k.strip()]
+        ice_hosts = env.get("VOICE_AGENT_ICE_HOSTS")
+        if ice_hosts is not None and ice_hosts.strip():
+            data["ice_hosts"] = [h.strip() for h in ice_hosts.split(",") if h.strip()]
         origins = env.get("VOICE_AGENT_ALLOWED_ORIGINS")
         if origins is not None and origins.strip():
             data["allowed_origins"] = [o.strip() for o in origins.split(",") if o.strip()]

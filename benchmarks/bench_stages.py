@@ -34,3 +34,23 @@ class Stamper(ARExecutor):
 
     def release(self, request_id: int) -> None:
         self.left.pop(request_id, None)
+
+
+class CudaMaker(BatchExecutor):
+    """GPU check: puts the payload (a length) on the GPU as a float32 tensor."""
+
+    def execute(self, items: list[WorkItem]) -> list:
+        import torch
+
+        return [torch.arange(int(it.payload), dtype=torch.float32, device="cuda") for it in items]
+
+
+class CudaSum(BatchExecutor):
+    """GPU check: must receive a CUDA tensor (cuda_ipc), returns its sum and device."""
+
+    def execute(self, items: list[WorkItem]) -> list:
+        out = []
+        for it in items:
+            t = it.payload
+            out.append({"is_cuda": bool(t.is_cuda), "sum": float(t.sum().item()), "n": int(t.numel())})
+        return out

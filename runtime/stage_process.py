@@ -15,6 +15,7 @@ import ctypes
 import importlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -32,7 +33,7 @@ from runtime.errors import ErrorCode, ErrorInfo, classify
 from runtime.placement import COORDINATOR, edge_transport
 from runtime.schedulers import SCHEDULERS
 from runtime.schedulers.base import ENTRY_SRC
-from runtime.shm import ShmPool
+from runtime.shm import ShmPool, remove_segments
 from runtime.tombstones import Tombstones
 
 OUT = "@out"
@@ -41,9 +42,10 @@ DONE_FLUSH_S = 0.05
 
 
 def _set_parent_death_signal() -> None:
+    # SIGTERM, not SIGKILL: the orphan gets to remove what its dead parent left.
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
 
@@ -459,6 +461,7 @@ def _heartbeat(spec: dict, stop: threading.Event) -> None:
     msg = wire.dumps({"t": "h", "g": spec["group"], "r": spec["replica"], "pid": os.getpid()})
     while not stop.wait(period):
         if os.getppid() != parent:
+            _clean_orphaned_run(spec)
             os._exit(3)  # orphaned: the supervisor is gone
         try:
             sock.send(msg, zmq.NOBLOCK)
@@ -467,8 +470,19 @@ def _heartbeat(spec: dict, stop: threading.Event) -> None:
     sock.close(0)
 
 
+def _clean_orphaned_run(spec: dict) -> None:
+    """The supervisor died without closing the pipeline: remove the run's
+    shared-memory segments and socket directory (every orphan may do this;
+    removing what is already gone is harmless)."""
+    remove_segments(f"va-{spec['run_token']}-")
+    ep = spec["endpoints"]["coordinator"]
+    if ep.startswith("ipc://"):
+        shutil.rmtree(os.path.dirname(ep[len("ipc://"):]), ignore_errors=True)
+
+
 def main() -> int:
     _set_parent_death_signal()
+    parent = os.getppid()
     spec = json.loads(sys.stdin.read())
     for k, v in (spec.get("env") or {}).items():
         os.environ[k] = v
@@ -506,6 +520,8 @@ def main() -> int:
     finally:
         stop.set()
         loop.close()
+        if os.getppid() != parent:
+            _clean_orphaned_run(spec)
     return 0
 
 

@@ -14,7 +14,8 @@ under ``extra.server:``::
         limits: {max_session_s: 3600, max_append_b64_bytes: 15728640}
 
 Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
-``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``.
+``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
+``VOICE_AGENT_TWILIO_AUTH_TOKEN``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ class ServerSettings(BaseModel):
     max_outbox_events: int = Field(20000, ge=16)
     ws_max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     web_demo_dir: Optional[str] = None
+    # telephony (voice_server.twilio): <Stream url> in the TwiML (None: from the Host
+    # header) and the account auth token that checks X-Twilio-Signature (None: no check)
+    twilio_stream_url: Optional[str] = None
+    twilio_auth_token: Optional[str] = None
 
     @property
     def auth_required(self) -> bool:
@@ -87,6 +92,8 @@ class ServerSettings(BaseModel):
             data["allowed_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
         if env.get("VOICE_AGENT_MAX_SESSIONS"):
             data["max_sessions"] = int(env["VOICE_AGENT_MAX_SESSIONS"])
+        if env.get("VOICE_AGENT_TWILIO_AUTH_TOKEN"):
+            data["twilio_auth_token"] = env["VOICE_AGENT_TWILIO_AUTH_TOKEN"]
         data.update(overrides)
         return cls.model_validate(data)
 

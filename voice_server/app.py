@@ -1,6 +1,7 @@
 """The voice server application: Starlette app + uvicorn runner.
 
     app = build_app(pipeline, settings)      # routes: /v1/realtime (WebSocket),
+                                             # /v1/telephony/twilio (+ /twiml),
                                              # voice_server.http_api routes if present,
                                              # web_demo/ as static files at /
     await serve("configs/voice-cpu.yaml", "127.0.0.1", 8000)
@@ -34,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 from .realtime_ws import realtime_route
 from .webrtc import webrtc_routes
 from .settings import LOOPBACK_HOSTS, ServerSettings
+from .twilio import twilio_routes
 
 log = logging.getLogger("voice_server.app")
 
@@ -64,6 +66,8 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     settings = settings or ServerSettings()
     ws_route, endpoint = realtime_route(pipeline, settings)
     routes: list[Any] = [ws_route]
+    tw_routes, tw_endpoint = twilio_routes(pipeline, settings, peers=[endpoint])
+    routes += tw_routes
     try:
         from . import http_api  # another part of the server; optional here
     except ImportError as exc:
@@ -87,6 +91,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
         finally:
             await rtc_endpoint.close_all()
             await endpoint.close_all()
+            await tw_endpoint.close_all()
             if close_pipeline:
                 await pipeline.close()
 
@@ -96,6 +101,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     app.state.client_secrets = rtc_endpoint.secrets  # shared by every transport's auth
     app.state.settings = settings
     app.state.realtime = endpoint
+    app.state.twilio = tw_endpoint
     return app
 
 

@@ -1,0 +1,342 @@
+"""The Twilio Media Streams bridge (/v1/telephony/twilio) on the real CPU
+pipeline (the shared server of conftest.py).  A Twilio-protocol test client
+over a real WebSocket: flite speech, resampled to 8 kHz and mu-law encoded,
+sent in real time in 20 ms frames followed by silence; it "plays" the media it
+receives at real time and echoes each mark once the audio before it has
+played, as Twilio does (and echoes pending marks at once on ``clear``)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+import websockets
+
+from voice_server.audio_codec import mulaw_decode, mulaw_encode
+
+from .audio_helpers import flite_pcm
+from .conftest import API_KEY
+
+pytestmark = pytest.mark.timeout(120)
+
+RATE = 8000
+FRAME = 160  # bytes = samples = 20 ms
+
+
+def sign(token: str, url: str, params: dict | None = None) -> str:
+    """Twilio's documented algorithm, written independently of the server code."""
+    data = url + "".join(k + params[k] for k in sorted(params or {}))
+    return base64.b64encode(hmac.new(token.encode(), data.encode(), hashlib.sha1).digest()).decode()
+
+
+class TwilioClient:
+    """Plays Twilio's part of a bidirectional Media Stream."""
+
+    def __init__(self, ws, stream_sid: str) -> None:
+        self.ws = ws
+        self.sid = stream_sid
+        self.msgs: list[dict] = []  # everything received, with "_t" and "_item" (media)
+        self.new = asyncio.Event()
+        self.cur_item: str | None = None  # media belongs to the item of the last mark
+        self.audio: dict[str, list[bytes]] = {}
+        self.play_end = 0.0  # when the audio received so far has played
+        self.pending: list[tuple[float, str]] = []  # (due, mark name) to echo
+        self.echoed: list[str] = []
+        self.mic_q: asyncio.Queue = asyncio.Queue()
+        self.closed = False
+        self.chunk = 0
+        self._tasks = [asyncio.ensure_future(self._read()), asyncio.ensure_future(self._player()),
+                       asyncio.ensure_future(self._mic())]
+
+    @classmethod
+    async def connect(cls, base_ws: str, params: dict | None = None, headers=None,
+                      start: bool = True) -> "TwilioClient":
+        hdrs = {"Authorization": f"Bearer {API_KEY}"} if headers is None else headers
+        ws = await websockets.connect(base_ws + "/v1/telephony/twilio",
+                                      additional_headers=hdrs, max_size=None)
+        c = cls(ws, "MZ" + "0" * 30)
+        if start:
+            await c.start(params)
+        return c
+
+    async def send(self, msg) -> None:
+        await self.ws.send(msg if isinstance(msg, (str, bytes)) else json.dumps(msg))
+
+    async def start(self, params: dict | None = None) -> None:
+        await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+        await self.send({"event": "start", "sequenceNumber": "1", "streamSid": self.sid, "start": {
+            "streamSid": self.sid, "accountSid": "AC" + "0" * 32, "callSid": "CA" + "1" * 32,
+            "tracks": ["inbound"], "customParameters": params or {},
+            "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}})
+
+    def media_msg(self, frame: bytes) -> dict:
+        self.chunk += 1
+        return {"event": "media", "sequenceNumber": str(self.chunk + 1), "streamSid": self.sid,
+                "media": {"track": "inbound", "chunk": str(self.chunk),
+                          "timestamp": str(self.chunk * 20),
+                          "payload": base64.b64encode(frame).decode()}}
+
+    async def _mic(self) -> None:
+        """20 ms of mu-law per tick, in real time: queued speech, else silence."""
+        t0, k, cur, done = time.monotonic(), 0, b"", None
+        while True:
+            if not cur and not self.mic_q.empty():
+                cur, done = self.mic_q.get_nowait()
+            frame, cur = (cur[:FRAME], cur[FRAME:]) if cur else (b"\xff" * FRAME, b"")
+            frame += b"\xff" * (FRAME - len(frame))
+            await self.send(self.media_msg(frame))
+            if not cur and done is not None:
+                done.set_result(time.monotonic())
+                done = None
+            k += 1
+            await asyncio.sleep(max(0.0, t0 + k * 0.02 - time.monotonic()))
+
+    def say(self, text: str) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        self.mic_q.put_nowait((mulaw_encode(flite_pcm(text, RATE)), fut))
+        return fut
+
+    async def _read(self) -> None:
+        try:
+            async for raw in self.ws:
+                m = json.loads(raw)
+                now = time.monotonic()
+                m["_t"] = now
+                assert m.get("streamSid") == self.sid, m
+                ev = m["event"]
+                if ev == "media":
+                    data = base64.b64decode(m["media"]["payload"])
+                    m["_item"] = self.cur_item
+                    self.audio.setdefault(self.cur_item, []).append(data)
+                    self.play_end = max(self.play_end, now) + len(data) / RATE
+                elif ev == "mark":
+                    name = m["mark"]["name"]
+                    self.cur_item = name.split(":")[0]
+                    self.pending.append((max(self.play_end, now), name))
+                elif ev == "clear":
+                    self.play_end = now
+                    self.pending = [(now, n) for _, n in self.pending]
+                self.msgs.append(m)
+                self.new.set()
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            self.closed = True
+            self.new.set()
+
+    async def _player(self) -> None:
+        while True:
+            now = time.monotonic()
+            while self.pending and self.pending[0][0] <= now:
+                _, name = self.pending.pop(0)
+                self.echoed.append(name)
+                with contextlib.suppress(Exception):
+                    await self.send({"event": "mark", "streamSid": self.sid,
+                                     "mark": {"name": name}})
+            await asyncio.sleep(0.01)
+
+    async def wait(self, pred, start: int = 0, timeout: float = 30.0) -> tuple[int, dict]:
+        deadline = time.monotonic() + timeout
+        i = start
+        while True:
+            while i < len(self.msgs):
+                if pred(self.msgs[i]):
+                    return i, self.msgs[i]
+                i += 1
+            if self.closed:
+                raise AssertionError("stream closed while waiting")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"timeout; last: {[m['event'] for m in self.msgs[-8:]]}")
+            self.new.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.new.wait(), left)
+
+    def marks(self, start: int = 0) -> list[str]:
+        return [m["mark"]["name"] for m in self.msgs[start:] if m["event"] == "mark"]
+
+    def pcm(self, item: str) -> np.ndarray:
+        return mulaw_decode(b"".join(self.audio.get(item, [])))
+
+    async def stop(self) -> None:
+        await self.send({"event": "stop", "sequenceNumber": "9999", "streamSid": self.sid,
+                         "stop": {"accountSid": "AC" + "0" * 32, "callSid": "CA" + "1" * 32}})
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.ws.close()
+
+
+def base_ws(server) -> str:
+    return f"ws://127.0.0.1:{server.port}"
+
+
+def twilio_calls(server) -> dict:
+    return server.app.state.twilio.calls
+
+
+async def wait_no_calls(server, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while twilio_calls(server) or server.app.state.twilio.runners:
+        assert time.monotonic() < deadline, "twilio call still registered"
+        await asyncio.sleep(0.05)
+
+
+async def test_twilio_turn_bad_payloads_and_stop(server):
+    # media before start is ignored
+    c = await TwilioClient.connect(base_ws(server), start=False)
+    try:
+        await c.send(c.media_msg(b"\xff" * FRAME))
+        await c.start({"instructions": "Answer in one short sentence.",
+                       "max_output_tokens": "24"})
+        # garbage of every kind: logged and ignored, the call goes on
+        for bad in ["not json", "[1,2]", "{}", b"\x00\x01binary",
+                    {"event": "media", "streamSid": c.sid, "media": {"payload": "!!!not base64"}},
+                    {"event": "media", "streamSid": c.sid, "media": {"payload": 5}},
+                    {"event": "media", "streamSid": c.sid},
+                    {"event": "media", "streamSid": c.sid,
+                     "media": {"payload": base64.b64encode(b"\xff" * 77).decode()}},  # odd size
+                    {"event": "mark", "streamSid": c.sid, "mark": {"name": "nope:12"}},
+                    {"event": "mark", "streamSid": c.sid},
+                    {"event": "dtmf", "streamSid": c.sid, "dtmf": {"track": "inbound_track",
+                                                                    "digit": "1"}},
+                    {"event": "whatever"}, {"event": "start", "start": {}}]:
+            await c.send(bad)
+        await asyncio.sleep(0.3)
+        assert len(twilio_calls(server)) == 1
+        call = next(iter(twilio_calls(server).values()))
+        assert call.bad_messages >= 11
+        assert call.session.settings.instructions == "Answer in one short sentence."
+
+        t_end = await c.say("what is the capital of france")
+        i, first = await c.wait(lambda m: m["event"] == "media" and m["_item"], timeout=40)
+        item = first["_item"]
+        assert c.marks()[0] == f"{item}:0:start"
+        latency = first["_t"] - t_end
+        # the whole reply, then its end mark
+        _, end = await c.wait(lambda m: m["event"] == "mark" and
+                              m["mark"]["name"].startswith(item) and
+                              m["mark"]["name"].endswith(":end"), i, timeout=40)
+        pcm = c.pcm(item)
+        frames = [m for m in c.msgs if m["event"] == "media" and m["_item"] == item]
+        assert all(len(base64.b64decode(m["media"]["payload"])) == FRAME for m in frames)
+        dur = pcm.size / RATE
+        rms = float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2)))
+        assert dur > 0.5, dur
+        assert rms > 300, rms  # speech, not silence
+        # the marks' ms grow with the audio sent; the end mark says all of it
+        ms = [int(n.split(":")[1]) for n in c.marks() if n.startswith(item)]
+        assert ms == sorted(ms) and ms[-1] == round(dur * 1000)
+        # the client echoes the end mark once it has played: the session knows it was heard
+        deadline = time.monotonic() + dur + 5
+        it = call.session.conversation.get(item)
+        while end["mark"]["name"] not in c.echoed or (it.played_ms or 0) < it.audio_ms - 40:
+            assert time.monotonic() < deadline, (it.played_ms, it.audio_ms, c.echoed[-3:])
+            await asyncio.sleep(0.05)
+        assert call.stats["marks_in"] >= 3
+        print(f"first audio {latency * 1000:.0f} ms after end of speech, reply {dur:.2f} s")
+
+        await c.stop()
+        await asyncio.wait_for(c.ws.wait_closed(), 10)
+        await wait_no_calls(server)
+        snap = await server.settled()
+        assert snap["live_requests"] == 0, snap
+        assert not any(p["held"] for p in snap["processes"].values()), snap
+    finally:
+        await c.close()
+
+
+async def test_twilio_barge_in(server):
+    c = await TwilioClient.connect(base_ws(server), {
+        "instructions": "You tell long, detailed stories of many sentences.",
+        "max_output_tokens": "200"})
+    try:
+        c.say("tell me a long story about a dragon")
+        i, first = await c.wait(lambda m: m["event"] == "media" and m["_item"], timeout=40)
+        old = first["_item"]
+        await asyncio.sleep(0.4)  # the caller hears a bit of it, then talks over it
+        await c.say("stop and tell me the time")
+        j, _ = await c.wait(lambda m: m["event"] == "clear", i, timeout=20)
+        # the next reply: a start mark of another item
+        await c.wait(lambda m: m["event"] == "mark" and m["mark"]["name"].endswith(":start")
+                     and not m["mark"]["name"].startswith(old), j, timeout=40)
+        # not one media frame nor mark of the old reply after the clear
+        after = c.msgs[j + 1:]
+        assert not [m for m in after if m["event"] == "media" and m["_item"] == old]
+        assert not [n for n in c.marks(j + 1) if n.startswith(old)]
+        call = next(iter(twilio_calls(server).values()))
+        it = call.session.conversation.get(old)
+        # truncated to what the caller heard (the echoed marks), far less than was sent
+        sent_ms = c.pcm(old).size * 1000 / RATE
+        assert it is not None and it.truncated_at_ms is not None, it
+        assert it.audio_ms == it.truncated_at_ms < sent_ms, (it.truncated_at_ms, sent_ms)
+        print(f"barge-in: heard {it.truncated_at_ms:.0f} of {sent_ms:.0f} ms sent")
+        assert call.stats["clears"] == 1
+    finally:
+        await c.close()  # a socket close (no stop) ends the call too
+    await wait_no_calls(server)
+    snap = await server.settled()
+    assert snap["live_requests"] == 0, snap
+
+
+async def test_twilio_twiml_and_signatures(server):
+    base = f"http://127.0.0.1:{server.port}"
+    url = base + "/v1/telephony/twilio/twiml"
+    form = {"CallSid": "CA" + "1" * 32, "From": "+15551230000", "To": "+15559870000",
+            "AccountSid": "AC" + "0" * 32}
+    s = server.settings
+    async with httpx.AsyncClient() as h:
+        r = await h.post(url, data=form)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("application/xml")
+        assert f'<Connect><Stream url="ws://127.0.0.1:{server.port}/v1/telephony/twilio">' \
+            in r.text
+        assert '<Parameter name="from" value="+15551230000"/>' in r.text
+        r = await h.post(url, data=form, headers={"Host": "voice.example.com"})
+        assert 'url="wss://voice.example.com/v1/telephony/twilio"' in r.text
+        try:
+            s.twilio_auth_token = "tok_secret"
+            s.twilio_stream_url = "wss://calls.example.com/v1/telephony/twilio"
+            good = sign("tok_secret", url, form)
+            r = await h.post(url, data=form)
+            assert r.status_code == 403
+            r = await h.post(url, data=form, headers={"X-Twilio-Signature": good[::-1]})
+            assert r.status_code == 403
+            r = await h.post(url, data={**form, "From": "+1999"},
+                             headers={"X-Twilio-Signature": good})
+            assert r.status_code == 403  # params are signed too
+            r = await h.post(url, data=form, headers={"X-Twilio-Signature": good})
+            assert r.status_code == 200, r.text
+            assert 'url="wss://calls.example.com/v1/telephony/twilio"' in r.text
+
+            # the stream's upgrade: a valid X-Twilio-Signature instead of an API key
+            wurl = f"ws://127.0.0.1:{server.port}/v1/telephony/twilio"
+            with pytest.raises(websockets.InvalidStatus) as e:
+                await websockets.connect(wurl, additional_headers={
+                    "X-Twilio-Signature": sign("tok_secret", wurl + "x")})
+            assert e.value.response.status_code == 403
+            c = await TwilioClient.connect(f"ws://127.0.0.1:{server.port}", headers={
+                "X-Twilio-Signature": sign("tok_secret", s.twilio_stream_url)})
+            await asyncio.sleep(0.2)
+            assert len(twilio_calls(server)) == 1
+            await c.stop()
+            await asyncio.wait_for(c.ws.wait_closed(), 10)
+            await c.close()
+        finally:
+            s.twilio_auth_token = None
+            s.twilio_stream_url = None
+    # neither key nor signature: refused before the upgrade
+    with pytest.raises(websockets.InvalidStatus) as e:
+        await websockets.connect(f"ws://127.0.0.1:{server.port}/v1/telephony/twilio")
+    assert e.value.response.status_code == 403
+    await wait_no_calls(server)

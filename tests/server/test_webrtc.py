@@ -1,0 +1,225 @@
+"""The OpenAI-style WebRTC endpoint (POST /v1/realtime/calls) on the real CPU
+pipeline, driven by a Python aiortc client (tests/server/rtc_client.py):
+flite speech goes up as an Opus mic track, events travel on ``oai-events``,
+the agent's voice comes back on the remote track.
+
+Loopback only: the server of this module is configured from the environment
+``VOICE_AGENT_ICE_HOSTS=127.0.0.1`` (ServerSettings.from_sources) and offers
+only that host candidate; the client uses no STUN server.  To be sure no other
+interface is ever tried, run it in a network namespace with loopback only::
+
+    unshare --net sh -c 'ip link set lo up && exec .venv/bin/python -m pytest tests/server/test_webrtc.py'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from voice_server.settings import ServerSettings
+
+from .audio_helpers import flite_pcm
+from .conftest import API_KEY, ROOT, ServerThread
+from .rtc_client import RTCClient
+
+pytestmark = pytest.mark.timeout(120)
+
+QUESTION = "what is the capital of france"
+STORY = "tell me a long story about a dragon"
+INTERRUPT = "stop and tell me the time"
+RATE = 16000
+
+
+@pytest.fixture(scope="module")
+def rtc_server():
+    settings = ServerSettings.from_sources(
+        env={"VOICE_AGENT_ICE_HOSTS": "127.0.0.1"}, api_keys=[API_KEY], max_sessions=8,
+        max_output_tokens=24)
+    assert settings.ice_hosts == ["127.0.0.1"] and settings.ice_servers == []
+    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
+    srv.base = f"http://127.0.0.1:{srv.port}"
+    yield srv
+    srv.stop()
+
+
+async def connect(srv, token=API_KEY) -> RTCClient:
+    c = await RTCClient.connect(srv.base, token)
+    await asyncio.wait_for(c.open.wait(), 10)
+    return c
+
+
+async def no_live_calls(srv, timeout: float = 10.0) -> dict:
+    end = time.monotonic() + timeout
+    while srv.app.state.webrtc.calls and time.monotonic() < end:
+        await asyncio.sleep(0.1)
+    assert not srv.app.state.webrtc.calls
+    snap = await srv.settled(timeout)
+    assert snap["live_requests"] == 0, snap
+    return snap
+
+
+async def test_spoken_turn_over_webrtc(rtc_server):
+    c = await connect(rtc_server)
+    try:
+        assert c.status == 201 and c.location.startswith("/v1/realtime/calls/rtc_")
+        created = await c.wait("session.created", 5)
+        assert c.events[0] is created  # held until the channel opened, then first
+        await asyncio.sleep(0.3)
+        c.mic.say(flite_pcm(QUESTION, RATE), RATE)
+        tr = await c.wait("conversation.item.input_audio_transcription.completed", 30)
+        assert "capital" in tr["transcript"], tr
+        done = await c.wait("response.done", 30)
+        assert done["response"]["status"] == "completed", done
+        rid = done["response"]["id"]
+        started = await c.wait("output_audio_buffer.started", 1)
+        stopped = await c.wait("output_audio_buffer.stopped", 20)
+        assert started["response_id"] == rid == stopped["response_id"]
+        assert not c.of_type("response.output_audio.delta")  # audio goes on the track
+        assert not c.of_type("error"), c.of_type("error")
+        # the agent's voice arrived on the remote track, between started and stopped
+        heard = c.audible(started["_t"] - 0.2, stopped["_t"] + 0.5)
+        assert len(heard) >= 15, len(heard)  # >= 0.3 s of speech frames
+        assert heard[-1] - heard[0] >= 0.3
+        # stopped comes when the audio has been played out, not when generation ended
+        assert stopped["_t"] >= heard[-1] - 0.15
+        # nothing audible before the agent started
+        assert not c.audible(0, started["_t"] - 0.2)
+    finally:
+        await c.close()
+    await no_live_calls(rtc_server)
+
+
+async def test_barge_in_over_webrtc(rtc_server):
+    c = await connect(rtc_server)
+    try:
+        await c.wait("session.created", 5)
+        c.send({"type": "session.update", "session": {
+            "type": "realtime", "max_output_tokens": 200,
+            "instructions": "You tell long, detailed stories of many sentences."}})
+        await c.wait("session.updated", 5)
+        c.mic.say(flite_pcm(STORY, RATE), RATE)
+        started = await c.wait("output_audio_buffer.started", 40)
+        rid = started["response_id"]
+        await asyncio.sleep(0.8)  # let the listener hear some of it
+        assert c.audible(started["_t"]), "no agent audio before the interruption"
+        c.mic.say(flite_pcm(INTERRUPT, RATE), RATE)
+        cleared = await c.wait(lambda e: e["type"] == "output_audio_buffer.cleared", 15)
+        assert cleared["response_id"] == rid
+        done = await c.wait(lambda e: e["type"] == "response.done"
+                            and e["response"]["id"] == rid, 5)
+        assert done["response"]["status"] == "cancelled"
+        assert done["response"]["status_details"]["reason"] == "turn_detected"
+        # the server knew what was played: the item is truncated to it
+        trunc = await c.wait("conversation.item.truncated", 2)
+        assert trunc["audio_end_ms"] > 300, trunc
+        # the remote audio goes silent soon after the flush, until the next reply
+        nxt = await c.wait(lambda e: e["type"] == "output_audio_buffer.started"
+                           and e["response_id"] != rid, 30)
+        quiet_from = cleared["_t"] + 0.25
+        assert nxt["_t"] > quiet_from + 0.2, "next reply too soon to check the silence"
+        assert not c.audible(quiet_from, nxt["_t"]), \
+            [round(t - cleared["_t"], 3) for t in c.audible(cleared["_t"], nxt["_t"])]
+        assert not c.of_type("error"), c.of_type("error")
+    finally:
+        await c.close()
+    await no_live_calls(rtc_server)
+
+
+async def test_client_secret_single_use_and_expiry(rtc_server):
+    url = rtc_server.base + "/v1/realtime/client_secrets"
+    async with httpx.AsyncClient(timeout=10) as h:
+        r = await h.post(url, json={})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        r = await h.post(url, headers={"Authorization": f"Bearer {API_KEY}"},
+                         json={"session": {"type": "realtime", "instructions": "Be brief."}})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        secret = body["value"]
+        assert secret.startswith("ek_") and body["expires_at"] > time.time() + 30
+        assert body["session"]["instructions"] == "Be brief."
+        r = await h.post(url, headers={"Authorization": f"Bearer {API_KEY}"},
+                         json={"session": {"type": "realtime", "turn_detection": "nope"}})
+        assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+        # a secret does not mint secrets
+        r = await h.post(url, headers={"Authorization": f"Bearer {secret}"}, json={})
+        assert r.status_code == 401
+
+    c = await connect(rtc_server, token=secret)  # first use: a call
+    try:
+        created = await c.wait("session.created", 5)
+        assert created["session"]["id"] == body["session"]["id"]
+        assert created["session"]["instructions"] == "Be brief."
+    finally:
+        await c.close()
+    with pytest.raises(PermissionError, match="401"):  # second use
+        await RTCClient.connect(rtc_server.base, secret)
+
+    store = rtc_server.app.state.client_secrets
+    async with httpx.AsyncClient(timeout=10) as h:
+        r = await h.post(url, headers={"Authorization": f"Bearer {API_KEY}"}, json={})
+        old = r.json()["value"]
+    real_clock = store.clock
+    store.clock = lambda: real_clock() + 61  # the default lifetime is 60 s
+    try:
+        with pytest.raises(PermissionError, match="401"):
+            await RTCClient.connect(rtc_server.base, old)
+    finally:
+        store.clock = real_clock
+    with pytest.raises(PermissionError, match="401"):  # no key at all
+        await RTCClient.connect(rtc_server.base, None)
+    await no_live_calls(rtc_server)
+
+
+async def test_garbage_sdp_is_400(rtc_server):
+    url = rtc_server.base + "/v1/realtime/calls"
+    hdr = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/sdp"}
+    async with httpx.AsyncClient(timeout=10) as h:
+        for body in (b"", b"hello", b"v=0\r\nthis is not sdp\r\n", b"\xff\xfe\x00v=0",
+                     b"v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\nm=audio 9 FOO 0\r\n",
+                     b"v=0\r\n" + b"a=x\r\n" * 20000):
+            r = await h.post(url, content=body, headers=hdr)
+            assert r.status_code in (400, 413), (body[:40], r.status_code, r.text)
+            err = r.json()["error"]
+            assert err["type"] == "invalid_request_error" and err["code"] and err["message"]
+        r = await h.post(url, content=b"v=0\r\n", headers={"Content-Type": "application/sdp"})
+        assert r.status_code == 401
+        r = await h.delete(rtc_server.base + "/v1/realtime/calls/rtc_nope", headers=hdr)
+        assert r.status_code == 404
+    assert not rtc_server.app.state.webrtc.calls
+    # the server still works
+    c = await connect(rtc_server)
+    await c.wait("session.created", 5)
+    await c.close()
+    await no_live_calls(rtc_server)
+
+
+async def test_close_and_hangup_end_the_session(rtc_server):
+    # 1) the client closes its peer connection while the agent is answering
+    c = await connect(rtc_server)
+    await c.wait("session.created", 5)
+    c.mic.say(flite_pcm(QUESTION, RATE), RATE)
+    await c.wait(lambda e: e["type"] in ("response.created", "output_audio_buffer.started"), 30)
+    assert rtc_server.app.state.webrtc.calls
+    await c.close()
+    await no_live_calls(rtc_server)
+
+    # 2) DELETE on the Location hangs up
+    c = await connect(rtc_server)
+    try:
+        await c.wait("session.created", 5)
+        async with httpx.AsyncClient(timeout=10) as h:
+            hdr = {"Authorization": f"Bearer {API_KEY}"}
+            r = await h.delete(rtc_server.base + c.location, headers=hdr)
+            assert r.status_code == 204
+            r = await h.delete(rtc_server.base + c.location, headers=hdr)
+            assert r.status_code == 404
+        await no_live_calls(rtc_server)
+        end = time.monotonic() + 5
+        while c.pc.connectionState not in ("closed", "failed") and time.monotonic() < end:
+            await asyncio.sleep(0.1)
+        assert c.pc.connectionState in ("closed", "failed")
+    finally:
+        await c.close()

@@ -27,6 +27,7 @@ from runtime.errors import ErrorCode, ErrorInfo
 from runtime.placement import COORDINATOR, edge_transport
 from runtime.requests import OutputEvent, RequestHandle, RequestRecord, StageProgress, State
 from runtime.shm import ShmPool
+from runtime.sockets import Peers, make_socket
 from runtime.supervisor import Proc, Supervisor
 
 RECENT_MAX = 4096
@@ -68,22 +69,12 @@ class Coordinator:
         # Plain sockets: sends never block (no high-water mark) and the PULL
         # socket is read from an event-loop reader on its FD.
         self.ctx = zmq.Context()
-        self.pull = self.ctx.socket(zmq.PULL)
-        self.pull.setsockopt(zmq.LINGER, 0)
-        self.pull.setsockopt(zmq.RCVHWM, 0)
-        self.pull.bind(endpoints.coordinator)
-        self.pub = self.ctx.socket(zmq.PUB)
-        self.pub.setsockopt(zmq.LINGER, 0)
-        self.pub.setsockopt(zmq.SNDHWM, 0)
-        self.pub.bind(endpoints.control_pub)
-        self.push: dict[str, zmq.Socket] = {}
+        self.pull = make_socket(self.ctx, zmq.PULL, bind=endpoints.coordinator)
+        self.pub = make_socket(self.ctx, zmq.PUB, bind=endpoints.control_pub)
+        self.peers = Peers(self.ctx)
         for eps in endpoints.groups.values():
             for ep in eps:
-                s = self.ctx.socket(zmq.PUSH)
-                s.setsockopt(zmq.LINGER, 0)
-                s.setsockopt(zmq.SNDHWM, 0)
-                s.connect(ep)
-                self.push[ep] = s
+                self.peers.get(ep)
         dp = cfg.data
         self.pool = ShmPool(f"va-{run_token}-coord-{os.getpid()}", dp.max_lent_mb << 20, dp.max_cached_mb << 20)
         self.data = DataPlane(endpoints.coordinator, self.pool, dp.inline_max_bytes)
@@ -124,7 +115,8 @@ class Coordinator:
             pass
         self.data.on_release_ready = None
         self.data.close()
-        for s in [self.pull, self.pub, *self.push.values()]:
+        self.peers.close()
+        for s in (self.pull, self.pub):
             s.close(0)
         self.ctx.term()
 
@@ -204,11 +196,7 @@ class Coordinator:
                 await self._credit.wait()
             msg["pl"] = desc
         g = self.cfg.group_of(rec.entry)
-        sock = self.push[self.endpoints.of(g.name, rec.request_id % g.replicas)]
-        if frames:
-            sock.send_multipart([wire.dumps(msg), *frames], copy=False)
-        else:
-            sock.send(wire.dumps(msg), copy=False)
+        self.peers.send(self.endpoints.of(g.name, rec.request_id % g.replicas), msg, frames)
 
     # ---- abort -------------------------------------------------------------------------------
     def abort(self, rid: int, reason: str = "cancelled") -> AbortTicket:
@@ -389,16 +377,7 @@ class Coordinator:
                 self.data.release_lends(lids)
                 self._credit.set()
                 continue
-            sock = self.push.get(owner)
-            if sock is None:
-                sock = self.ctx.socket(zmq.PUSH)
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.connect(owner)
-                self.push[owner] = sock
-            try:
-                sock.send(wire.dumps({"t": "r", "lids": lids}), zmq.NOBLOCK)
-            except zmq.Again:
-                pass
+            self.peers.send(owner, {"t": "r", "lids": lids})
 
     # ---- views -------------------------------------------------------------------------------
     def status(self, rid: int) -> dict | None:

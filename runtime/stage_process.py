@@ -34,6 +34,7 @@ from runtime.placement import COORDINATOR, edge_transport
 from runtime.schedulers import SCHEDULERS
 from runtime.schedulers.base import ENTRY_SRC
 from runtime.shm import ShmPool, remove_segments
+from runtime.sockets import Peers, make_socket
 from runtime.tombstones import Tombstones
 
 OUT = "@out"
@@ -48,36 +49,6 @@ def _set_parent_death_signal() -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-
-
-class Peers:
-    """Lazily connected PUSH sockets, one per destination endpoint."""
-
-    def __init__(self, ctx: zmq.Context) -> None:
-        self.ctx = ctx
-        self.socks: dict[str, zmq.Socket] = {}
-
-    def get(self, endpoint: str) -> zmq.Socket:
-        s = self.socks.get(endpoint)
-        if s is None:
-            s = self.ctx.socket(zmq.PUSH)
-            s.setsockopt(zmq.LINGER, 0)
-            s.setsockopt(zmq.SNDHWM, 0)
-            s.connect(endpoint)
-            self.socks[endpoint] = s
-        return s
-
-    def send(self, endpoint: str, msg: dict, frames: list | None = None) -> None:
-        sock = self.get(endpoint)
-        if frames:
-            sock.send_multipart([wire.dumps(msg), *frames], copy=False)
-        else:
-            sock.send(wire.dumps(msg), copy=False)
-
-    def close(self) -> None:
-        for s in self.socks.values():
-            s.close(0)
-        self.socks.clear()
 
 
 class StageHost:
@@ -223,14 +194,8 @@ class ProcessLoop:
         self.pool = ShmPool(prefix, dp.max_lent_mb << 20, dp.max_cached_mb << 20)
         self.data = DataPlane(self.my_endpoint, self.pool, dp.inline_max_bytes)
         self.ctx = zmq.Context.instance()
-        self.pull = self.ctx.socket(zmq.PULL)
-        self.pull.setsockopt(zmq.LINGER, 0)
-        self.pull.setsockopt(zmq.RCVHWM, 0)
-        self.pull.bind(self.my_endpoint)
-        self.sub = self.ctx.socket(zmq.SUB)
-        self.sub.setsockopt(zmq.LINGER, 0)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
-        self.sub.connect(self.endpoints.control_pub)
+        self.pull = make_socket(self.ctx, zmq.PULL, bind=self.my_endpoint)
+        self.sub = make_socket(self.ctx, zmq.SUB, connect=self.endpoints.control_pub, subscribe=True)
         self.peers = Peers(self.ctx)
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
@@ -453,9 +418,7 @@ class ProcessLoop:
 def _heartbeat(spec: dict, stop: threading.Event) -> None:
     """Liveness on its own thread and socket: a long step is not a death."""
     ctx = zmq.Context.instance()
-    sock = ctx.socket(zmq.PUSH)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(spec["endpoints"]["coordinator"])
+    sock = make_socket(ctx, zmq.PUSH, connect=spec["endpoints"]["coordinator"])
     parent = os.getppid()
     period = spec["config"].get("control", {}).get("heartbeat_ms", 100) / 1000.0
     msg = wire.dumps({"t": "h", "g": spec["group"], "r": spec["replica"], "pid": os.getpid()})

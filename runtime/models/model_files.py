@@ -38,3 +38,16 @@ def wheel_file(dist: str, filename: str) -> str:
 def smollm2_gguf() -> str:
     """The default thinker model: SmolLM2-135M-Instruct, 4-bit GGUF."""
     return wheel_file(SMOLLM2_DIST, SMOLLM2_GGUF)
+
+
+def load_system_library(soname: str, debian_package: str, mode: int = 0):
+    """ctypes.CDLL with one clear line naming the Debian package that provides it."""
+    import ctypes
+
+    from runtime.errors import ErrorCode, StageError
+
+    try:
+        return ctypes.CDLL(soname, mode=mode)
+    except OSError:
+        raise StageError(ErrorCode.STAGE_UNAVAILABLE,
+                         f"{soname} is missing; fix: sudo apt-get install -y {debian_package}") from None

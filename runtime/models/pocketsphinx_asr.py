@@ -8,7 +8,13 @@ cost is then just ``start_utt``.
 from __future__ import annotations
 
 import numpy as np
-from pocketsphinx import Decoder
+try:
+    from pocketsphinx import Decoder
+except ImportError:  # one clear line instead of a traceback from the stage process
+    from runtime.errors import ErrorCode, StageError
+
+    raise StageError(ErrorCode.STAGE_UNAVAILABLE, "pocketsphinx is not installed; fix: "
+                     ".venv/bin/pip install 'pocketsphinx>=5,<6'") from None
 
 SAMPLE_RATE = 16000
 

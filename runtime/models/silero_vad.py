@@ -29,6 +29,11 @@ def model_path() -> Path:
             p = Path(loc) / "data" / "silero_vad.onnx"
             if p.is_file():
                 return p
+    if spec is None:
+        from runtime.errors import ErrorCode, StageError
+
+        raise StageError(ErrorCode.STAGE_UNAVAILABLE, "the silero VAD model ships in the silero-vad wheel, "
+                         "which is not installed; fix: .venv/bin/pip install --no-deps 'silero-vad>=5.1,<7'")
     # Fallback: importlib.resources imports the package __init__, which pulls torch;
     # only reached when the wheel layout is unexpected.
     return Path(str(importlib.resources.files("silero_vad") / "data" / "silero_vad.onnx"))

@@ -13,6 +13,7 @@ import threading
 
 import numpy as np
 
+from runtime.models.model_files import load_system_library
 from runtime.models.tts_base import Synthesizer
 
 AUDIO_OUTPUT_SYNCHRONOUS = 2       # espeak_AUDIO_OUTPUT in speak_lib.h
@@ -44,7 +45,7 @@ _CALLBACK = _CALLBACK_T(_collect)
 def _lib() -> tuple[ctypes.CDLL, int]:
     global _LIB, _RATE
     if _LIB is None:
-        lib = ctypes.CDLL("libespeak-ng.so.1")
+        lib = load_system_library("libespeak-ng.so.1", "espeak-ng libespeak-ng1")
         lib.espeak_Initialize.restype = ctypes.c_int
         lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
         rate = lib.espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, None, 0)

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from runtime.models.model_files import load_system_library
 from runtime.models.tts_base import Synthesizer
 
 VOICES = ("slt", "kal", "kal16", "awb", "rms")
@@ -37,9 +38,9 @@ def _lib() -> ctypes.CDLL:
     global _LIB
     if _LIB is None:
         mode = ctypes.RTLD_GLOBAL          # voice libraries resolve symbols from these
-        lib = ctypes.CDLL("libflite.so.1", mode=mode)
-        ctypes.CDLL("libflite_usenglish.so.1", mode=mode)
-        ctypes.CDLL("libflite_cmulex.so.1", mode=mode)
+        lib = load_system_library("libflite.so.1", "flite libflite1", mode)
+        load_system_library("libflite_usenglish.so.1", "flite libflite1", mode)
+        load_system_library("libflite_cmulex.so.1", "flite libflite1", mode)
         lib.flite_init.restype = ctypes.c_int
         lib.flite_init()
         lib.flite_text_to_wave.restype = ctypes.POINTER(_CstWave)
@@ -54,7 +55,7 @@ def _voice(name: str) -> int:
     if name not in _VOICES:
         if name not in VOICES:
             raise ValueError(f"unknown flite voice {name!r}; choose one of {', '.join(VOICES)}")
-        vlib = ctypes.CDLL(f"libflite_cmu_us_{name}.so.1", mode=ctypes.RTLD_GLOBAL)
+        vlib = load_system_library(f"libflite_cmu_us_{name}.so.1", "flite libflite1", ctypes.RTLD_GLOBAL)
         register = getattr(vlib, f"register_cmu_us_{name}")
         register.restype = ctypes.c_void_p
         register.argtypes = [ctypes.c_char_p]

@@ -24,9 +24,12 @@ and :class:`SessionRunner` unchanged; this module only translates:
   has played: the echo becomes ``runner.playback_progress(item_id, ms)``, so
   the session knows what the caller heard and barge-in truncates to it.
 * ``FlushAudio`` (barge-in) -> every queued frame of the item is dropped and
-  ``clear`` is sent next; marks outstanding at that moment are ignored when
-  Twilio echoes them (they were cleared, not heard).  No ``media`` of the old
-  reply follows the ``clear``.
+  ``clear`` is sent next.  The core flushes only an active response; when the
+  caller starts talking while a finished reply is still playing (unechoed
+  marks), the bridge sends the session ``output_audio_buffer.clear`` (same
+  FlushAudio + truncation to what was heard).  After a ``clear``, marks
+  outstanding at that moment are ignored when Twilio echoes them (they were
+  cleared, not heard).  No ``media`` of the old reply follows the ``clear``.
 * ``stop`` or socket close -> ``runner.close()`` (aborts every request).
 
 Telephony has no error channel: bad input (malformed JSON, binary frames,
@@ -405,7 +408,19 @@ class TwilioCall:
         elif t == "error":
             log.warning("twilio %s: %s", self.stream_sid, ev.get("error"))
         elif t == "input_audio_buffer.speech_started":
-            log.debug("twilio %s: speech started", self.stream_sid)
+            self._barge_in_on_playback()
+
+    def _barge_in_on_playback(self) -> None:
+        """The caller talks while a reply whose generation already finished is
+        still playing (Twilio holds seconds of it): the core only flushes an
+        active response, so ask it to clear the output buffer - FlushAudio,
+        truncation to what was heard - as a WebRTC client would."""
+        td = self.session.settings.turn_detection if self.session else None
+        playing = bool(self._outstanding) or any(k in ("media", "mark") for k, *_ in self._out)
+        if td is None or not td.interrupt_response or not playing or self.runner is None:
+            return
+        log.debug("twilio %s: caller talks over the playing reply: clear", self.stream_sid)
+        self.runner.client_event({"type": "output_audio_buffer.clear"})
 
     async def _send_loop(self) -> None:
         try:

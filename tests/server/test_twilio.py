@@ -340,3 +340,32 @@ async def test_twilio_twiml_and_signatures(server):
         await websockets.connect(f"ws://127.0.0.1:{server.port}/v1/telephony/twilio")
     assert e.value.response.status_code == 403
     await wait_no_calls(server)
+
+
+async def test_twilio_barge_in_while_finished_reply_plays(server):
+    """Generation is done (end mark sent) but Twilio still plays the reply: the
+    caller talking over it still gets a ``clear`` and the item is truncated."""
+    c = await TwilioClient.connect(base_ws(server), {
+        "instructions": "You tell long, detailed stories.", "max_output_tokens": "48"})
+    try:
+        c.say("tell me a story about a cat")
+        i, first = await c.wait(lambda m: m["event"] == "media" and m["_item"], timeout=40)
+        old = first["_item"]
+        j, _ = await c.wait(lambda m: m["event"] == "mark" and m["mark"]["name"] == next(
+            (n for n in c.marks(i) if n.startswith(old) and n.endswith(":end")), None), i)
+        sent_ms = c.pcm(old).size * 1000 / RATE
+        assert c.play_end - time.monotonic() > 1.5, "reply too short to talk over"
+        await c.say("stop and tell me the time")
+        k, _ = await c.wait(lambda m: m["event"] == "clear", j, timeout=20)
+        assert not [m for m in c.msgs[k + 1:] if m.get("_item") == old]
+        call = next(iter(twilio_calls(server).values()))
+        it = call.session.conversation.get(old)
+        t0 = time.monotonic()
+        while it.truncated_at_ms is None and time.monotonic() - t0 < 2:
+            await asyncio.sleep(0.02)
+        assert it.truncated_at_ms is not None and it.truncated_at_ms < sent_ms - 500, \
+            (it.truncated_at_ms, sent_ms)
+        print(f"barge-in after generation: heard {it.truncated_at_ms:.0f} of {sent_ms:.0f} ms")
+    finally:
+        await c.close()
+    await wait_no_calls(server)

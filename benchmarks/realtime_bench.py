@@ -16,8 +16,9 @@ Prints a table; writes benchmarks/results/realtime.json.
     python benchmarks/realtime_bench.py --quick
     python benchmarks/realtime_bench.py --url ws://127.0.0.1:8000/v1/realtime --key K
 
-The caller talks through a :class:`CallerTransport`; only ``ws`` (OpenAI
-Realtime WebSocket) exists now, ``--transport webrtc|twilio`` plug in here.
+The caller talks through a :class:`CallerTransport`: ``ws`` (OpenAI Realtime
+WebSocket), ``twilio`` (Media Streams, benchmarks/callers_twilio.py);
+``--transport ws,twilio`` runs them side by side (interleaved per level).
 """
 
 from __future__ import annotations
@@ -128,7 +129,12 @@ class RealtimeWSTransport(CallerTransport):
 
 
 TRANSPORTS = {"ws": RealtimeWSTransport}
+from benchmarks.callers_twilio import TwilioCallerTransport  # noqa: E402
+TRANSPORTS["twilio"] = TwilioCallerTransport
 
+
+from benchmarks.callers_webrtc import WebRTCTransport  # noqa: E402  (aiortc loaded lazily)
+TRANSPORTS["webrtc"] = WebRTCTransport
 
 # ------------------------------------------------------------------- caller
 
@@ -185,7 +191,8 @@ class Caller:
             self.events.append(ev)
             if ev["type"] == "response.done":
                 self.done_ids.add(ev["response"]["id"])
-            elif ev["type"] == "response.output_audio.delta" and ev["response_id"] in self.done_ids:
+            elif ev["type"] == "response.output_audio.delta" and \
+                    ev.get("_late", ev["response_id"] in self.done_ids):  # _late: played audio
                 self.late += 1
             self.new.set()
 
@@ -241,13 +248,14 @@ async def run_caller(make_transport, speech: dict, turns: int, barge: bool, res:
                                    and e["response"]["id"] == rid, i)
             if done["response"]["status"] == "cancelled":
                 res["barge_in_ms"].append((done["_t"] - t0) * 1000)
-                last = [e["_t"] for e in c.events[i:j]
-                        if e["type"] == "response.output_audio.delta" and e["response_id"] == rid]
-                res["barge_in_last_audio_ms"].append((max(last) - t0) * 1000)
             else:
                 res["barge_not_cancelled"] += 1  # reply finished before the user spoke
             await c.wait(lambda e: e["type"] == "response.done"
                          and e["response"]["id"] != rid, j)
+            if done["response"]["status"] == "cancelled":  # audio may trail response.done
+                last = [e["_t"] for e in c.events[i:]
+                        if e["type"] == "response.output_audio.delta" and e["response_id"] == rid]
+                res["barge_in_last_audio_ms"].append((max(last) - t0) * 1000)
             await asyncio.sleep(0.5)
     except Exception as exc:  # noqa: BLE001
         res["errors"] += 1
@@ -302,7 +310,8 @@ class _Server:
     def __init__(self, config: str, key: str, max_sessions: int) -> None:
         from voice_server.settings import ServerSettings
         self.config = config
-        self.settings = ServerSettings(api_keys=[key], max_sessions=max_sessions)
+        self.settings = ServerSettings(api_keys=[key], max_sessions=max_sessions,
+                                       ice_hosts=["127.0.0.1"])  # WebRTC over loopback
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -355,12 +364,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="1 and 4 sessions, 2 turns each")
     ap.add_argument("--sessions", default=None, help="comma list, default 1,4,8,16")
     ap.add_argument("--turns", type=int, default=None)
-    ap.add_argument("--transport", choices=sorted(TRANSPORTS), default="ws")
+    ap.add_argument("--transport", default="ws",
+                    help=f"one or a comma list of {sorted(TRANSPORTS)}: run side by side")
     ap.add_argument("--config", default=str(ROOT / "configs" / "voice-cpu.yaml"))
     ap.add_argument("--url", default=None, help="use a running server instead of starting one")
     ap.add_argument("--key", default=os.environ.get("VOICE_AGENT_API_KEY"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "realtime.json"))
     a = ap.parse_args(argv)
+    names = [t.strip() for t in a.transport.split(",") if t.strip()]
+    if not names or any(t not in TRANSPORTS for t in names):
+        ap.error(f"--transport: choose from {sorted(TRANSPORTS)}")
     levels = [int(x) for x in a.sessions.split(",")] if a.sessions else \
         ([1, 4] if a.quick else [1, 4, 8, 16])
     turns = a.turns or (2 if a.quick else 3)
@@ -374,23 +387,36 @@ def main(argv=None) -> int:
         else:
             srv = stack.enter_context(_Server(a.config, key, max(levels) + 2))
             url = f"ws://127.0.0.1:{srv.port}/v1/realtime"
-        cls = TRANSPORTS[a.transport]
-        results = {"transport": a.transport, "silence_window_ms": SILENCE_WINDOW_MS,
-                   "turns_per_session": turns, "sessions": {}}
-        for n in levels:
-            r = asyncio.run(run_level(lambda: cls(url, key), speech, n, turns))
-            results["sessions"][str(n)] = r
-            print(f"  {n} sessions done in {r['wall_s']} s", file=sys.stderr, flush=True)
+        by = {t: {"transport": t, "silence_window_ms": SILENCE_WINDOW_MS,
+                  "turns_per_session": turns, "sessions": {}} for t in names}
+        for n in levels:  # transports interleaved per level: same conditions for each
+            for t in names:
+                cls = TRANSPORTS[t]
+                r = asyncio.run(run_level(lambda: cls(url, key), speech, n, turns))
+                by[t]["sessions"][str(n)] = r
+                print(f"  {t}: {n} sessions done in {r['wall_s']} s", file=sys.stderr,
+                      flush=True)
+    results = by[names[0]] if len(names) == 1 else {"transports": by}
 
-    hdr = (f"{'sessions':>8} {'first_audio p50':>15} {'p95':>7} {'barge_in p50':>12} {'p95':>7} "
-           f"{'last_audio p50':>14} {'late':>5} {'err':>4}")
-    print(f"realtime bench ({a.transport}); first_audio excludes the {SILENCE_WINDOW_MS} ms "
+    hdr = (f"{'transport':>9} {'sessions':>8} {'first_audio p50':>15} {'p95':>7} "
+           f"{'barge_in p50':>12} {'p95':>7} {'last_audio p50':>14} {'late':>5} {'err':>4}")
+    print(f"realtime bench ({','.join(names)}); first_audio excludes the {SILENCE_WINDOW_MS} ms "
           "VAD silence window; ms")
     print(hdr)
-    for n, r in results["sessions"].items():
-        fa, bi, la = r["first_audio_ms"], r["barge_in_ms"], r["barge_in_last_audio_ms"]
-        print(f"{n:>8} {fa['p50']!s:>15} {fa['p95']!s:>7} {bi['p50']!s:>12} {bi['p95']!s:>7} "
-              f"{la['p50']!s:>14} {r['late_audio_deltas']:>5} {r['errors']:>4}")
+    for n in levels:
+        for t in names:
+            r = by[t]["sessions"][str(n)]
+            fa, bi, la = r["first_audio_ms"], r["barge_in_ms"], r["barge_in_last_audio_ms"]
+            print(f"{t:>9} {n:>8} {fa['p50']!s:>15} {fa['p95']!s:>7} {bi['p50']!s:>12} "
+                  f"{bi['p95']!s:>7} {la['p50']!s:>14} {r['late_audio_deltas']:>5} "
+                  f"{r['errors']:>4}")
+        base = by[names[0]]["sessions"][str(n)]
+        for t in names[1:]:  # added latency of each transport over the first one
+            r = by[t]["sessions"][str(n)]
+            d = {k: (r[k]["p50"] - base[k]["p50"]) if None not in (r[k]["p50"], base[k]["p50"])
+                 else None for k in ("first_audio_ms", "barge_in_ms")}
+            print(f"{t + '-' + names[0]:>18}: first_audio p50 {d['first_audio_ms']!s} ms, "
+                  f"barge_in p50 {d['barge_in_ms']!s} ms")
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))

@@ -78,8 +78,8 @@ function showError(source, code, message) {
   const li = document.createElement('li');
   li.className = 'error-item';
   li.textContent = `${source}${code ? ' [' + code + ']' : ''}: ${e.message}`;
-  ui.errors.prepend(li);
-  while (ui.errors.children.length > 6) ui.errors.lastChild.remove();
+  ui.errors.append(li); // oldest first, like the conversation
+  while (ui.errors.children.length > 6) ui.errors.firstChild.remove();
   ui.errorsBox.hidden = false;
 }
 
@@ -182,7 +182,13 @@ function renderAgent(t) {
     tag.textContent = `interrupted at ${(r.cutMs / 1000).toFixed(1)} s`;
     txt.append(heard, rest, tag);
   } else {
-    txt.textContent = r.text || '…';
+    txt.textContent = r.text || (r.status === 'in_progress' ? '…' : '');
+    if (r.status === 'failed' || r.status === 'incomplete') {
+      const tag = document.createElement('span');
+      tag.className = 'tag bad';
+      tag.textContent = r.status;
+      txt.append(tag);
+    }
   }
   t.el.classList.toggle('cut', r.cut);
   t.el.classList.toggle('failed', r.status === 'failed');
@@ -307,6 +313,7 @@ function onPlayerMessage(m) {
       f.wasPlaying = m.wasPlaying;
       f.dropped = m.dropped;
       f.lastLoudAt = m.lastLoudFrame >= 0 ? frameToPage(m.lastLoudFrame) : null;
+      f.stoppedAt = frameToPage(m.frame); // the queue was dropped at this frame
     }
     if (m.lastLoudFrame >= 0) demo.marks.lastLoudAt = frameToPage(m.lastLoudFrame);
     c.audioFramesPlayed = m.framesPlayed;
@@ -516,7 +523,8 @@ function onEvent(ev) {
         if (!droppedResponses.has(r.id)) flush('response.cancelled');
       } else if (r.status === 'failed') {
         const err = (r.status_details && r.status_details.error) || {};
-        showError('response failed', err.code || err.type, err.message || `response ${r.id} failed`);
+        showError('response failed', err.code || err.type,
+                  err.message || `the reply stopped (${err.code || err.type || 'server error'})`);
       } else if (r.status === 'incomplete') {
         const why = r.status_details && r.status_details.reason;
         showError('response incomplete', why, `response ${r.id} stopped early (${why})`);

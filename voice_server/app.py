@@ -3,6 +3,8 @@
     app = build_app(pipeline, settings)      # routes: /v1/realtime (WebSocket),
                                              # /v1/telephony/twilio (+ /twiml),
                                              # voice_server.http_api routes if present,
+                                             # /metrics (voice_server.metrics),
+                                             # /v1/sessions, /v1/requests/{id} (.admin),
                                              # web_demo/ as static files at /
     await serve("configs/voice-cpu.yaml", "127.0.0.1", 8000)
 
@@ -28,11 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from . import admin, metrics
 from .realtime_ws import realtime_route
+from .sessions import DrainGate, install_signal_drain
 from .webrtc import webrtc_routes
 from .settings import LOOPBACK_HOSTS, ServerSettings
 from .twilio import twilio_routes
@@ -76,6 +81,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
         http_api = None
     if http_api is not None:
         routes += list(http_api.routes(pipeline, settings))
+    routes += metrics.routes(pipeline, settings) + admin.routes(pipeline, settings)
     rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, realtime=endpoint)
     routes += rtc_routes
     demo = _demo_dir(settings)
@@ -95,7 +101,8 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
             if close_pipeline:
                 await pipeline.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    middleware=[Middleware(DrainGate, pipeline=pipeline)])  # 503 while draining
     app.state.pipeline = pipeline
     app.state.webrtc = rtc_endpoint
     app.state.client_secrets = rtc_endpoint.secrets  # shared by every transport's auth
@@ -123,12 +130,25 @@ def uvicorn_config(app, settings: ServerSettings, host: str, port: int, **kw):
 
 async def serve(config_path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8000, *,
                 settings: ServerSettings | None = None, log_level: str = "warning",
-                ready_file=None) -> None:
-    """Start the pipeline and serve until SIGINT/SIGTERM; prints one line when ready."""
+                ready_file=None, log_json: bool | None = None) -> None:
+    """Start the pipeline and serve until SIGINT/SIGTERM; prints one line when ready.
+
+    SIGTERM/SIGINT drain first (voice_server.sessions.drain): new sessions and
+    requests get 503, sessions get an ``error`` (server_shutting_down), running
+    turns get ``settings.drain_grace_s``, the rest is cancelled, sessions close
+    with 1001; then the pipeline closes and serve returns.  A second signal
+    skips the rest of the grace period.  ``log_json`` (not None): configure
+    logging here, JSON lines or text (voice_server.logs).
+    """
     import uvicorn
     from runtime.pipeline import Pipeline
     from runtime.config import load_config
 
+    uv_kw: dict[str, Any] = {"timeout_graceful_shutdown": 3}
+    if log_json is not None:
+        from .logs import configure_logging
+        configure_logging(log_level, log_json)
+        uv_kw["log_config"] = None  # uvicorn's loggers go through ours
     cfg = load_config(config_path)
     settings = settings or ServerSettings.from_sources(cfg.extra)
     check_bind(host, settings)
@@ -144,7 +164,11 @@ async def serve(config_path: str | os.PathLike, host: str = "127.0.0.1", port: i
     pipeline = await Pipeline.start(cfg)
     try:
         app = build_app(pipeline, settings, close_pipeline=True)
-        server = uvicorn.Server(uvicorn_config(app, settings, host, port, log_level=log_level))
+        server = uvicorn.Server(uvicorn_config(app, settings, host, port, log_level=log_level,
+                                               **uv_kw))
+        server.capture_signals = contextlib.nullcontext  # ours drain first, then stop uvicorn
+        remove_signals = install_signal_drain(pipeline, settings.drain_grace_s,
+                                              lambda: setattr(server, "should_exit", True))
         task = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.05)
@@ -155,7 +179,10 @@ async def serve(config_path: str | os.PathLike, host: str = "127.0.0.1", port: i
             print(f"voice-agent ready: demo http://{shown}:{port}/  realtime "
                   f"ws://{shown}:{port}/v1/realtime{note}", file=ready_file or sys.stdout,
                   flush=True)
-        await task
+        try:
+            await task
+        finally:
+            remove_signals()
     finally:
         sock.close()
         await pipeline.close()  # no-op when the lifespan closed it already

@@ -1,6 +1,7 @@
 """The ``voice-agent`` command.
 
     voice-agent serve --config configs/voice-cpu.yaml [--host 127.0.0.1] [--port 8000]
+                      [--log-level warning] [--log-json]
     voice-agent chat  --config configs/voice-cpu.yaml --wav question.wav [--out reply.wav] [--json]
     voice-agent chat  --config configs/voice-cpu.yaml --text "what is the capital of france"
 
@@ -215,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True, help="pipeline YAML, e.g. configs/voice-cpu.yaml")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--log-level", default="warning", help="debug|info|warning|error")
+    s.add_argument("--log-json", action="store_true",
+                   help="log JSON lines with session_id/request_id (env VOICE_AGENT_LOG_JSON=1)")
     c = sub.add_parser("chat", help="one voice turn through the pipeline, from a WAV file or text")
     c.add_argument("--config", required=True)
     src = c.add_mutually_exclusive_group(required=True)
@@ -235,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         from voice_server import app  # lazy: the server pulls in much more than the CLI needs
         try:
-            asyncio.run(app.serve(args.config, args.host, args.port))
+            from voice_server.logs import json_from_env
+            asyncio.run(app.serve(args.config, args.host, args.port, log_level=args.log_level,
+                                  log_json=bool(args.log_json or json_from_env())))
         except KeyboardInterrupt:
             pass
         return 0

@@ -141,7 +141,7 @@ class RealtimeEndpoint:
                 await ws.close(code, reason[:120])
 
         runner = SessionRunner(session, self.pipeline, send_event, on_close=on_close,
-                               options=RunnerOptions.from_settings(s))
+                               options=RunnerOptions.from_settings(s), transport="websocket")
         self.runners[session.session_id] = runner
         self._pending -= 1
         try:

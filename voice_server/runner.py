@@ -5,12 +5,16 @@ and the runtime, reused by every transport (Realtime WebSocket, WebRTC,
 Twilio).  A transport gives it callbacks and feeds it what arrives::
 
     runner = SessionRunner(session, pipeline, send_event,
-                           send_audio=None, flush_audio=None, on_close=None)
-    await runner.start()                  # session.created, listen stream, timers
+                           send_audio=None, flush_audio=None, on_close=None,
+                           transport="websocket")   # label: websocket | webrtc | twilio
+    await runner.start()                  # session.created, listen stream, timers;
+                                          # registers in voice_server.sessions (+ metrics)
     runner.client_event(text)             # one JSON client event (sync)
     runner.input_audio(pcm, rate)         # non-JSON transports (sync)
     runner.playback_progress(item, ms)    # what the listener heard (sync)
     await runner.close()                  # client gone: abort everything, stop tasks
+    runner.begin_drain(code, msg)         # server drain: error event, no new responses
+    await runner.shutdown(1001, reason)   # end of drain: cancel with events, close
 
 Rules it keeps:
 
@@ -37,6 +41,9 @@ from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
 
+from . import sessions as _sessions
+from .logs import bind_ids
+from .metrics import TurnTimer
 from .session import (AudioOut, CancelResponse, Close, ConfigureListen, FeedListen, FlushAudio,
                       SendEvent, Session, StartResponse, StopListen, TranscribeBuffer)
 from .session.server_events import error_body
@@ -100,8 +107,12 @@ class SessionRunner:
     def __init__(self, session: Session, pipeline, send_event: SendEventFn, *,
                  send_audio: SendAudioFn | None = None, flush_audio: FlushAudioFn | None = None,
                  on_close: CloseFn | None = None, options: RunnerOptions | None = None,
-                 clock: Callable[[], float] = _now_ms) -> None:
+                 clock: Callable[[], float] = _now_ms, transport: str = "other") -> None:
         self.session = session
+        self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio
+        self.started_at = time.time()
+        self.draining = False
+        self.turns = TurnTimer()  # per-turn latency metrics (voice_server.metrics)
         self.pipeline = pipeline
         self._send_event = send_event
         self._send_audio = send_audio
@@ -131,6 +142,8 @@ class SessionRunner:
 
     # ------------------------------------------------------------------ public
     async def start(self) -> None:
+        bind_ids(session_id=self.session.session_id)  # log lines of this session's tasks
+        _sessions.register(self)
         self._spawn(self._writer(), "writer")
         self._spawn(self._listen_writer(), "listen-writer")
         self._spawn(self._ticker(), "ticker")
@@ -189,6 +202,7 @@ class SessionRunner:
             elif isinstance(c, StartResponse):
                 r = _Resp(c.response_id, c)
                 self._responses[c.response_id] = r
+                self.turns.response_started(c.response_id)
                 self.started_responses.append({"response_id": c.response_id,
                                                "messages": list(c.messages),
                                                "modalities": list(c.modalities)})
@@ -281,10 +295,12 @@ class SessionRunner:
                 if kind == "event":
                     await self._send_event(x)
                     self.stats["events_sent"] += 1
+                    self.turns.event_sent(x)
                 elif kind == "audio":
                     if self._send_audio is not None:
                         await self._send_audio(x.response_id, x.item_id, x.pcm, x.sample_rate)
                         self.stats["audio_chunks"] += 1
+                        self.turns.audio_sent(x.response_id)
                 elif kind == "flush":
                     if self._flush_audio is not None:
                         await self._flush_audio(x)
@@ -375,6 +391,7 @@ class SessionRunner:
                             if k in p:
                                 p[k] = int(round(p[k] + off))
                     self._listen_failures = 0
+                    self.turns.listen_event(p)
                     self.dispatch(self.session.listen_event(p, self.clock()))
                 else:
                     term = ev
@@ -429,6 +446,12 @@ class SessionRunner:
         try:
             if r.cancel_reason is not None:
                 return  # cancelled before it was submitted: the session already said so
+            if self.draining:  # the server is shutting down: no new turns
+                self.dispatch(self.session.response_finished(
+                    r.response_id, "failed", {"code": "stage_unavailable",
+                                              "message": "the server is shutting down"},
+                    self.clock()))
+                return
             try:
                 h = await self.pipeline.submit(payload, entry="think", route=route,
                                                deadline_s=self.opt.response_deadline_s)
@@ -440,12 +463,14 @@ class SessionRunner:
                 return
             r.rid = h.request_id
             self._live[h.request_id] = "response"
+            bind_ids(request_id=h.request_id)  # this task's log lines
             if r.cancel_reason is not None or self.closed:
                 self._abort(h.request_id, r.cancel_reason or "disconnected")
             try:
                 async for ev in h:
                     now = self.clock()
                     if ev.kind == "chunk":
+                        self.turns.chunk(r.response_id, ev.stage)
                         self.dispatch(self.session.response_chunk(r.response_id, ev.stage,
                                                                   ev.payload, now))
                     elif ev.kind == "done":
@@ -540,7 +565,24 @@ class SessionRunner:
                     await self._on_close(*self.close_code)
         finally:
             self.closed = True
+            _sessions.unregister(self)
             self._done.set()
+
+    # ------------------------------------------------------------------ drain
+    def begin_drain(self, code: str, message: str) -> None:
+        """Server shutdown began: tell the client; start no new response from now on."""
+        self.draining = True
+        self.send_error(code, message, type_="server_error")
+
+    async def shutdown(self, code: int = 1001, reason: str = "server shutting down") -> None:
+        """End of a drain: cancel the active response (its response.done goes out), close."""
+        if not self.closed and self._closing is None:
+            # the session core's own cancel path: CancelResponse + response.done (cancelled)
+            self.dispatch(self.session._cancel_active(
+                "server_shutting_down", self.clock(), flush=True))
+            if self.close_code is None:
+                self.close_code = (code, reason)  # close() lets the events out, then closes
+        await self.close()
 
     async def _drain_outbox(self) -> None:
         while self._outbox and any(not t.done() and t.get_name().endswith("writer")

@@ -6,6 +6,8 @@ under ``extra.server:``::
     extra:
       server:
         api_keys: []                 # or env VOICE_AGENT_API_KEYS=k1,k2
+        admin_keys: []               # /v1/sessions, /v1/requests/{id}; env VOICE_AGENT_ADMIN_KEYS
+        drain_grace_s: 10            # SIGTERM: running turns may finish this long
         allowed_origins: []          # browser Origins; [] = same host / loopback only
         max_sessions: 32
         instructions: ""             # "" = the thinker's own system prompt
@@ -15,7 +17,8 @@ under ``extra.server:``::
 
 Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
-``VOICE_AGENT_TWILIO_AUTH_TOKEN``.
+``VOICE_AGENT_TWILIO_AUTH_TOKEN``, ``VOICE_AGENT_ADMIN_KEYS`` (comma separated),
+``VOICE_AGENT_DRAIN_GRACE_S``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     api_keys: list[str] = Field(default_factory=list)
+    # admin endpoints (voice_server.admin); none configured: loopback-bound servers only
+    admin_keys: list[str] = Field(default_factory=list)
+    drain_grace_s: float = Field(10.0, ge=0)  # graceful drain on SIGTERM (voice_server.sessions)
     allowed_origins: list[str] = Field(default_factory=list)
     max_sessions: int = Field(32, ge=1)
     # session defaults
@@ -94,6 +100,11 @@ class ServerSettings(BaseModel):
             data["max_sessions"] = int(env["VOICE_AGENT_MAX_SESSIONS"])
         if env.get("VOICE_AGENT_TWILIO_AUTH_TOKEN"):
             data["twilio_auth_token"] = env["VOICE_AGENT_TWILIO_AUTH_TOKEN"]
+        admin = env.get("VOICE_AGENT_ADMIN_KEYS")
+        if admin is not None and admin.strip():
+            data["admin_keys"] = [k.strip() for k in admin.split(",") if k.strip()]
+        if env.get("VOICE_AGENT_DRAIN_GRACE_S"):
+            data["drain_grace_s"] = float(env["VOICE_AGENT_DRAIN_GRACE_S"])
         data.update(overrides)
         return cls.model_validate(data)
 

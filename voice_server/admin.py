@@ -1,0 +1,118 @@
+"""Admin endpoints: the coordinator's view of a request, and the live sessions.
+
+    GET /v1/requests/{id}   the coordinator's record of a runtime request (live, or one
+                            of the last 4096 finished): state, entry, route, reason,
+                            error, per-stage progress (chunks, done, queue/compute ms),
+                            timings, and held_by (the stage processes that hold it now)
+    GET /v1/sessions        {"object": "list", "draining": bool, "data": [{"id",
+                            "transport", "state", "active_response_id", "started_at"
+                            (unix seconds), "age_s", "live_requests" {id: kind},
+                            "model"}]}
+
+Auth, checked before anything else:
+
+* Keys come from ``settings.admin_keys`` (YAML ``extra.server.admin_keys``) or env
+  ``VOICE_AGENT_ADMIN_KEYS=k1,k2`` -- separate from the API keys: an API key
+  lets a caller talk to the agent, an admin key lets it see everybody's
+  sessions.  Sent as ``Authorization: Bearer KEY``; compared in constant time
+  (``hmac.compare_digest`` against every key).
+* With admin keys configured: no key or an unknown one -> 401; a valid API key
+  that is not an admin key -> 403.
+* With NO admin key configured the endpoints answer only when the connection
+  came in on a loopback address (a server bound to 127.0.0.1 / ::1, the
+  default); otherwise 403.  Behind a reverse proxy on the same host every
+  request arrives over loopback: configure an admin key there.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .sessions import registry_for
+
+
+def _err(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"type": "invalid_request_error", "code": code,
+                                   "message": message, "param": None}},
+                        status_code=status, headers=headers)
+
+
+def _matches(key: str, keys) -> bool:
+    ok = False
+    kb = key.encode()
+    for k in keys:  # no early exit: the same work whichever key matches
+        ok |= hmac.compare_digest(kb, str(k).encode())
+    return ok
+
+
+def _loopback(addr: str | None) -> bool:
+    if not addr:
+        return False
+    if addr == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def check_admin(request: Request, settings) -> JSONResponse | None:
+    """None when the caller may use the admin endpoints, else the error response."""
+    admin_keys = list(getattr(settings, "admin_keys", None) or [])
+    if not admin_keys:
+        server = request.scope.get("server") or (None, None)
+        if _loopback(server[0]):
+            return None
+        return _err(403, "admin_disabled",
+                    "Admin endpoints are disabled: no admin key is configured "
+                    "(VOICE_AGENT_ADMIN_KEYS) and the server is not bound to loopback.")
+    auth = request.headers.get("authorization") or ""
+    scheme, _, key = auth.partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        return _err(401, "missing_admin_key", "Send 'Authorization: Bearer ADMIN_KEY'.",
+                    {"WWW-Authenticate": "Bearer"})
+    if _matches(key, admin_keys):
+        return None
+    if _matches(key, getattr(settings, "api_keys", None) or []):
+        return _err(403, "admin_key_required", "This key is not an admin key.")
+    return _err(401, "invalid_admin_key", "Incorrect admin key.", {"WWW-Authenticate": "Bearer"})
+
+
+def routes(pipeline, settings) -> list[Route]:
+    def live():
+        return pipeline() if callable(pipeline) and not hasattr(pipeline, "status") else pipeline
+
+    async def request_status(request: Request):
+        denied = check_admin(request, settings)
+        if denied is not None:
+            return denied
+        raw = request.path_params["rid"]
+        try:
+            rid = int(raw)
+        except ValueError:
+            return _err(400, "invalid_request_id", f"Request ids are integers, not {raw!r}.")
+        p = live()
+        st = p.status(rid) if p is not None else None
+        if st is None:
+            return _err(404, "request_not_found",
+                        f"No request {rid} (unknown, or finished too long ago).")
+        return JSONResponse(st)
+
+    async def sessions(request: Request):
+        denied = check_admin(request, settings)
+        if denied is not None:
+            return denied
+        reg = registry_for(live())
+        return JSONResponse({"object": "list", "draining": reg.draining, "data": reg.list()})
+
+    return [Route("/v1/requests/{rid}", request_status, methods=["GET"]),
+            Route("/v1/sessions", sessions, methods=["GET"])]
+
+
+__all__ = ["routes", "check_admin"]

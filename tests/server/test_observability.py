@@ -131,6 +131,39 @@ async def _silence_forever(c: RTClient) -> None:
         await stream_realtime(c.send, silence(200))
 
 
+def test_turn_timer_barge_in_and_end_of_utterance():
+    from voice_server import metrics as m
+
+    def count(name, **labels):
+        return m.REGISTRY.get_sample_value(name + "_count", labels) or 0.0
+
+    barge, eou, audio = ("voice_turn_barge_in_seconds", "voice_turn_end_of_utterance_seconds",
+                         "voice_turn_first_audio_seconds")
+    b0, e0, a0 = count(barge), count(eou), count(audio, trigger="speech")
+    t = m.TurnTimer()
+    t.listen_event({"type": "speech_started"})
+    t.listen_event({"type": "speech_stopped"})
+    t.listen_event({"type": "final", "text": "hi"})
+    t.response_started("resp_1")
+    t.chunk("resp_1", "think")
+    t.event_sent({"type": "response.output_audio.delta", "response_id": "resp_1"})
+    t.event_sent({"type": "response.output_audio.delta", "response_id": "resp_1"})  # not again
+    t.listen_event({"type": "speech_started"})  # the user talks over the reply
+    t.event_sent({"type": "response.done", "response": {
+        "id": "resp_1", "status": "cancelled",
+        "status_details": {"type": "cancelled", "reason": "turn_detected"}}})
+    assert count(barge) == b0 + 1
+    assert count(eou) == e0 + 1
+    assert count(audio, trigger="speech") == a0 + 1
+    assert not t.responses
+    # a cancel that is not a barge-in is not counted as one
+    t.response_started("resp_2")
+    t.event_sent({"type": "response.done", "response": {
+        "id": "resp_2", "status": "cancelled",
+        "status_details": {"type": "cancelled", "reason": "client_cancelled"}}})
+    assert count(barge) == b0 + 1
+
+
 # --------------------------------------------------------------------------- admin endpoints
 async def test_admin_endpoints(server):
     base = _http(server)

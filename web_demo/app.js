@@ -330,7 +330,8 @@ function noteFirstAudio(at) {
   latencyFrom = null;
   const last = demo.latencies[demo.latencies.length - 1];
   const sorted = [...demo.latencies].sort((a, b) => a - b);
-  const med = sorted[Math.floor((sorted.length - 1) / 2)];
+  const mid = sorted.length >> 1;
+  const med = sorted.length % 2 ? sorted[mid] : Math.round((sorted[mid - 1] + sorted[mid]) / 2);
   ui.latency.textContent = `${last} ms`;
   ui.latencyMore.textContent = demo.latencies.length > 1
     ? `median ${med} ms over ${demo.latencies.length} turns` : 'first turn';
@@ -593,6 +594,7 @@ async function start() {
     }
     demo.transport = kind;
     await transport.connect();
+    demo.usedClientSecret = !!transport.usedClientSecret; // WebRTC: minted an ek_ first
     const turnDetection = { type: 'server_vad', create_response: true, interrupt_response: true };
     // server extension: how much speech the VAD needs before speech_started
     // (barge-in); the server's default (250 ms) is on the slow side for a demo

@@ -211,6 +211,7 @@ def test_webrtc_turn(demo_server, launch):
     b.page.wait_for_timeout(300)  # the tail of the remote track
     d = b.demo()
     assert d["transport"] == "webrtc"
+    assert d["usedClientSecret"], "the page should mint a client secret when given a key"
     assert d["errors"] == [], d["errors"]
     assert d["user"] and "capital" in d["user"][0]["text"], d["user"]
     assert d["agent"][0]["status"] == "completed" and d["agent"][0]["text"], d["agent"]

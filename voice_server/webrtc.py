@@ -277,9 +277,11 @@ class WebRTCEndpoint:
                                    headers={"WWW-Authenticate": "Bearer"})
 
     def _live_sessions(self) -> int:
-        n = len(self.calls) + self._pending
+        """Sessions of every transport (the per-pipeline registry) + handshakes in flight."""
+        from .sessions import registry_for
+        n = max(len(registry_for(self.pipeline)), len(self.calls)) + self._pending
         if self.realtime is not None:
-            n += len(self.realtime.runners) + getattr(self.realtime, "_pending", 0)
+            n += getattr(self.realtime, "_pending", 0)
         return n
 
     # --------------------------------------------------------- client secret
@@ -419,7 +421,8 @@ class WebRTCEndpoint:
 
         runner = SessionRunner(session, self.pipeline, call.send_event,
                                send_audio=call.send_audio, flush_audio=call.flush_audio,
-                               on_close=call.on_close, options=RunnerOptions.from_settings(s))
+                               on_close=call.on_close, options=RunnerOptions.from_settings(s),
+                               transport="webrtc")
         call.runner = runner
         self.calls[call_id] = call
         await runner.start()

@@ -13,8 +13,10 @@ bench's Caller measures:
   carried by the protocol and are dropped;
 * server ``media`` -> ``response.output_audio.delta`` (response_id = the item
   of the last mark: every reply opens with an ``<item>:0:start`` mark);
-  ``<item>:<ms>:end`` mark -> ``response.done`` (completed); ``clear`` ->
-  ``response.done`` (cancelled) for the item playing;
+  ``response.done`` (completed) when the ``<item>:<ms>:end`` mark is echoed,
+  i.e. once the caller has HEARD the whole reply (so the next question is not
+  asked over it); ``clear`` -> ``response.done`` (cancelled) for the item
+  playing: barge_in_ms is interrupting speech -> ``clear``;
 * playback is simulated in real time: each mark is echoed once the audio
   before it has "played" (pending marks at once on ``clear``), as Twilio does.
 """
@@ -74,6 +76,7 @@ class TwilioCallerTransport:
         self.pending: list[tuple[float, str]] = []
         self.seq = 0
         self.sent_media = 0
+        self.finished: set[str] = set()
 
     async def connect(self) -> None:
         import websockets
@@ -131,13 +134,12 @@ class TwilioCallerTransport:
                     self.pending.append((max(self.play_end, now), name))
                     if name.endswith(":start"):
                         self.cur_item = item
-                    elif name.endswith(":end"):
-                        self._emit({"type": "response.done",
-                                    "response": {"id": item, "status": "completed"}})
+                    # ":end" -> response.done once echoed = played (see _player)
                 elif ev == "clear":
                     self.play_end = now
                     self.pending = [(now, n) for _, n in self.pending]
-                    if self.cur_item is not None:
+                    if self.cur_item is not None and self.cur_item not in self.finished:
+                        self.finished.add(self.cur_item)
                         self._emit({"type": "response.done", "response": {
                             "id": self.cur_item, "status": "cancelled"}})
 
@@ -146,6 +148,11 @@ class TwilioCallerTransport:
             now = time.monotonic()
             while self.pending and self.pending[0][0] <= now:
                 _, name = self.pending.pop(0)
+                item = name.split(":")[0]
+                if name.endswith(":end") and item not in self.finished:
+                    self.finished.add(item)
+                    self._emit({"type": "response.done",
+                                "response": {"id": item, "status": "completed"}})
                 await self._send({"event": "mark", "streamSid": self.sid,
                                   "mark": {"name": name}})
             await asyncio.sleep(0.01)
@@ -167,4 +174,40 @@ class TwilioCallerTransport:
         await asyncio.gather(*getattr(self, "_tasks", []), return_exceptions=True)
 
 
-__all__ = ["TwilioCallerTransport", "Decimator"]
+
+
+class RealtimeWSPcmuTransport:
+    """Control for the comparison: the OpenAI Realtime WebSocket carrying the
+    same 8 kHz mu-law input as telephony (``audio/pcmu``; output stays PCM).
+    ``twilio - ws-pcmu`` is what the bridge itself adds; ``ws-pcmu - ws`` is
+    the narrowband input (VAD/ASR on telephone audio)."""
+
+    def __init__(self, url: str, key: str | None) -> None:
+        from benchmarks.realtime_bench import RealtimeWSTransport
+        self.inner = RealtimeWSTransport(url, key)
+        self.dec = Decimator()
+
+    async def connect(self) -> None:
+        await self.inner.connect()
+
+    async def send_event(self, ev: dict) -> None:
+        if ev.get("type") == "session.update":
+            ev = json.loads(json.dumps(ev))
+            ev["session"].setdefault("audio", {}).setdefault("input", {})["format"] = \
+                {"type": "audio/pcmu"}
+        await self.inner.send_event(ev)
+
+    async def send_audio(self, pcm24k: np.ndarray) -> None:
+        pcm8 = self.dec.process(np.asarray(pcm24k, np.int16).reshape(-1))
+        await self.inner.ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                             "audio": base64.b64encode(mulaw_encode(pcm8))
+                                             .decode()}))
+
+    async def next_event(self, timeout: float) -> dict | None:
+        return await self.inner.next_event(timeout)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+__all__ = ["TwilioCallerTransport", "RealtimeWSPcmuTransport", "Decimator"]

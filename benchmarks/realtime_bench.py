@@ -129,8 +129,8 @@ class RealtimeWSTransport(CallerTransport):
 
 
 TRANSPORTS = {"ws": RealtimeWSTransport}
-from benchmarks.callers_twilio import TwilioCallerTransport  # noqa: E402
-TRANSPORTS["twilio"] = TwilioCallerTransport
+from benchmarks.callers_twilio import RealtimeWSPcmuTransport, TwilioCallerTransport  # noqa
+TRANSPORTS.update({"twilio": TwilioCallerTransport, "ws-pcmu": RealtimeWSPcmuTransport})
 
 
 from benchmarks.callers_webrtc import WebRTCTransport  # noqa: E402  (aiortc loaded lazily)

@@ -250,7 +250,8 @@ class TwilioCall:
         self.runner = SessionRunner(self.session, self.ep.pipeline, self._send_event,
                                     send_audio=self._send_audio, flush_audio=self._flush_audio,
                                     on_close=self._on_runner_close,
-                                    options=RunnerOptions.from_settings(s))
+                                    options=RunnerOptions.from_settings(s),
+                                    transport="twilio")
         self.ep.runners[self.session.session_id] = self.runner
         self.ep.calls[self.session.session_id] = self
         log.info("twilio %s: call %s started (session %s)", self.stream_sid, self.call_sid,

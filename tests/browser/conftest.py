@@ -22,6 +22,7 @@ import pytest
 from tests.server.audio_helpers import flite_pcm
 from tests.server.conftest import API_KEY, ROOT, ServerThread
 from voice_server.settings import ServerSettings
+from tests.requirements import missing
 
 MIC_RATE = 48000  # Chrome's fake capture device reads 16-bit WAV; 48 kHz mono
 CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium",
@@ -133,11 +134,11 @@ class Browser:
 @pytest.fixture(scope="session")
 def browser_ok():
     if chromium_path() is None:
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
+        missing("Chromium is not installed (apt-get install chromium)")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        pytest.skip("Python playwright is not installed (pip install playwright)")
+        missing("Python playwright is not installed (pip install playwright)")
     return chromium_path()
 
 

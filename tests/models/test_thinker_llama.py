@@ -10,11 +10,12 @@ from runtime.errors import ErrorCode, StageError  # noqa: E402
 from runtime.executor import StepResult, WorkItem  # noqa: E402
 from runtime.models.llama_cpp_thinker import LlamaCppThinker  # noqa: E402
 from runtime.models.model_files import ModelFileMissing, smollm2_gguf  # noqa: E402
+from tests.requirements import missing
 
 try:
     smollm2_gguf()
 except ModelFileMissing as e:  # pragma: no cover - depends on the environment
-    pytest.skip(str(e), allow_module_level=True)
+    missing(str(e), allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

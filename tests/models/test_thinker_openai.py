@@ -15,6 +15,7 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import StepResult, WorkItem
 from runtime.models.openai_thinker import OpenAICompatThinker, status_code_error
 from runtime.models.sse import sse_events
+from tests.requirements import missing
 
 
 def _free_port() -> int:
@@ -57,7 +58,7 @@ def server():
     try:
         model = smollm2_gguf()
     except ModelFileMissing as e:
-        pytest.skip(str(e))
+        missing(str(e))
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",

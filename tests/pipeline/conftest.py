@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from runtime.pipeline import Pipeline
+from tests.requirements import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "voice-cpu.yaml"
@@ -28,7 +29,7 @@ async def pipeline():
     try:
         p = await Pipeline.start(CONFIG)
     except Exception as e:  # noqa: BLE001 - a missing model/library skips, naming the stage
-        pytest.skip(f"voice pipeline cannot start here: {str(e).splitlines()[0]}")
+        missing(f"voice pipeline cannot start here: {str(e).splitlines()[0]}")
     yield p
     await p.close()
 
@@ -37,7 +38,7 @@ async def pipeline():
 def flite_wav(tmp_path_factory):
     """flite_wav(text) -> (int16 mono samples, rate): flite's slt voice, made at test time."""
     if shutil.which("flite") is None:
-        pytest.skip("Debian flite is not installed (apt-get install flite)")
+        missing("Debian flite is not installed (apt-get install flite)")
     d = tmp_path_factory.mktemp("flite")
     cache: dict[str, tuple[np.ndarray, int]] = {}
 

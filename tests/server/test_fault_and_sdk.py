@@ -119,8 +119,10 @@ async def test_openai_sdk_client(server):
                 "type": "message", "role": "user",
                 "content": [{"type": "input_text", "text": "Tell me a long story."}]})
             await conn.response.create(response={"max_output_tokens": 200})
-            await _wait(events, lambda e: e.type == "response.created", start=n)
+            # Sent back to back: the server handles them in order, so the cancel
+            # always meets an active response however short the reply would be.
             await conn.response.cancel()
+            await _wait(events, lambda e: e.type == "response.created", start=n)
             _, done = await _wait(events, lambda e: e.type == "response.done", start=n)
             assert done.response.status == "cancelled"
             assert done.response.status_details.reason == "client_cancelled"

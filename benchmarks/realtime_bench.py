@@ -396,7 +396,12 @@ def main(argv=None) -> int:
                 by[t]["sessions"][str(n)] = r
                 print(f"  {t}: {n} sessions done in {r['wall_s']} s", file=sys.stderr,
                       flush=True)
-    results = by[names[0]] if len(names) == 1 else {"transports": by}
+    # The stable keys (sessions.<n>..., silence_window_ms) hold the WebSocket
+    # figures when it ran, else the first transport's; every transport is under
+    # transports.<name> so runs can be compared from one to the next.
+    main_name = "ws" if "ws" in by else names[0]
+    results = dict(by[main_name])
+    results["transports"] = by
 
     hdr = (f"{'transport':>9} {'sessions':>8} {'first_audio p50':>15} {'p95':>7} "
            f"{'barge_in p50':>12} {'p95':>7} {'last_audio p50':>14} {'late':>5} {'err':>4}")

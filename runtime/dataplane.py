@@ -111,7 +111,15 @@ class DataPlane:
 
     # ---- receiving -----------------------------------------------------------------
     def unpack(self, desc: dict, frames: list) -> Any:
+        try:
+            return self._unpack(desc, frames)
+        except (KeyError, TypeError, IndexError) as exc:
+            raise ValueError(f"malformed payload descriptor: {type(exc).__name__}: {exc}") from None
+
+    def _unpack(self, desc: dict, frames: list) -> Any:
         tr = desc["tr"]
+        if tr not in TRANSPORTS or tr == "local":
+            raise ValueError(f"unknown transport {tr!r}")
         if tr == "inline":
             return desc["v"]
         if tr == "cuda_ipc":

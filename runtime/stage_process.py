@@ -285,7 +285,20 @@ class ProcessLoop:
         self.data.release_lends(msg["lids"])
 
     def handle(self, parts: list) -> None:
-        msg = wire.loads(parts[0].buffer if hasattr(parts[0], "buffer") else parts[0])
+        """One message; a failure while handling it fails its request, never the stage."""
+        msg: dict = {}
+        try:
+            msg = wire.loads(parts[0].buffer if hasattr(parts[0], "buffer") else parts[0])
+            self._dispatch(msg, parts)
+        except Exception as exc:  # noqa: BLE001
+            rid = msg.get("rid") if isinstance(msg, dict) else None
+            self.log(f"message {msg.get('t') if isinstance(msg, dict) else '?'} for request {rid} "
+                     f"failed:\n" + traceback.format_exc())
+            if isinstance(rid, int) and msg.get("t") == "d":
+                host = self.stages.get(msg.get("to")) or next(iter(self.stages.values()))
+                host.fail(rid, exc)
+
+    def _dispatch(self, msg: dict, parts: list) -> None:
         t = msg.get("t")
         if t == "d":
             self.on_data(msg, parts[1:])

@@ -239,3 +239,25 @@ async def test_clean_shutdown_leaves_no_process_socket_or_segment(start):
     assert not any(pid_alive(pid) for pid in pids)
     assert p.segments() == []
     assert not os.path.exists(run_dir)
+
+
+async def test_a_malformed_message_fails_its_request_not_the_stage(start):
+    import zmq
+
+    from runtime import wire
+
+    p = await start(linear(stage("d", "tests.stages:Doubler", scheduler="chunk")))
+    h = await p.submit(None, stream_input=True)
+    pid = p.snapshot()["processes"]["d/0"]["pid"]
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.connect(p.endpoints.of("d", 0))
+    sock.send(wire.dumps({"t": "d", "to": "d", "rid": h.request_id, "src": "@in", "pl": {"tr": "bogus"}}))
+    term, _ = await asyncio.wait_for(h.result(), 10)
+    sock.close(0)
+    ctx.term()
+    assert term.kind == "error" and term.error.code.value == "bad_input"
+    h2 = await p.submit(21)
+    term, chunks = await h2.result()
+    assert term.kind == "done" and chunks[0].payload == 42
+    assert p.snapshot()["processes"]["d/0"]["pid"] == pid  # the same process: it did not crash

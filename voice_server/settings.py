@@ -18,7 +18,15 @@ under ``extra.server:``::
 Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
 ``VOICE_AGENT_TWILIO_AUTH_TOKEN``, ``VOICE_AGENT_ADMIN_KEYS`` (comma separated),
-``VOICE_AGENT_DRAIN_GRACE_S``.
+``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``, and one
+``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
+``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
+
+Limits (defaults): WebSocket message ``ws_max_message_bytes`` 16 MiB (bigger:
+the protocol layer closes with 1009), ``max_sessions`` 32 (503 before the
+upgrade), and ServerLimits: ``max_append_b64_bytes`` 15 MiB,
+``max_buffered_input_s`` 120, ``max_session_s`` 3600, ``idle_timeout_s`` 600,
+``max_client_events_per_s`` 200 with bursts of ``client_events_burst`` 400.
 """
 
 from __future__ import annotations
@@ -105,6 +113,14 @@ class ServerSettings(BaseModel):
             data["admin_keys"] = [k.strip() for k in admin.split(",") if k.strip()]
         if env.get("VOICE_AGENT_DRAIN_GRACE_S"):
             data["drain_grace_s"] = float(env["VOICE_AGENT_DRAIN_GRACE_S"])
+        if env.get("VOICE_AGENT_WS_MAX_MESSAGE_BYTES"):
+            data["ws_max_message_bytes"] = int(env["VOICE_AGENT_WS_MAX_MESSAGE_BYTES"])
+        lim = {k: env[f"VOICE_AGENT_LIMIT_{k.upper()}"] for k in ServerLimits.model_fields
+               if env.get(f"VOICE_AGENT_LIMIT_{k.upper()}")}
+        if lim:  # strings: pydantic converts them (lax mode) and checks them
+            base = data.get("limits")
+            base = base.model_dump() if isinstance(base, ServerLimits) else dict(base or {})
+            data["limits"] = {**base, **lim}
         data.update(overrides)
         return cls.model_validate(data)
 

@@ -103,6 +103,14 @@ class ServerLimits(BaseModel):
     max_metadata_key_chars: int = 64
     max_metadata_value_chars: int = 512
     max_output_tokens_cap: int = 4096
+    # no client traffic (events or input audio) for this long: error ``idle_timeout``
+    # and close (0 = never)
+    idle_timeout_s: float = 600.0
+    # client events per session: a token bucket, ``rate`` per second refilled up to
+    # ``burst``; an event over it is dropped with an ``error`` ``rate_limit_exceeded``
+    # (the session stays open).  0 = no limit
+    max_client_events_per_s: float = 200.0
+    client_events_burst: int = 400
 
 
 # ---------------------------------------------------------------------------

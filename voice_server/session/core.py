@@ -35,8 +35,11 @@ limits=ServerLimits(), dialect="ga"|"beta")``
 * ``transcription_result(item_id, text, now_ms, error=None)`` - the answer to
   a ``TranscribeBuffer`` command (error: same dict shape as above).
 * ``playback_progress(item_id, played_ms, now_ms)`` - what the listener heard.
-* ``tick(now_ms)`` - timers: server-VAD ``idle_timeout_ms`` and the maximum
-  session duration (``ServerLimits.max_session_s``).
+* ``tick(now_ms)`` - timers: server-VAD ``idle_timeout_ms``, the maximum
+  session duration (``ServerLimits.max_session_s``) and the idle limit
+  (``ServerLimits.idle_timeout_s``: no client event or audio -> ``error``
+  ``idle_timeout`` + ``Close``).  ``client_event`` also enforces
+  ``max_client_events_per_s`` (token bucket; excess -> ``rate_limit_exceeded``).
 * ``disconnect(now_ms)`` - client gone: ``CancelResponse`` for the active
   response and ``StopListen``; afterwards every method returns ``[]``.
 
@@ -169,6 +172,10 @@ class Session:
         self._active: _Response | None = None
         self._last_audio: _Response | None = None
         self._idle_deadline: float | None = None
+        # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
+        self._last_traffic_ms: float | None = None
+        self._tokens = float(self.limits.client_events_burst)
+        self._tokens_ms: float | None = None
 
     # ------------------------------------------------------------------ utils
     def _send(self, type_: str, **fields) -> SendEvent:
@@ -223,6 +230,15 @@ class Session:
         if self.closed:
             return []
         out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        if not self._take_token(now_ms):
+            eid = raw.get("event_id") if isinstance(raw, dict) else None
+            out.append(self._error("invalid_request_error", "rate_limit_exceeded",
+                                   f"Too many client events: at most "
+                                   f"{self.limits.max_client_events_per_s:g} per second (bursts "
+                                   f"of {self.limits.client_events_burst}); this event was "
+                                   "dropped.", None, eid if isinstance(eid, str) else None))
+            return out
         try:
             ev = parse_client_event(raw)
         except ClientError as err:
@@ -506,8 +522,24 @@ class Session:
         if pcm.dtype != np.int16:
             raise TypeError("input_audio expects int16 PCM")
         out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
         out += self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
         return out
+
+    def _take_token(self, now_ms: float) -> bool:
+        """Token bucket of ``ServerLimits.max_client_events_per_s``."""
+        rate = self.limits.max_client_events_per_s
+        if rate <= 0:
+            return True
+        burst = float(max(self.limits.client_events_burst, 1))
+        if self._tokens_ms is not None:
+            self._tokens = min(burst, self._tokens + max(now_ms - self._tokens_ms, 0.0) * rate
+                               / 1000.0)
+        self._tokens_ms = now_ms
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
     def _ingest(self, pcm: np.ndarray, rate: int, now_ms: float) -> list[Command]:
         if self._in_resampler is None or self._in_resampler.in_rate != rate:
@@ -957,6 +989,13 @@ class Session:
             return []
         if now_ms - self._start_ms >= self.limits.max_session_s * 1000.0:
             return self._expire(now_ms)
+        idle_s = self.limits.idle_timeout_s
+        if self._active is not None:  # a reply in progress is not idleness
+            self._last_traffic_ms = now_ms
+        elif idle_s > 0 and \
+                now_ms - (self._last_traffic_ms or self._start_ms) >= idle_s * 1000.0:
+            return self._expire(now_ms, "idle_timeout",
+                                f"No client events or audio for {idle_s:g} seconds.")
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or self._idle_deadline is None or \
                 now_ms < self._idle_deadline or self._active is not None or \
@@ -979,18 +1018,19 @@ class Session:
                                          s.instructions or None, None, True, None)
         return out
 
-    def _expire(self, now_ms: float) -> list[Command]:
+    def _expire(self, now_ms: float, code: str = "session_expired",
+                message: str | None = None) -> list[Command]:
         out: list[Command] = []
         if self._active is not None:
             out += self._cancel_active("client_cancelled", now_ms, flush=True,
-                                       reason_cmd="session_expired")
-        out.append(self._error("invalid_request_error", "session_expired",
+                                       reason_cmd=code)
+        out.append(self._error("invalid_request_error", code, message or
                                f"Your session hit the maximum duration of "
                                f"{self.limits.max_session_s:g} seconds."))
         if self._listening is not None:
             self._listening = None
             out.append(StopListen())
-        out.append(Close(1000, "session_expired"))
+        out.append(Close(1000, code))
         self.closed = True
         return out
 

@@ -22,6 +22,10 @@ input_audio_buffer_commit_empty    commit with less than min_commit_ms buffered
 string_above_max_length            instructions / metadata too long
 response_cancel_not_active         response.cancel with nothing active (benign)
 conversation_already_has_active_response  response.create while one is active (benign)
+rate_limit_exceeded                more than ServerLimits.max_client_events_per_s
+                                   (token bucket, burst client_events_burst); event dropped
+idle_timeout                       no client traffic for idle_timeout_s (then close 1000)
+session_expired                    max_session_s reached (then close 1000)
 =================================  ==========================================
 """
 

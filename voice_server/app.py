@@ -101,15 +101,31 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
             if close_pipeline:
                 await pipeline.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    middleware=[Middleware(DrainGate, pipeline=pipeline)])  # 503 while draining
+    middleware = [Middleware(DrainGate, pipeline=pipeline)]  # 503 while draining
+    if settings.allowed_origins:  # CORS for the HTTP API; none configured: same-origin only
+        middleware.insert(0, cors_middleware(settings.allowed_origins))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.pipeline = pipeline
     app.state.webrtc = rtc_endpoint
     app.state.client_secrets = rtc_endpoint.secrets  # shared by every transport's auth
+    endpoint.secrets = rtc_endpoint.secrets  # the WebSocket accepts ek_... secrets too
     app.state.settings = settings
     app.state.realtime = endpoint
     app.state.twilio = tw_endpoint
     return app
+
+
+def cors_middleware(origins: list[str]) -> Middleware:
+    """Starlette CORS for the HTTP endpoints, from ``settings.allowed_origins`` (the
+    same list that admits WebSocket Origins; ``"*"`` allows any).  Credentials are
+    Bearer headers, never cookies, so ``allow_credentials`` stays off."""
+    from starlette.middleware.cors import CORSMiddleware
+    any_origin = "*" in origins
+    return Middleware(CORSMiddleware,
+                      allow_origins=["*"] if any_origin else [o.rstrip("/") for o in origins],
+                      allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+                      allow_headers=["Authorization", "Content-Type", "OpenAI-Beta"],
+                      expose_headers=["Location", "Retry-After"], max_age=600)
 
 
 def check_bind(host: str, settings: ServerSettings) -> None:

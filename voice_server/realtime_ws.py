@@ -11,6 +11,9 @@ After it, every problem is an ``error`` event and the session stays open.
 Auth: ``Authorization: Bearer KEY``, or for browsers the subprotocols
 ``realtime`` + ``openai-insecure-api-key.KEY`` (``realtime`` is echoed when
 offered).  Keys come from :class:`voice_server.settings.ServerSettings`.
+A client secret ``ek_...`` (``POST /v1/realtime/client_secrets``) works in
+either place instead of a key: single-use, expiring; its session config and
+session id apply to the session (401 ``invalid_client_secret`` otherwise).
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
+from .client_secrets import is_client_secret
 from .runner import RunnerOptions, SessionRunner
 from .session import Session, SessionSettings
+from .session.config import apply_session_update
+from .session.errors import ClientError
 from .settings import LOOPBACK_HOSTS, ServerSettings
 
 log = logging.getLogger("voice_server.realtime_ws")
@@ -83,6 +89,13 @@ class RealtimeEndpoint:
         self.settings = settings
         self.runners: dict[str, SessionRunner] = {}
         self._pending = 0  # accepted upgrades not yet registered
+        self.secrets = None  # ClientSecretStore (build_app: app.state.client_secrets)
+
+    def _busy(self) -> bool:
+        """max_sessions counts the sessions of every transport (the pipeline's registry)."""
+        from .sessions import registry_for
+        n = max(len(registry_for(self.pipeline)), len(self.runners)) + self._pending
+        return n >= self.settings.max_sessions
 
     async def _deny(self, ws: WebSocket, status: int, code: str, message: str,
                     headers: dict | None = None) -> None:
@@ -104,18 +117,35 @@ class RealtimeEndpoint:
         if not origin_allowed(ws.headers.get("origin"), ws.headers.get("host"), s):
             await ws.close(1008)  # before accept: HTTP 403
             return
-        if s.auth_required:
-            key = _bearer(ws.headers)
-            if key is None:
-                key = next((p[len(KEY_PROTOCOL_PREFIX):] for p in offered
-                            if p.startswith(KEY_PROTOCOL_PREFIX)), None)
+        key = _bearer(ws.headers)
+        if key is None:
+            key = next((p[len(KEY_PROTOCOL_PREFIX):] for p in offered
+                        if p.startswith(KEY_PROTOCOL_PREFIX)), None)
+        secret = None
+        if is_client_secret(key):  # single-use ek_... (POST /v1/realtime/client_secrets)
+            if self._busy():  # do not burn the secret on a refusal
+                await self._deny(ws, 503, "server_busy",
+                                 f"Too many sessions ({s.max_sessions}); try again later.",
+                                 {"Retry-After": "5"})
+                return
+            store = self.secrets
+            if store is None:
+                store = getattr(getattr(ws.scope.get("app"), "state", None), "client_secrets",
+                                None)
+            secret = store.consume(key) if store is not None else None
+            if secret is None:
+                await self._deny(ws, 401, "invalid_client_secret",
+                                 "The client secret is unknown, expired or already used.",
+                                 {"WWW-Authenticate": "Bearer"})
+                return
+        elif s.auth_required:
             if not _key_ok(key, s.api_keys):
                 await self._deny(ws, 401, "invalid_api_key",
                                  "Missing or incorrect API key. Send 'Authorization: Bearer "
                                  "KEY' or the subprotocol 'openai-insecure-api-key.KEY'.",
                                  {"WWW-Authenticate": "Bearer"})
                 return
-        if len(self.runners) + self._pending >= s.max_sessions:
+        if self._busy():
             await self._deny(ws, 503, "server_busy",
                              f"Too many sessions ({s.max_sessions}); try again later.",
                              {"Retry-After": "5"})
@@ -130,7 +160,14 @@ class RealtimeEndpoint:
         dialect = "beta" if "realtime=v1" in (ws.headers.get("openai-beta") or "") else "ga"
         config = SessionSettings(model=model[:256], instructions=s.instructions, voice=s.voice,
                                  max_output_tokens=s.max_output_tokens)
-        session = Session("sess_" + secrets.token_hex(10), config, audio_out_mode="events",
+        sess_cfg = dict(secret.session) if secret is not None else {}
+        session_id = sess_cfg.pop("_session_id", None) or "sess_" + secrets.token_hex(10)
+        if sess_cfg:
+            try:  # validated at mint time; applied like a first session.update
+                config = apply_session_update(config, sess_cfg, s.limits)
+            except ClientError as exc:
+                log.info("client secret's session config no longer valid: %s", exc.message)
+        session = Session(session_id, config, audio_out_mode="events",
                           limits=s.limits, dialect=dialect)
 
         async def send_event(ev: dict) -> None:

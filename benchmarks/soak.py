@@ -1,0 +1,291 @@
+"""Soak: simulated callers with random barge-ins, cancels and reconnects for N minutes.
+
+A real server (in-process uvicorn on 127.0.0.1, the real configs/voice-cpu.yaml
+pipeline) and C callers (default 8; benchmarks/realtime_bench.py's caller:
+flite speech in 20 ms frames in real time over real WebSockets).  Each caller
+loops over random actions: a spoken turn (weight 5), a barge-in (speech over
+a long reply, 2), ``response.cancel`` mid-reply (2), a disconnect mid-reply
+(1; half with a close frame, half a TCP reset) followed by a reconnect.
+
+Reports turns completed, barge-ins, cancels, reconnects, errors by code,
+first-audio latency p50/p95 per minute (end of speech + 500 ms VAD window ->
+first audio delta), RSS and open fds of the server (which also runs the
+callers) and of every stage process at start (after a warm-up in which every
+caller's session took one turn) and end, /dev/shm entries with the run prefix and
+requests left in the coordinator table once every caller is gone (must be 0).
+
+    python benchmarks/soak.py --minutes 2            # writes benchmarks/results/soak.json
+    python benchmarks/soak.py --minutes 30           # the record run
+
+``run_soak(minutes, callers)`` is the same thing in-process (tests/server/test_soak.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.faults import Sess, audio_delta  # noqa: E402
+from benchmarks.realtime_bench import (INTERRUPT, QUESTIONS, SILENCE_WINDOW_MS, STORY,  # noqa: E402
+                                       flite_pcm, pct)
+
+KEY = "soak-key"
+RSS_GROWTH_TARGET = 0.10
+# Error codes a well-behaved soak may see: a cancel that races the reply's own end.
+EXPECTED_ERROR_CODES = {"response_cancel_not_active"}
+
+
+def proc_stats(pid: int) -> dict:
+    import psutil
+    try:
+        p = psutil.Process(pid)
+        return {"pid": pid, "rss_mb": round(p.memory_info().rss / 2**20, 1),
+                "fds": p.num_fds()}
+    except psutil.Error:
+        return {"pid": pid, "rss_mb": None, "fds": None}
+
+
+class Soak:
+    def __init__(self, srv, speech: dict, minutes: float, callers: int, seed: int) -> None:
+        self.srv, self.p, self.speech = srv, srv.pipeline, speech
+        self.minutes, self.callers, self.seed = minutes, callers, seed
+        self.t0 = 0.0
+        self.end = 0.0
+        self.c = {"turns_completed": 0, "turns_failed": 0, "barge_ins": 0,
+                  "barge_not_cancelled": 0, "cancels": 0, "disconnects": 0, "resets": 0,
+                  "reconnects": 0, "caller_exceptions": 0}
+        self.errors: dict[str, int] = {}
+        self.first_audio: list[tuple[float, float]] = []  # (t since start, ms)
+        self.samples: list[str] = []
+
+    async def procs(self) -> dict:
+        s = await self.srv.acall(self.p.snapshot)
+        out = {"server": proc_stats(os.getpid())}
+        for k, v in s["processes"].items():
+            out[k] = dict(proc_stats(v["pid"]), restarts=v["restarts"])
+        return out
+
+    def _count_errors(self, s: Sess) -> None:
+        for e in s.c.events:
+            if e["type"] == "error":
+                code = e["error"].get("code") or "none"
+                self.errors[code] = self.errors.get(code, 0) + 1
+            elif e["type"] == "response.done" and e["response"]["status"] == "failed":
+                code = (e["response"].get("status_details") or {}).get("error", {}).get("code")
+                self.errors[f"response_failed:{code}"] = \
+                    self.errors.get(f"response_failed:{code}", 0) + 1
+
+    async def long_reply(self, s: Sess) -> tuple[str, int]:
+        await s.set_tokens(64)
+        n = s.mark()
+        s.c.say(self.speech["story"])
+        first = await s.first_audio(n)
+        return first["response_id"], n
+
+    async def one_caller(self, i: int) -> None:
+        rng = random.Random(self.seed * 100 + i)
+        await asyncio.sleep(i * 0.4)
+        first = True
+        while time.monotonic() < self.end:
+            s = Sess(self.srv.url, self.speech, f"c{i}")
+            s.t.key = KEY
+            try:
+                await s.open(24)
+                if not first:
+                    self.c["reconnects"] += 1
+                first = False
+                while time.monotonic() < self.end:
+                    act = rng.choices(["turn", "barge", "cancel", "leave"], [5, 2, 2, 1])[0]
+                    if act == "turn":
+                        await s.set_tokens(24)
+                        n = s.mark()
+                        _, end = s.c.say(self.speech["q"][rng.randrange(len(self.speech["q"]))])
+                        t_end = await end
+                        _, ev = await s.c.wait(lambda e: e["type"] in (
+                            "response.output_audio.delta", "response.done"), n, 60)
+                        if audio_delta(ev):
+                            self.first_audio.append((t_end - self.t0, (ev["_t"] - t_end) * 1000
+                                                     - SILENCE_WINDOW_MS))
+                        d = await s.next_done(n, 60)
+                        ok = d["response"]["status"] == "completed"
+                        self.c["turns_completed" if ok else "turns_failed"] += 1
+                    elif act == "barge":
+                        rid, n = await self.long_reply(s)
+                        await asyncio.sleep(rng.uniform(0, 0.8))
+                        s.c.say(self.speech["interrupt"])
+                        d = await s.done_of(rid, n, 60)
+                        if d["response"]["status"] == "cancelled":
+                            self.c["barge_ins"] += 1
+                        else:
+                            self.c["barge_not_cancelled"] += 1
+                        # the interruption is a turn of its own
+                        d2 = await s.c.wait(lambda e: e["type"] == "response.done"
+                                            and e["response"]["id"] != rid, n, 60)
+                        ok = d2[1]["response"]["status"] == "completed"
+                        self.c["turns_completed" if ok else "turns_failed"] += 1
+                    elif act == "cancel":
+                        rid, n = await self.long_reply(s)
+                        await asyncio.sleep(rng.uniform(0, 0.8))
+                        await s.t.send_event({"type": "response.cancel"})
+                        d = await s.done_of(rid, n, 60)
+                        if d["response"]["status"] == "cancelled":
+                            self.c["cancels"] += 1
+                    else:
+                        await self.long_reply(s)
+                        await asyncio.sleep(rng.uniform(0, 0.5))
+                        if rng.random() < 0.5:
+                            s.reset()
+                            self.c["resets"] += 1
+                        else:
+                            self.c["disconnects"] += 1
+                        break
+                    await asyncio.sleep(rng.uniform(0.2, 1.0))
+            except Exception as exc:  # noqa: BLE001
+                self.c["caller_exceptions"] += 1
+                if len(self.samples) < 5:
+                    self.samples.append(f"c{i}: {exc!r}"[:200])
+            finally:
+                self._count_errors(s)
+                with contextlib.suppress(Exception):
+                    await s.close(graceful=not s.t.ws.transport.is_closing())
+
+    async def settle(self, timeout: float = 20.0) -> dict:
+        end = time.monotonic() + timeout
+        while True:
+            s = await self.srv.acall(self.p.snapshot)
+            lent = s["coordinator_pool"]["lent"] + sum(p["pool"].get("lent", 0)
+                                                       for p in s["processes"].values())
+            held = {k: p["held"] for k, p in s["processes"].items() if p["held"]}
+            sessions = await self.srv.acall(lambda: len(self.srv.app.state.realtime.runners))
+            if (not s["live_requests"] and not held and not lent and not sessions) \
+                    or time.monotonic() > end:
+                return {"live_requests": s["live_requests"], "held": held, "lent": lent,
+                        "sessions": sessions, "counters": s["counters"]}
+            await asyncio.sleep(0.1)
+
+    async def warmup(self) -> None:
+        """Every caller's session opened once with one turn, so the start RSS is the
+        working set of `callers` sessions (listen keeps a decoder per stream),
+        not of an idle server."""
+        async def one(i):
+            await asyncio.sleep(i * 0.3)
+            s = Sess(self.srv.url, self.speech, f"warm{i}")
+            s.t.key = KEY
+            await s.open(24)
+            await s.turn(self.speech["q"][i % len(self.speech["q"])], 90)
+            await s.close()
+        await asyncio.gather(*(one(i) for i in range(self.callers)))
+        await self.settle()
+
+    async def run(self) -> dict:
+        await self.warmup()
+        await asyncio.sleep(0.6)
+        start = await self.procs()
+        seg0 = len(await self.srv.acall(self.p.segments))
+        self.t0 = time.monotonic()
+        self.end = self.t0 + self.minutes * 60
+        await asyncio.gather(*(self.one_caller(i) for i in range(self.callers)))
+        wall = time.monotonic() - self.t0
+        left = await self.settle()
+        await asyncio.sleep(0.6)
+        end = await self.procs()
+        seg1 = len(await self.srv.acall(self.p.segments))
+        per_min = []
+        for m in range(int(self.minutes + 0.999) + 1):
+            xs = [ms for t, ms in self.first_audio if m * 60 <= t < (m + 1) * 60]
+            if xs:
+                per_min.append({"minute": m + 1, "n": len(xs), "p50": pct(xs, 50),
+                                "p95": pct(xs, 95)})
+        rss = {}
+        for k in start:
+            a, b = start[k], end.get(k, {})
+            g = None
+            if a.get("rss_mb") and b.get("rss_mb") and a["pid"] == b["pid"]:
+                g = round(b["rss_mb"] / a["rss_mb"] - 1, 4)
+            rss[k] = {"start_mb": a.get("rss_mb"), "end_mb": b.get("rss_mb"), "growth": g,
+                      "fds_start": a.get("fds"), "fds_end": b.get("fds"),
+                      "same_pid": a["pid"] == b.get("pid")}
+        allfa = [ms for _, ms in self.first_audio]
+        unexpected = {k: v for k, v in self.errors.items() if k not in EXPECTED_ERROR_CODES}
+        return {"minutes": self.minutes, "callers": self.callers, "wall_s": round(wall, 1),
+                **self.c, "errors_by_code": self.errors, "unexpected_errors": unexpected,
+                "first_audio_ms": {"p50": pct(allfa, 50), "p95": pct(allfa, 95), "n": len(allfa)},
+                "first_audio_per_minute": per_min, "processes": rss,
+                "rss_growth_target": RSS_GROWTH_TARGET,
+                "rss_growth_ok": all(r["growth"] is not None and r["growth"] <= RSS_GROWTH_TARGET
+                                     for r in rss.values()),
+                "shm_segments": {"start": seg0, "end": seg1, "prefix": self.p.shm_prefix},
+                "left": {"live_requests": left["live_requests"], "held": left["held"],
+                         "lent": left["lent"], "sessions": left["sessions"]},
+                "coordinator_counters": left["counters"], "exception_samples": self.samples}
+
+
+def load_speech() -> dict:
+    return {"q": [flite_pcm(q) for q in QUESTIONS], "story": flite_pcm(STORY),
+            "interrupt": flite_pcm(INTERRUPT)}
+
+
+def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None = None) -> dict:
+    """Start a server, soak it, stop it; returns the report (see the module doc)."""
+    from tests.server.conftest import ServerThread
+    from voice_server.settings import ServerSettings
+    speech = load_speech()
+    cfg = config or str(ROOT / "configs" / "voice-cpu.yaml")
+    srv = ServerThread(cfg, ServerSettings(api_keys=[KEY], max_sessions=callers + 4)).start(180)
+    try:
+        return asyncio.run(Soak(srv, speech, minutes, callers, seed).run())
+    finally:
+        srv.stop()
+
+
+def print_report(r: dict) -> None:
+    print(f"soak: {r['callers']} callers, {r['minutes']} min ({r['wall_s']} s)")
+    print(f"  turns completed {r['turns_completed']}, failed {r['turns_failed']}, barge-ins "
+          f"{r['barge_ins']} (+{r['barge_not_cancelled']} reply already over), cancels "
+          f"{r['cancels']}, disconnects {r['disconnects']} + resets {r['resets']}, reconnects "
+          f"{r['reconnects']}, caller exceptions {r['caller_exceptions']}")
+    print(f"  errors by code: {r['errors_by_code'] or '{}'}")
+    print("  first audio ms:  minute    n    p50    p95")
+    for m in r["first_audio_per_minute"]:
+        print(f"                  {m['minute']:>6} {m['n']:>4} {m['p50']!s:>6} {m['p95']!s:>6}")
+    print(f"  {'process':<10} {'RSS start MB':>12} {'end MB':>8} {'growth':>7} {'fds start':>9} "
+          f"{'end':>5}")
+    for k, v in r["processes"].items():
+        g = f"{v['growth'] * 100:+.1f}%" if v["growth"] is not None else "-"
+        print(f"  {k:<10} {v['start_mb']!s:>12} {v['end_mb']!s:>8} {g:>7} {v['fds_start']!s:>9} "
+              f"{v['fds_end']!s:>5}")
+    sh, left = r["shm_segments"], r["left"]
+    print(f"  /dev/shm {sh['prefix']}*: {sh['start']} -> {sh['end']}; left in coordinator: "
+          f"{left['live_requests']} requests, held {left['held'] or 0}, lent {left['lent']}, "
+          f"sessions {left['sessions']}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--minutes", type=float, default=2.0)
+    ap.add_argument("--callers", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "soak.json"))
+    a = ap.parse_args(argv)
+    r = run_soak(a.minutes, a.callers, a.seed)
+    print_report(r)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(r, indent=2, default=str))
+    print(f"wrote {a.out}")
+    ok = (r["left"]["live_requests"] == 0 and not r["left"]["lent"] and not r["unexpected_errors"]
+          and r["rss_growth_ok"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

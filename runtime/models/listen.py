@@ -14,6 +14,7 @@ Output chunks (times in ms on the request's own input timeline)::
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 from dataclasses import dataclass
@@ -45,6 +46,16 @@ DEFAULTS: dict[str, Any] = {
     "min_speech_ms": 250,
     "max_utterance_s": 30.0,
 }
+
+
+def _trim_heap() -> None:
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 @dataclass(frozen=True)
@@ -343,8 +354,14 @@ class ListenExecutor(ChunkExecutor):
         if s.asr.active:
             s.asr.finish()
         with self._pool_lock:
-            if len(self._pool) < max(1, self.spare_decoders):
+            pooled = len(self._pool) < max(1, self.spare_decoders)
+            if pooled:
                 self._pool.append(s.asr.decoder)
+        if not pooled:
+            # A decoder is ~90 MB of small allocations; glibc keeps freed heap
+            # pages, so without a trim RSS stays at the peak number of streams.
+            del s
+            _trim_heap()
 
     def process(self, items: list[WorkItem]) -> list[list[Any]]:
         results: list[Any] = []

@@ -76,6 +76,9 @@ class ControlPlaneConfig(_Strict):
     transport: Literal["ipc", "tcp"] = "ipc"
     run_dir: str | None = None
     tcp_host: str = "127.0.0.1"
+    # ZMQ CURVE on tcp:// endpoints; None = on exactly when tcp_host is not loopback.
+    # Turning it off for a routable address is refused.
+    curve: bool | None = None
     heartbeat_ms: float = Field(100, gt=0)
     dead_after_ms: float = Field(1000, gt=0)
     ready_timeout_s: float = Field(120, gt=0)
@@ -136,12 +139,29 @@ class PipelineConfig(_Strict):
         for s in self.stages:
             if s.name not in seen:
                 self.placement.groups.append(GroupConfig(name=s.name, stages=[s.name]))
+        ctl = self.control
+        if ctl.transport == "tcp" and ctl.curve is False:
+            from runtime.curve import is_loopback
+
+            if not is_loopback(ctl.tcp_host):
+                raise ValueError(f"control.curve: a tcp control plane on {ctl.tcp_host} (not loopback) "
+                                 "must use CURVE keys; remove 'curve: false' or bind 127.0.0.1")
         for s in self.stages:
             if s.scheduler == "chunk" and len(self.inputs(s.name)) > 1:
                 raise ValueError(f"stage {s.name!r}: a chunk stage takes one input edge")
         return self
 
     # ---- topology queries --------------------------------------------------------------
+    def uses_curve(self) -> bool:
+        ctl = self.control
+        if ctl.transport != "tcp":
+            return False
+        if ctl.curve is not None:
+            return ctl.curve
+        from runtime.curve import is_loopback
+
+        return not is_loopback(ctl.tcp_host)
+
     def stage(self, name: str) -> StageConfig:
         for s in self.stages:
             if s.name == name:

@@ -21,6 +21,7 @@ import zmq
 
 from runtime import wire
 from runtime.config import PipelineConfig
+from runtime.curve import CurveKeys, start_authenticator
 from runtime.dataplane import DataPlane
 from runtime.endpoints import Endpoints
 from runtime.errors import ErrorCode, ErrorInfo
@@ -62,16 +63,18 @@ class AbortTicket:
 
 
 class Coordinator:
-    def __init__(self, cfg: PipelineConfig, endpoints: Endpoints, run_token: str) -> None:
+    def __init__(self, cfg: PipelineConfig, endpoints: Endpoints, run_token: str,
+                 curve: CurveKeys | None = None) -> None:
         self.cfg = cfg
         self.endpoints = endpoints
         self.run_token = run_token
         # Plain sockets: sends never block (no high-water mark) and the PULL
         # socket is read from an event-loop reader on its FD.
         self.ctx = zmq.Context()
-        self.pull = make_socket(self.ctx, zmq.PULL, bind=endpoints.coordinator)
-        self.pub = make_socket(self.ctx, zmq.PUB, bind=endpoints.control_pub)
-        self.peers = Peers(self.ctx)
+        self.auth = start_authenticator(self.ctx, curve) if curve else None
+        self.pull = make_socket(self.ctx, zmq.PULL, bind=endpoints.coordinator, curve=curve)
+        self.pub = make_socket(self.ctx, zmq.PUB, bind=endpoints.control_pub, curve=curve)
+        self.peers = Peers(self.ctx, curve)
         for eps in endpoints.groups.values():
             for ep in eps:
                 self.peers.get(ep)
@@ -87,7 +90,7 @@ class Coordinator:
         self._release_scheduled = False
         self.counters = {"submitted": 0, "completed": 0, "cancelled": 0, "failed": 0,
                          "aborts": 0, "errors_by_code": {}}
-        self.supervisor = Supervisor(cfg, endpoints, run_token, self._on_proc_death, self._publish)
+        self.supervisor = Supervisor(cfg, endpoints, run_token, self._on_proc_death, self._publish, curve)
         self.supervisor.tombstone_source = self._recent_dead_ids
         self._entry_transport = {s.name: edge_transport(cfg, COORDINATOR, s.name) for s in cfg.stages}
         self.closed = False
@@ -118,6 +121,8 @@ class Coordinator:
         self.peers.close()
         for s in (self.pull, self.pub):
             s.close(0)
+        if self.auth is not None:
+            self.auth.stop()
         self.ctx.term()
 
     # ---- submit ------------------------------------------------------------------------------

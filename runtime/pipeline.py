@@ -17,6 +17,7 @@ from typing import Any
 
 from runtime.config import PipelineConfig, load_config, parse_config
 from runtime.coordinator import AbortTicket, Coordinator
+from runtime.curve import CurveKeys
 from runtime.endpoints import allocate
 from runtime.requests import RequestHandle
 from runtime.shm import list_segments, remove_segments
@@ -27,7 +28,8 @@ class Pipeline:
         self.cfg = cfg
         self.run_token = secrets.token_hex(4)
         self.endpoints = allocate(cfg, self.run_token)
-        self.coordinator = Coordinator(cfg, self.endpoints, self.run_token)
+        self.curve = CurveKeys.generate() if cfg.uses_curve() else None
+        self.coordinator = Coordinator(cfg, self.endpoints, self.run_token, self.curve)
         self.closed = False
 
     @classmethod

@@ -9,11 +9,14 @@ from __future__ import annotations
 import zmq
 
 from runtime import wire
+from runtime.curve import CurveKeys
 
 
 def make_socket(ctx: zmq.Context, kind: int, *, bind: str | None = None, connect: str | None = None,
-                subscribe: bool = False) -> zmq.Socket:
+                subscribe: bool = False, curve: CurveKeys | None = None) -> zmq.Socket:
     sock = ctx.socket(kind)
+    if curve is not None:
+        curve.apply(sock, server=bind is not None)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, 0)
     sock.setsockopt(zmq.RCVHWM, 0)
@@ -29,14 +32,15 @@ def make_socket(ctx: zmq.Context, kind: int, *, bind: str | None = None, connect
 class Peers:
     """Lazily connected PUSH sockets, one per destination endpoint."""
 
-    def __init__(self, ctx: zmq.Context) -> None:
+    def __init__(self, ctx: zmq.Context, curve: CurveKeys | None = None) -> None:
         self.ctx = ctx
+        self.curve = curve
         self.socks: dict[str, zmq.Socket] = {}
 
     def get(self, endpoint: str) -> zmq.Socket:
         s = self.socks.get(endpoint)
         if s is None:
-            s = self.socks[endpoint] = make_socket(self.ctx, zmq.PUSH, connect=endpoint)
+            s = self.socks[endpoint] = make_socket(self.ctx, zmq.PUSH, connect=endpoint, curve=self.curve)
         return s
 
     def send(self, endpoint: str, msg: dict, frames: list | None = None) -> None:

@@ -34,6 +34,7 @@ from runtime.placement import COORDINATOR, edge_transport
 from runtime.schedulers import SCHEDULERS
 from runtime.schedulers.base import ENTRY_SRC
 from runtime.shm import ShmPool, remove_segments
+from runtime.curve import CurveKeys, start_authenticator
 from runtime.sockets import Peers, make_socket
 from runtime.tombstones import Tombstones
 
@@ -194,9 +195,12 @@ class ProcessLoop:
         self.pool = ShmPool(prefix, dp.max_lent_mb << 20, dp.max_cached_mb << 20)
         self.data = DataPlane(self.my_endpoint, self.pool, dp.inline_max_bytes)
         self.ctx = zmq.Context.instance()
-        self.pull = make_socket(self.ctx, zmq.PULL, bind=self.my_endpoint)
-        self.sub = make_socket(self.ctx, zmq.SUB, connect=self.endpoints.control_pub, subscribe=True)
-        self.peers = Peers(self.ctx)
+        self.curve = CurveKeys.from_wire(spec.get("curve"))
+        self.auth = start_authenticator(self.ctx, self.curve) if self.curve else None
+        self.pull = make_socket(self.ctx, zmq.PULL, bind=self.my_endpoint, curve=self.curve)
+        self.sub = make_socket(self.ctx, zmq.SUB, connect=self.endpoints.control_pub, subscribe=True,
+                               curve=self.curve)
+        self.peers = Peers(self.ctx, self.curve)
         self.poller = zmq.Poller()
         self.poller.register(self.pull, zmq.POLLIN)
         self.poller.register(self.sub, zmq.POLLIN)
@@ -426,12 +430,15 @@ class ProcessLoop:
         self.peers.close()
         self.pull.close(0)
         self.sub.close(0)
+        if self.auth is not None:
+            self.auth.stop()
 
 
 def _heartbeat(spec: dict, stop: threading.Event) -> None:
     """Liveness on its own thread and socket: a long step is not a death."""
     ctx = zmq.Context.instance()
-    sock = make_socket(ctx, zmq.PUSH, connect=spec["endpoints"]["coordinator"])
+    sock = make_socket(ctx, zmq.PUSH, connect=spec["endpoints"]["coordinator"],
+                       curve=CurveKeys.from_wire(spec.get("curve")))
     parent = os.getppid()
     period = spec["config"].get("control", {}).get("heartbeat_ms", 100) / 1000.0
     msg = wire.dumps({"t": "h", "g": spec["group"], "r": spec["replica"], "pid": os.getpid()})

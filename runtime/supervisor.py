@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from runtime.config import PipelineConfig
+from runtime.curve import CurveKeys
 from runtime.endpoints import Endpoints
 
 
@@ -47,8 +48,10 @@ class Proc:
 
 class Supervisor:
     def __init__(self, cfg: PipelineConfig, endpoints: Endpoints, run_token: str,
-                 on_death: Callable[[Proc, str], None], publish: Callable[[dict], None]) -> None:
+                 on_death: Callable[[Proc, str], None], publish: Callable[[dict], None],
+                 curve: CurveKeys | None = None) -> None:
         self.cfg = cfg
+        self.curve = curve
         self.endpoints = endpoints
         self.run_token = run_token
         self.on_death = on_death
@@ -68,7 +71,7 @@ class Supervisor:
         spec = {"config": self.cfg.model_dump(mode="json", by_alias=True), "group": p.group,
                 "replica": p.replica, "endpoints": self.endpoints.to_wire(),
                 "run_token": self.run_token, "tombstones": self.tombstone_source(),
-                "env": group.env}
+                "env": group.env, "curve": self.curve.to_wire() if self.curve else None}
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([x for x in sys.path if x] + [env.get("PYTHONPATH", "")])
         p.ready = False

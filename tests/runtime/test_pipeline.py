@@ -261,3 +261,48 @@ async def test_a_malformed_message_fails_its_request_not_the_stage(start):
     term, chunks = await h2.result()
     assert term.kind == "done" and chunks[0].payload == 42
     assert p.snapshot()["processes"]["d/0"]["pid"] == pid  # the same process: it did not crash
+
+
+async def test_tcp_with_curve_admits_only_the_pipelines_own_keys(start):
+    import zmq
+
+    from runtime import wire
+
+    cfg = linear(stage("d", "tests.stages:Doubler", scheduler="chunk"),
+                 control={"transport": "tcp", "curve": True})
+    p = await start(cfg)
+    assert p.curve is not None
+    h = await p.submit(None, stream_input=True)
+    await h.send(1)
+    assert (await h.next_event(timeout=10)).payload == 2  # the pipeline itself talks CURVE
+    # A stranger (no keys, or keys of its own) cannot inject a failure into the request.
+    ctx = zmq.Context()
+    plain = ctx.socket(zmq.PUSH)
+    plain.setsockopt(zmq.LINGER, 0)
+    plain.connect(p.endpoints.coordinator)
+    forged = ctx.socket(zmq.PUSH)
+    forged.setsockopt(zmq.LINGER, 0)
+    forged.curve_serverkey = p.curve.server_public
+    forged.curve_publickey, forged.curve_secretkey = zmq.curve_keypair()
+    forged.connect(p.endpoints.coordinator)
+    bogus = wire.dumps({"t": "x", "rid": h.request_id, "err": {"code": "internal", "message": "forged"}})
+    for s in (plain, forged):
+        s.send(bogus, zmq.NOBLOCK)
+    await asyncio.sleep(0.5)
+    await h.send(2)
+    await h.end_input()
+    term, chunks = await h.result()
+    assert term.kind == "done" and [c.payload for c in chunks] == [4]
+    for s in (plain, forged):
+        s.close(0)
+    ctx.term()
+
+
+def test_tcp_on_a_routable_address_without_curve_is_refused():
+    from runtime.config import parse_config
+
+    cfg = linear(stage("a"), control={"transport": "tcp", "tcp_host": "0.0.0.0", "curve": False})
+    with pytest.raises(ConfigError, match="control.curve"):
+        parse_config(cfg)
+    ok = parse_config(linear(stage("a"), control={"transport": "tcp", "tcp_host": "0.0.0.0"}))
+    assert ok.uses_curve()

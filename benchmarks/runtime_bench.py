@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -76,38 +77,46 @@ def memcpy_ms(nbytes: int, reps: int) -> float:
 
 
 def zmq_rtt_ms(nbytes: int, reps: int) -> float:
-    """Raw pyzmq REQ/REP round trip over ipc to an echo process: the floor of one hop pair."""
-    import multiprocessing as mp
+    """Raw pyzmq REQ/REP round trip over ipc, echoed by a thread: the floor of one hop pair.
+
+    (An echo in a separate process hung intermittently here on its first 1 MB
+    reply; the thread keeps the baseline reliable and is, if anything, optimistic.)
+    """
+    import threading
 
     d = tempfile.mkdtemp(prefix="va-zmq-")
     ep = f"ipc://{d}/rtt.sock"
-    proc = mp.get_context("spawn").Process(target=_echo_proc, args=(ep, reps + 5))
-    proc.start()
     ctx = zmq.Context()
+    rep = ctx.socket(zmq.REP)
+    rep.setsockopt(zmq.LINGER, 0)
+    rep.bind(ep)
     s = ctx.socket(zmq.REQ)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVTIMEO, 10_000)
     s.connect(ep)
+
+    def echo() -> None:
+        for _ in range(reps + 5):
+            rep.send(rep.recv())
+
+    t = threading.Thread(target=echo, daemon=True)
+    t.start()
     payload = b"x" * nbytes
     ts = []
-    for i in range(reps + 5):
-        t0 = time.perf_counter()
-        s.send(payload, copy=False)
-        s.recv(copy=False)
-        if i >= 5:
-            ts.append(time.perf_counter() - t0)
-    s.close(0)
-    proc.join()
-    ctx.term()
+    try:
+        for i in range(reps + 5):
+            t0 = time.perf_counter()
+            s.send(payload)
+            s.recv()
+            if i >= 5:
+                ts.append(time.perf_counter() - t0)
+    finally:
+        t.join(timeout=10)
+        s.close(0)
+        rep.close(0)
+        ctx.term()
+        shutil.rmtree(d, ignore_errors=True)
     return round(pct(ts, 50) * 1000, 4)
-
-
-def _echo_proc(ep: str, n: int) -> None:
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.REP)
-    s.bind(ep)
-    for _ in range(n):
-        s.send(s.recv(copy=False), copy=False)
-    s.close(0)
-    ctx.term()
 
 
 # ---- runtime measurements ----------------------------------------------------------------

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fractions
 import json
 import time
 from urllib.parse import urlsplit
@@ -49,7 +48,7 @@ def http_base(url: str) -> str:
 
 def _mic_track_class():
     from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-    from av import AudioFrame
+    from voice_server.webrtc_audio import FramePacer, audio_frame
 
     class QueueMicTrack(MediaStreamTrack):
         """Plays what was queued, in real time; silence when nothing is queued."""
@@ -58,8 +57,7 @@ def _mic_track_class():
         def __init__(self) -> None:
             super().__init__()
             self.buf = np.zeros(0, np.int16)
-            self._start = None
-            self._pts = 0
+            self.pacer = FramePacer(RATE)
 
         def push(self, pcm48k: np.ndarray) -> None:
             self.buf = np.concatenate([self.buf, pcm48k])
@@ -67,23 +65,12 @@ def _mic_track_class():
         async def recv(self):
             if self.readyState != "live":
                 raise MediaStreamError
-            if self._start is None:
-                self._start = time.monotonic()
-            else:
-                self._pts += FRAME
-                wait = self._start + self._pts / RATE - time.monotonic()
-                if wait > 0:
-                    await asyncio.sleep(wait)
+            pts = await self.pacer.next_pts()
             if self.buf.size >= FRAME:
                 samples, self.buf = self.buf[:FRAME], self.buf[FRAME:]
             else:
                 samples = np.zeros(FRAME, np.int16)
-            f = AudioFrame(format="s16", layout="mono", samples=FRAME)
-            f.planes[0].update(samples.tobytes())
-            f.pts = self._pts
-            f.sample_rate = RATE
-            f.time_base = fractions.Fraction(1, RATE)
-            return f
+            return audio_frame(samples, pts, RATE)
 
     return QueueMicTrack
 

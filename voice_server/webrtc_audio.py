@@ -30,6 +30,46 @@ FRAME_MS = 20
 FRAME_SAMPLES = OUT_RATE * FRAME_MS // 1000
 
 
+class FramePacer:
+    """Real-time pacing of 20 ms audio frames for any aiortc track we send.
+
+    ``recv`` of a sending track is pulled as fast as the encoder wants;
+    awaiting ``next_pts`` before each frame keeps the track at wall-clock
+    pace.  After a bad stall it restarts the clock rather than bursting.
+    """
+
+    def __init__(self, rate: int = OUT_RATE, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.frame = rate * FRAME_MS // 1000
+        self.clock = clock
+        self.pts = 0
+        self._start: float | None = None
+
+    async def next_pts(self) -> int:
+        if self._start is None:
+            self._start = self.clock()
+            return self.pts
+        self.pts += self.frame
+        wait = self._start + self.pts / self.rate - self.clock()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        elif wait < -0.5:
+            self._start = self.clock() - self.pts / self.rate
+        return self.pts
+
+
+def audio_frame(samples: np.ndarray, pts: int, rate: int = OUT_RATE):
+    """An s16 mono av.AudioFrame at ``pts`` (av imported lazily)."""
+    from av import AudioFrame
+
+    frame = AudioFrame(format="s16", layout="mono", samples=len(samples))
+    frame.planes[0].update(np.ascontiguousarray(samples, np.int16).tobytes())
+    frame.pts = pts
+    frame.sample_rate = rate
+    frame.time_base = fractions.Fraction(1, rate)
+    return frame
+
+
 def frame_to_mono(frame) -> np.ndarray:
     """int16 mono samples of a PyAV AudioFrame (packed or planar, any channel count)."""
     arr = frame.to_ndarray()
@@ -78,7 +118,6 @@ def _track_class():
     if _TRACK_CLS is not None:
         return _TRACK_CLS
     from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-    from av import AudioFrame
 
     class _PacedAudioTrack(MediaStreamTrack):
         kind = "audio"
@@ -91,8 +130,7 @@ def _track_class():
             self._q: deque = deque()  # (item, int16 ndarray at 48 kHz)
             self._queued = 0
             self._items: dict[str, _ItemAudio] = {}
-            self._start: float | None = None
-            self._pts = 0
+            self.pacer = FramePacer(OUT_RATE, clock)
             self.frames_sent = 0
             self.audible_frames = 0
 
@@ -165,21 +203,9 @@ def _track_class():
         async def recv(self):
             if self.readyState != "live":
                 raise MediaStreamError
-            if self._start is None:
-                self._start = self.clock()
-            else:
-                self._pts += FRAME_SAMPLES
-                wait = self._start + self._pts / OUT_RATE - self.clock()
-                if wait > 0:
-                    await asyncio.sleep(wait)
-                elif wait < -0.5:  # the loop stalled badly: do not burst to catch up
-                    self._start = self.clock() - self._pts / OUT_RATE
+            pts = await self.pacer.next_pts()
             samples, touched = self._next_samples()
-            frame = AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
-            frame.planes[0].update(samples.tobytes())
-            frame.pts = self._pts
-            frame.sample_rate = OUT_RATE
-            frame.time_base = fractions.Fraction(1, OUT_RATE)
+            frame = audio_frame(samples, pts)
             self.frames_sent += 1
             if touched:
                 self.audible_frames += 1

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fractions
 import json
 import time
 
@@ -23,10 +22,9 @@ import httpx
 import numpy as np
 from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from av import AudioFrame
 
 from voice_server.audio_codec import resample
-from voice_server.webrtc_audio import frame_to_mono
+from voice_server.webrtc_audio import FramePacer, audio_frame, frame_to_mono
 from voice_server.webrtc_ice import low_latency_audio_receiver, offered_hosts, rtc_configuration
 
 RATE = 48000
@@ -40,8 +38,7 @@ class MicTrack(MediaStreamTrack):
     def __init__(self) -> None:
         super().__init__()
         self.q: list = []  # [pcm48k, start future, end future]
-        self._start = None
-        self._pts = 0
+        self.pacer = FramePacer(RATE)
 
     def say(self, pcm: np.ndarray, rate: int) -> tuple[asyncio.Future, asyncio.Future]:
         loop = asyncio.get_running_loop()
@@ -52,13 +49,7 @@ class MicTrack(MediaStreamTrack):
     async def recv(self):
         if self.readyState != "live":
             raise MediaStreamError
-        if self._start is None:
-            self._start = time.monotonic()
-        else:
-            self._pts += FRAME
-            wait = self._start + self._pts / RATE - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
+        pts = await self.pacer.next_pts()
         samples = np.zeros(FRAME, np.int16)
         if self.q:
             cur = self.q[0]
@@ -71,12 +62,7 @@ class MicTrack(MediaStreamTrack):
                 self.q.pop(0)
                 if not cur[2].done():
                     cur[2].set_result(time.monotonic())
-        f = AudioFrame(format="s16", layout="mono", samples=FRAME)
-        f.planes[0].update(samples.tobytes())
-        f.pts = self._pts
-        f.sample_rate = RATE
-        f.time_base = fractions.Fraction(1, RATE)
-        return f
+        return audio_frame(samples, pts, RATE)
 
 
 class RTCClient:

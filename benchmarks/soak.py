@@ -1,7 +1,7 @@
 """Soak: simulated callers with random barge-ins, cancels and reconnects for N minutes.
 
-A real server (in-process uvicorn on 127.0.0.1, the real configs/voice-cpu.yaml
-pipeline) and C callers (default 8; benchmarks/realtime_bench.py's caller:
+A real server (``voice-agent serve`` in its own process on 127.0.0.1, the real
+configs/voice-cpu.yaml pipeline; benchmarks/server_process.py) and C callers (default 8; benchmarks/realtime_bench.py's caller:
 flite speech in 20 ms frames in real time over real WebSockets).  Each caller
 loops over random actions: a spoken turn (weight 5), a barge-in (speech over
 a long reply, 2), ``response.cancel`` mid-reply (2), a disconnect mid-reply
@@ -9,15 +9,16 @@ a long reply, 2), ``response.cancel`` mid-reply (2), a disconnect mid-reply
 
 Reports turns completed, barge-ins, cancels, reconnects, errors by code,
 first-audio latency p50/p95 per minute (end of speech + 500 ms VAD window ->
-first audio delta), RSS and open fds of the server (which also runs the
-callers) and of every stage process at start (after a warm-up in which every
+first audio delta), RSS and open fds of the server process and of every
+stage process at start (after a warm-up in which every
 caller's session took one turn) and end, /dev/shm entries with the run prefix and
-requests left in the coordinator table once every caller is gone (must be 0).
+requests left in the coordinator table once every caller is gone (must be 0),
+all read from outside through the admin endpoint ``GET /v1/runtime``.
 
     python benchmarks/soak.py --minutes 2            # writes benchmarks/results/soak.json
     python benchmarks/soak.py --minutes 30           # the record run
 
-``run_soak(minutes, callers)`` is the same thing in-process (tests/server/test_soak.py).
+``run_soak(minutes, callers)`` is the same thing as a function (tests/server/test_soak.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import random
 import sys
 import time
@@ -57,7 +57,7 @@ def proc_stats(pid: int) -> dict:
 
 class Soak:
     def __init__(self, srv, speech: dict, minutes: float, callers: int, seed: int) -> None:
-        self.srv, self.p, self.speech = srv, srv.pipeline, speech
+        self.srv, self.speech = srv, speech
         self.minutes, self.callers, self.seed = minutes, callers, seed
         self.t0 = 0.0
         self.end = 0.0
@@ -69,8 +69,8 @@ class Soak:
         self.samples: list[str] = []
 
     async def procs(self) -> dict:
-        s = await self.srv.acall(self.p.snapshot)
-        out = {"server": proc_stats(os.getpid())}
+        s = await self.srv.runtime()
+        out = {"server": proc_stats(s["pid"])}
         for k, v in s["processes"].items():
             out[k] = dict(proc_stats(v["pid"]), restarts=v["restarts"])
         return out
@@ -162,11 +162,11 @@ class Soak:
     async def settle(self, timeout: float = 20.0) -> dict:
         end = time.monotonic() + timeout
         while True:
-            s = await self.srv.acall(self.p.snapshot)
+            s = await self.srv.runtime()
             lent = s["coordinator_pool"]["lent"] + sum(p["pool"].get("lent", 0)
                                                        for p in s["processes"].values())
             held = {k: p["held"] for k, p in s["processes"].items() if p["held"]}
-            sessions = await self.srv.acall(lambda: len(self.srv.app.state.realtime.runners))
+            sessions = s["sessions"]
             if (not s["live_requests"] and not held and not lent and not sessions) \
                     or time.monotonic() > end:
                 return {"live_requests": s["live_requests"], "held": held, "lent": lent,
@@ -191,7 +191,7 @@ class Soak:
         await self.warmup()
         await asyncio.sleep(0.6)
         start = await self.procs()
-        seg0 = len(await self.srv.acall(self.p.segments))
+        seg0 = (await self.srv.runtime())["shm_segments"]
         self.t0 = time.monotonic()
         self.end = self.t0 + self.minutes * 60
         await asyncio.gather(*(self.one_caller(i) for i in range(self.callers)))
@@ -199,7 +199,8 @@ class Soak:
         left = await self.settle()
         await asyncio.sleep(0.6)
         end = await self.procs()
-        seg1 = len(await self.srv.acall(self.p.segments))
+        rt = await self.srv.runtime()
+        seg1 = rt["shm_segments"]
         per_min = []
         for m in range(int(self.minutes + 0.999) + 1):
             xs = [ms for t, ms in self.first_audio if m * 60 <= t < (m + 1) * 60]
@@ -224,7 +225,7 @@ class Soak:
                 "rss_growth_target": RSS_GROWTH_TARGET,
                 "rss_growth_ok": all(r["growth"] is not None and r["growth"] <= RSS_GROWTH_TARGET
                                      for r in rss.values()),
-                "shm_segments": {"start": seg0, "end": seg1, "prefix": self.p.shm_prefix},
+                "shm_segments": {"start": seg0, "end": seg1, "prefix": rt["shm_prefix"]},
                 "left": {"live_requests": left["live_requests"], "held": left["held"],
                          "lent": left["lent"], "sessions": left["sessions"]},
                 "coordinator_counters": left["counters"], "exception_samples": self.samples}
@@ -237,15 +238,24 @@ def load_speech() -> dict:
 
 def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None = None) -> dict:
     """Start a server, soak it, stop it; returns the report (see the module doc)."""
-    from tests.server.conftest import ServerThread
-    from voice_server.settings import ServerSettings
+    from benchmarks.server_process import ServerProcess
     speech = load_speech()
     cfg = config or str(ROOT / "configs" / "voice-cpu.yaml")
-    srv = ServerThread(cfg, ServerSettings(api_keys=[KEY], max_sessions=callers + 4)).start(180)
+    env = {"VOICE_AGENT_API_KEYS": KEY, "VOICE_AGENT_MAX_SESSIONS": str(callers + 4),
+           "VOICE_AGENT_DRAIN_GRACE_S": "1", "VOICE_AGENT_ADMIN_KEYS": None}
+    srv = ServerProcess(cfg, env).start(180)
+
+    async def soak() -> dict:
+        try:
+            return await Soak(srv, speech, minutes, callers, seed).run()
+        finally:
+            await srv.aclose()
     try:
-        return asyncio.run(Soak(srv, speech, minutes, callers, seed).run())
+        r = asyncio.run(soak())
     finally:
-        srv.stop()
+        rc = srv.stop()
+    r["server_exit_code"] = rc
+    return r
 
 
 def print_report(r: dict) -> None:

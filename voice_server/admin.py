@@ -8,6 +8,14 @@
                             "transport", "state", "active_response_id", "started_at"
                             (unix seconds), "age_s", "live_requests" {id: kind},
                             "model"}]}
+    GET /v1/runtime         the runtime at a glance: {"pid" (this server process),
+                            "sessions", "draining", "live_requests", "counters",
+                            "coordinator_pool", "processes" {"group/replica": {"pid",
+                            "ready", "restarts", "heartbeat_age_ms", "held", "pool",
+                            "tombstones", "stages"}}, "shm_prefix", "shm_segments"}:
+                            what an operator (or benchmarks/soak.py, from another
+                            process) checks for leaks: requests left, buffers lent,
+                            segments in /dev/shm, stage pids to watch
 
 Auth, checked before anything else:
 
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import os
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -111,8 +120,22 @@ def routes(pipeline, settings) -> list[Route]:
         reg = registry_for(live())
         return JSONResponse({"object": "list", "draining": reg.draining, "data": reg.list()})
 
+    async def runtime(request: Request):
+        denied = check_admin(request, settings)
+        if denied is not None:
+            return denied
+        p = live()
+        reg = registry_for(p)
+        body = {"pid": os.getpid(), "sessions": len(reg), "draining": reg.draining}
+        if p is not None:
+            body.update(p.snapshot())
+            body["shm_prefix"] = p.shm_prefix
+            body["shm_segments"] = len(p.segments())
+        return JSONResponse(body)
+
     return [Route("/v1/requests/{rid}", request_status, methods=["GET"]),
-            Route("/v1/sessions", sessions, methods=["GET"])]
+            Route("/v1/sessions", sessions, methods=["GET"]),
+            Route("/v1/runtime", runtime, methods=["GET"])]
 
 
 __all__ = ["routes", "check_admin"]

@@ -191,6 +191,11 @@ async def test_admin_endpoints(server):
             assert st["route"] == ["listen"] and "listen" in st["stages"]
             assert isinstance(st["held_by"], list)
             assert (await h.get("/v1/requests/1")).status_code == 404
+            rt = (await h.get("/v1/runtime")).json()
+            assert rt["sessions"] >= 1 and rt["live_requests"] >= 1, rt
+            assert set(rt["processes"]) >= {"listen/0", "think/0", "speak/0"}, rt
+            assert all(p["pid"] > 0 and p["ready"] for p in rt["processes"].values()), rt
+            assert rt["shm_prefix"] and isinstance(rt["shm_segments"], int), rt
             assert (await h.get("/v1/requests/abc")).status_code == 400
 
             # a response in flight shows up as the session's active response
@@ -211,6 +216,7 @@ async def test_admin_endpoints(server):
                 assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
                 r = await h.get("/v1/sessions", headers={"Authorization": "Bearer nope"})
                 assert r.status_code == 401
+                assert (await h.get("/v1/runtime")).status_code == 401
                 r = await h.get(f"/v1/requests/{listen[0]}",
                                 headers={"Authorization": f"Bearer {API_KEY}"})
                 assert r.status_code == 403

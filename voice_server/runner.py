@@ -10,6 +10,8 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
     await runner.start()                  # session.created, listen stream, timers;
                                           # registers in voice_server.sessions (+ metrics)
     runner.client_event(text)             # one JSON client event (sync)
+    runner.reject_client_frame(code, msg) # a frame the transport could not hand over
+                                          # (binary, oversized): error, rate limited
     runner.input_audio(pcm, rate)         # non-JSON transports (sync)
     runner.playback_progress(item, ms)    # what the listener heard (sync)
     await runner.close()                  # client gone: abort everything, stop tasks
@@ -161,9 +163,20 @@ class SessionRunner:
         if not self.closed:
             self.dispatch(self.session.playback_progress(item_id, played_ms, self.clock()))
 
+    def reject_client_frame(self, code: str, message: str) -> None:
+        """The transport got a client frame it cannot hand over as an event
+        (binary WebSocket frame, undecodable or oversized data-channel message).
+        Goes through the session core (``Session.reject_client_frame``) rather
+        than :meth:`send_error`, so the frame counts as traffic for the idle
+        timeout and against the client-event rate limit."""
+        if not self.closed:
+            self.dispatch(self.session.reject_client_frame(code, message, self.clock()))
+
     def send_error(self, code: str, message: str, param: str | None = None,
                    type_: str = "invalid_request_error", cause: str | None = None) -> None:
-        """An ``error`` event that did not come from the session core (transport level)."""
+        """An ``error`` event that did not come from the session core nor from
+        anything the client sent (server side: drain, dropped events).  For a
+        rejected client frame use :meth:`reject_client_frame`."""
         if self.closed:
             return
         self._push(("event", self._make_error(type_, code, message, param, cause)))

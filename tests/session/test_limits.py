@@ -71,3 +71,28 @@ def test_limit_defaults_and_env_overrides():
     assert s.limits.idle_timeout_s == 30 and s.limits.max_client_events_per_s == 7
     assert s.limits.max_session_s == 50  # the YAML value survives the env merge
     assert s.ws_max_message_bytes == 4096 and s.max_sessions == 3
+
+
+def test_rejected_client_frame_is_an_error_traffic_and_rate_limited():
+    s = Session("s", limits=ServerLimits(max_client_events_per_s=10, client_events_burst=3,
+                                         idle_timeout_s=5))
+    # before start: the session starts implicitly (session.created first)
+    cmds = s.reject_client_frame("binary_frames_not_supported", "no binary frames", 0)
+    evs = [c.event for c in cmds if isinstance(c, SendEvent)]
+    assert [e["type"] for e in evs] == ["session.created", "error"]
+    assert evs[1]["error"] == {"type": "invalid_request_error",
+                               "code": "binary_frames_not_supported",
+                               "message": "no binary frames", "param": None, "event_id": None}
+    # it shares the token bucket with client events: 3 burst, the first frame took one
+    codes = [errors(s.reject_client_frame("binary_frames_not_supported", "m", 0))[0]["code"]
+             for _ in range(3)]
+    assert codes == ["binary_frames_not_supported"] * 2 + ["rate_limit_exceeded"]
+    assert errors(s.client_event({"type": "input_audio_buffer.clear"}, 0))[0]["code"] == \
+        "rate_limit_exceeded"
+    assert not s.closed
+    # and it is traffic for the idle timeout
+    assert s.tick(4_000) == []
+    s.reject_client_frame("message_too_large", "too big", 4_000)
+    assert s.tick(8_900) == []
+    assert [e["code"] for e in errors(s.tick(9_000))] == ["idle_timeout"]
+    assert s.closed and s.reject_client_frame("x", "y", 10_000) == []

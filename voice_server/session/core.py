@@ -40,6 +40,10 @@ limits=ServerLimits(), dialect="ga"|"beta")``
   (``ServerLimits.idle_timeout_s``: no client event or audio -> ``error``
   ``idle_timeout`` + ``Close``).  ``client_event`` also enforces
   ``max_client_events_per_s`` (token bucket; excess -> ``rate_limit_exceeded``).
+* ``reject_client_frame(code, message, now_ms)`` - a frame the transport
+  could not turn into an event (binary WebSocket frame, oversized or
+  non-UTF-8 data-channel message): an ``error`` with ``code``, counted as
+  traffic and rate limited exactly like ``client_event``.
 * ``disconnect(now_ms)`` - client gone: ``CancelResponse`` for the active
   response and ``StopListen``; afterwards every method returns ``[]``.
 
@@ -233,11 +237,7 @@ class Session:
         self._last_traffic_ms = now_ms
         if not self._take_token(now_ms):
             eid = raw.get("event_id") if isinstance(raw, dict) else None
-            out.append(self._error("invalid_request_error", "rate_limit_exceeded",
-                                   f"Too many client events: at most "
-                                   f"{self.limits.max_client_events_per_s:g} per second (bursts "
-                                   f"of {self.limits.client_events_burst}); this event was "
-                                   "dropped.", None, eid if isinstance(eid, str) else None))
+            out.append(self._rate_limited(eid if isinstance(eid, str) else None))
             return out
         try:
             ev = parse_client_event(raw)
@@ -251,6 +251,33 @@ class Session:
             err.event_id = ev.event_id
             out.append(self._client_error(err))
         return out
+
+    def reject_client_frame(self, code: str, message: str, now_ms: float) -> list[Command]:
+        """A client frame the transport could not even hand over as an event
+        (a binary WebSocket frame, a data-channel message that is not UTF-8 or
+        is too large): an ``error`` (``invalid_request_error``, ``code``) and
+        the session stays open.
+
+        It goes through the same accounting as :meth:`client_event` - it is
+        client traffic for the idle timeout and takes a rate token, so a flood
+        of rejected frames gets ``rate_limit_exceeded`` like a flood of events
+        - which a transport calling ``send_error`` itself would bypass."""
+        if self.closed:
+            return []
+        out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        if not self._take_token(now_ms):
+            out.append(self._rate_limited(None))
+        else:
+            out.append(self._error("invalid_request_error", code, message))
+        return out
+
+    def _rate_limited(self, cause: str | None) -> SendEvent:
+        return self._error("invalid_request_error", "rate_limit_exceeded",
+                           f"Too many client events: at most "
+                           f"{self.limits.max_client_events_per_s:g} per second (bursts "
+                           f"of {self.limits.client_events_burst}); this event was "
+                           "dropped.", None, cause)
 
     def _on_session_update(self, ev, now_ms) -> list[Command]:
         old = self.settings

@@ -9,6 +9,13 @@ Codes used (``param`` is the dotted path of the offending field):
 =================================  ==========================================
 invalid_json                       text frame is not JSON
 binary_frame_not_supported         bytes where a JSON text frame is expected
+                                   (``client_event`` given bytes)
+binary_frames_not_supported        a binary WebSocket frame (the transports,
+                                   via ``Session.reject_client_frame``)
+message_too_large                  a WebSocket message above
+                                   ServerSettings.ws_max_message_bytes (then
+                                   close 1009) or a data-channel message above
+                                   datachannel_max_message_bytes (stays open)
 invalid_event                      JSON is not an object
 missing_required_parameter         a required field is absent
 invalid_type                       a field has the wrong JSON type

@@ -36,6 +36,7 @@ from .session import Session, SessionSettings
 from .session.config import apply_session_update
 from .session.errors import ClientError
 from .settings import LOOPBACK_HOSTS, ServerSettings
+from .ws_reader import read_websocket
 
 log = logging.getLogger("voice_server.realtime_ws")
 
@@ -201,20 +202,14 @@ class RealtimeEndpoint:
                         await ws.close(1000)
 
     async def _read(self, ws: WebSocket, runner: SessionRunner) -> None:
-        while True:
-            msg = await ws.receive()
-            t = msg["type"]
-            if t == "websocket.disconnect":
-                return
-            if t != "websocket.receive":
-                continue
-            text = msg.get("text")
-            if text is not None:
-                runner.client_event(text)
-            elif msg.get("bytes") is not None:
-                runner.send_error("binary_frames_not_supported",
-                                  "Binary frames are not supported: send client events as JSON "
-                                  "text frames (audio base64 in input_audio_buffer.append).")
+        def on_bytes(_data: bytes) -> None:
+            runner.reject_client_frame(
+                "binary_frames_not_supported",
+                "Binary frames are not supported: send client events as JSON text frames "
+                "(audio base64 in input_audio_buffer.append).")
+
+        await read_websocket(ws, runner.client_event, on_bytes,
+                             label=f"session {runner.session.session_id}")
 
     async def close_all(self) -> None:
         await asyncio.gather(*(r.close() for r in list(self.runners.values())),

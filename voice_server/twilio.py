@@ -78,6 +78,7 @@ from .realtime_ws import _bearer, _key_ok
 from .runner import RunnerOptions, SessionRunner
 from .session import Session, SessionSettings
 from .settings import LOOPBACK_HOSTS, ServerSettings
+from .ws_reader import read_websocket
 
 log = logging.getLogger("voice_server.twilio")
 
@@ -173,6 +174,7 @@ class TwilioCall:
         self.runner: SessionRunner | None = None
         self.ended = asyncio.Event()  # stop received, or the socket is gone
         self.bad_messages = 0
+        self.errors_logged = 0  # session error events (telephony can only log them)
         self.stats = {"media_in": 0, "media_out": 0, "marks_out": 0, "marks_in": 0,
                       "clears": 0, "marks_ignored": 0}
         # outbound: (kind, item_id, text, mark) sent in order by one sender task
@@ -407,7 +409,11 @@ class TwilioCall:
             if status != "cancelled":
                 self._finish_item(r.get("id"))
         elif t == "error":
-            log.warning("twilio %s: %s", self.stream_sid, ev.get("error"))
+            # throttled like _bad: a flood of rejected frames must not flood the log
+            self.errors_logged += 1
+            n = self.errors_logged
+            log.log(logging.WARNING if n <= 5 or n % 100 == 0 else logging.DEBUG,
+                    "twilio %s: %s [%d errors so far]", self.stream_sid, ev.get("error"), n)
         elif t == "input_audio_buffer.speech_started":
             self._barge_in_on_playback()
 
@@ -482,23 +488,18 @@ class TwilioCall:
                 log.info("twilio %s: call ended %s", self.stream_sid, self.stats)
 
     async def _read(self) -> None:
-        while True:
-            msg = await self.ws.receive()
-            t = msg["type"]
-            if t == "websocket.disconnect":
-                return
-            if t != "websocket.receive":
-                continue
-            text = msg.get("text")
-            if text is not None:
-                try:
-                    await self.on_text(text)
-                except Exception:  # noqa: BLE001 - one bad message must not end the call
-                    log.exception("twilio %s: message handling failed", self.stream_sid)
-                if self.ended.is_set():
-                    return
-            elif msg.get("bytes") is not None:
-                self._bad("binary frame (Media Streams uses JSON text frames)")
+        await read_websocket(self.ws, self.on_text, self._on_binary, stop=self.ended.is_set,
+                             label=lambda: f"twilio {self.stream_sid or '-'}")
+
+    def _on_binary(self, _data: bytes) -> None:
+        """Media Streams has no binary messages.  Counted as a bad message and,
+        once the call has a session, rejected through it (traffic + rate limit;
+        its ``error`` event is only logged: telephony has no error channel)."""
+        self._bad("binary frame (Media Streams uses JSON text frames)")
+        if self.runner is not None:
+            self.runner.reject_client_frame(
+                "binary_frames_not_supported",
+                "Binary frames are not supported: Media Streams messages are JSON text frames.")
 
 
 class TwilioEndpoint:

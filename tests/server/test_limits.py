@@ -141,6 +141,30 @@ async def test_rate_limit_error_and_session_stays_open(server):
         await c.close()
 
 
+async def test_binary_frame_flood_is_rate_limited(server):
+    """Binary frames are rejected by the transport but counted by the session
+    core: a flood of them hits the same client-event rate limit."""
+    with limited(server, {"max_client_events_per_s": 5.0, "client_events_burst": 5}):
+        c = await RTClient.connect(server.url)
+    try:
+        await c.wait("session.created")
+        n = len(c.events)
+        for _ in range(12):
+            await c.ws.send(b"\x00\x01binary")
+        await c.wait("error", lambda e: e["error"]["code"] == "rate_limit_exceeded", start=n)
+        await asyncio.sleep(0.3)
+        codes = [e["error"]["code"] for e in c.of_type("error")]
+        assert set(codes) == {"binary_frames_not_supported", "rate_limit_exceeded"}, codes
+        assert len(codes) == 12
+        assert 5 <= codes.count("rate_limit_exceeded") <= 7  # 5 pass at once (+ refill)
+        assert codes[:5] == ["binary_frames_not_supported"] * 5
+        await asyncio.sleep(1.0)  # tokens come back; the session is still open
+        done = await text_turn(c, "Say yes.")
+        assert done["response"]["status"] == "completed" and c.closed is None
+    finally:
+        await c.close()
+
+
 async def test_max_sessions_503_counts_every_transport(server):
     keep = []
     try:

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from benchmarks.caller_transport import CallerTransport
 from voice_server.audio_codec import mulaw_encode
 
 IN_RATE = 24000
@@ -62,7 +63,7 @@ class Decimator:
         return np.clip(np.round(out), -32768, 32767).astype(np.int16)
 
 
-class TwilioCallerTransport:
+class TwilioCallerTransport(CallerTransport):
     def __init__(self, url: str, key: str | None) -> None:
         p = urlsplit(url)  # the bench passes the realtime URL: same server, our path
         self.url = f"{p.scheme}://{p.netloc}{PATH}"
@@ -156,12 +157,6 @@ class TwilioCallerTransport:
                 await self._send({"event": "mark", "streamSid": self.sid,
                                   "mark": {"name": name}})
             await asyncio.sleep(0.01)
-
-    async def next_event(self, timeout: float) -> dict | None:
-        try:
-            return await asyncio.wait_for(self.q.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):

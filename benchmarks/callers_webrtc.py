@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from benchmarks.caller_transport import CallerTransport
 from voice_server.audio_codec import StreamResampler
 
 RATE = 48000
@@ -75,7 +76,7 @@ def _mic_track_class():
     return QueueMicTrack
 
 
-class WebRTCTransport:
+class WebRTCTransport(CallerTransport):
     """CallerTransport (see realtime_bench.py) over WebRTC."""
 
     def __init__(self, url: str, key: str | None) -> None:
@@ -186,12 +187,6 @@ class WebRTCTransport:
 
     async def send_event(self, ev: dict) -> None:
         self.dc.send(json.dumps(ev))
-
-    async def next_event(self, timeout: float) -> dict | None:
-        try:
-            return await asyncio.wait_for(self.q.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
 
     async def close(self) -> None:
         for t in self._tasks:

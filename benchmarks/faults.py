@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import socket
 import struct
@@ -55,6 +54,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import write_json  # noqa: E402
 from benchmarks.realtime_bench import (QUESTIONS, STORY, Caller,  # noqa: E402
                                        RealtimeWSTransport, flite_pcm, zeros)
 
@@ -487,9 +487,8 @@ def main(argv=None) -> int:
             print(f"{'':<38}{n}")
     out = {"faults": rows, "wall_s": round(time.monotonic() - t_all, 1),
            "think_deadline_s": THINK_DEADLINE_S, "all_ok": all(r["ok"] for r in rows)}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=2, default=str))
-    print(f"total {out['wall_s']} s; wrote {a.out}")
+    print(f"total {out['wall_s']} s")
+    write_json(a.out, out)
     return 0 if out["all_ok"] else 1
 
 

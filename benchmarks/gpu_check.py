@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import write_json  # noqa: E402
 from runtime.pipeline import Pipeline  # noqa: E402
 from runtime.placement import edge_transport  # noqa: E402
 
@@ -56,9 +57,7 @@ async def main() -> int:
     finally:
         await p.close()
     print(json.dumps(res, indent=2))
-    out = ROOT / "benchmarks/results/gpu_check.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2))
+    write_json(ROOT / "benchmarks/results/gpu_check.json", res)
     ok = res["transport"] == "cuda_ipc"
     print("CUDA IPC check:", "ok" if ok else "FAILED")
     return 0 if ok else 1

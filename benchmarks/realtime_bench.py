@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import socket
-import statistics
 import sys
 import threading
 import time
@@ -41,6 +40,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.caller_transport import CallerTransport  # noqa: E402
+from benchmarks.report import pct, write_json  # noqa: E402
 from voice_server.audio_codec import resample  # noqa: E402
 
 RATE = 24000
@@ -73,21 +74,6 @@ def zeros(ms: float) -> np.ndarray:
 
 # ---------------------------------------------------------------- transports
 
-class CallerTransport:
-    """What a simulated caller needs from a transport: audio up, events down."""
-
-    async def connect(self) -> None: ...
-
-    async def send_audio(self, pcm24k: np.ndarray) -> None: ...
-
-    async def send_event(self, ev: dict) -> None: ...
-
-    async def next_event(self, timeout: float) -> dict | None:
-        """Next server event (Realtime schema), or None on timeout."""
-
-    async def close(self) -> None: ...
-
-
 class RealtimeWSTransport(CallerTransport):
     def __init__(self, url: str, key: str | None) -> None:
         self.url, self.key = url, key
@@ -113,12 +99,6 @@ class RealtimeWSTransport(CallerTransport):
 
     async def send_event(self, ev: dict) -> None:
         await self.ws.send(json.dumps(ev))
-
-    async def next_event(self, timeout: float) -> dict | None:
-        try:
-            return await asyncio.wait_for(self.q.get(), timeout)
-        except asyncio.TimeoutError:
-            return None
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -268,15 +248,6 @@ async def run_caller(make_transport, speech: dict, turns: int, barge: bool, res:
         await t.close()
 
 
-def pct(xs: list[float], p: float) -> float | None:
-    if not xs:
-        return None
-    xs = sorted(xs)
-    k = (len(xs) - 1) * p / 100
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return round(xs[lo] + (xs[hi] - xs[lo]) * (k - lo), 1)
-
-
 async def run_level(make_transport, speech: dict, sessions: int, turns: int) -> dict:
     res = {"first_audio_ms": [], "barge_in_ms": [], "barge_in_last_audio_ms": [],
            "late_audio_deltas": 0, "errors": 0, "barge_not_cancelled": 0}
@@ -418,14 +389,11 @@ def main(argv=None) -> int:
         base = by[names[0]]["sessions"][str(n)]
         for t in names[1:]:  # added latency of each transport over the first one
             r = by[t]["sessions"][str(n)]
-            d = {k: (r[k]["p50"] - base[k]["p50"]) if None not in (r[k]["p50"], base[k]["p50"])
+            d = {k: round(r[k]["p50"] - base[k]["p50"], 1) if None not in (r[k]["p50"], base[k]["p50"])
                  else None for k in ("first_audio_ms", "barge_in_ms")}
             print(f"{t + '-' + names[0]:>18}: first_audio p50 {d['first_audio_ms']!s} ms, "
                   f"barge_in p50 {d['barge_in_ms']!s} ms")
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}")
+    write_json(a.out, results)
     return 0
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -25,6 +24,7 @@ import zmq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import pct, write_json  # noqa: E402
 from runtime.pipeline import Pipeline  # noqa: E402
 
 SIZES = {"4KB": 4 << 10, "1MB": 1 << 20, "4MB": 4 << 20, "16MB": 16 << 20}
@@ -36,13 +36,8 @@ def log(text: str) -> None:
     print(f"  .. {text}", file=sys.stderr, flush=True)
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
-
-
 def ms(xs: list[float], *qs: int) -> dict:
-    return {f"p{q}": round(pct(xs, q) * 1000, 4) for q in qs}
+    return {f"p{q}": round(pct(xs, q, None) * 1000, 4) for q in qs}
 
 
 def identity_pipeline(step_ms: float = 0.0) -> dict:
@@ -73,7 +68,7 @@ def memcpy_ms(nbytes: int, reps: int) -> float:
         t0 = time.perf_counter()
         np.copyto(dst, src)
         ts.append(time.perf_counter() - t0)
-    return round(pct(ts, 50) * 1000, 4)
+    return round(pct(ts, 50, None) * 1000, 4)
 
 
 def zmq_rtt_ms(nbytes: int, reps: int) -> float:
@@ -116,7 +111,7 @@ def zmq_rtt_ms(nbytes: int, reps: int) -> float:
         rep.close(0)
         ctx.term()
         shutil.rmtree(d, ignore_errors=True)
-    return round(pct(ts, 50) * 1000, 4)
+    return round(pct(ts, 50, None) * 1000, 4)
 
 
 # ---- runtime measurements ----------------------------------------------------------------
@@ -273,9 +268,7 @@ def main() -> None:
     print("-+-".join("-" * x for x in w))
     for r in rows:
         print(" | ".join(c.ljust(w[i]) for i, c in enumerate(r)))
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(res, indent=2))
-    print(f"wrote {args.json} in {res['wall_s']} s")
+    write_json(args.json, res, f" in {res['wall_s']} s")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import random
 import sys
 import time
@@ -37,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.faults import Sess, audio_delta  # noqa: E402
 from benchmarks.realtime_bench import (INTERRUPT, QUESTIONS, SILENCE_WINDOW_MS, STORY,  # noqa: E402
-                                       flite_pcm, pct)
+                                       flite_pcm)
+from benchmarks.report import pct, write_json  # noqa: E402
 
 KEY = "soak-key"
 RSS_GROWTH_TARGET = 0.10
@@ -289,9 +289,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     r = run_soak(a.minutes, a.callers, a.seed)
     print_report(r)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(r, indent=2, default=str))
-    print(f"wrote {a.out}")
+    write_json(a.out, r)
     ok = (r["left"]["live_requests"] == 0 and not r["left"]["lent"] and not r["unexpected_errors"]
           and r["rss_growth_ok"])
     return 0 if ok else 1

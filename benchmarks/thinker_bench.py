@@ -14,7 +14,6 @@ would otherwise decide the result.  Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.report import write_json  # noqa: E402
 from runtime.executor import WorkItem  # noqa: E402
 from runtime.models.chat import render_template  # noqa: E402
 from runtime.models.gguf_requant import requantized  # noqa: E402
@@ -189,10 +189,7 @@ def main() -> None:
             results[f"requantized_s8_over_shipped_baseline_{label}"] = round(ratio, 2)
             print(f"requantize=q4_0 s8 vs shipped Q4_1 baseline ({label}): {ratio:.2f}x")
     print(f"sampling per token (ms): {results['sampling_ms']}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out}")
+    write_json(args.out, results)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ benchmarks/results/tts_engines.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import write_json  # noqa: E402
 from runtime.models.speak import make_synthesizer  # noqa: E402
 
 SENTENCES = [
@@ -108,12 +108,10 @@ def main() -> None:
               f"mean CLI {summary[engine]['cli_ms_mean']} ms per sentence "
               f"(one-time ctypes init {summary[engine]['ctypes_init_ms']} ms)")
 
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({
+    write_json(args.out, {
         "repeats": args.repeats, "cpu_count": os.cpu_count(), "machine": platform.machine(),
         "python": platform.python_version(), "rows": rows, "summary": summary,
-    }, indent=2))
-    print(f"wrote {args.out}")
+    })
 
 
 if __name__ == "__main__":

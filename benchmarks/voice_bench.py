@@ -47,7 +47,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.report import write_json  # noqa: E402
+from benchmarks.report import pct as _pct  # noqa: E402
 from runtime.pipeline import Pipeline  # noqa: E402
+
+
+def pct(xs: list[float | None], q: float) -> float | None:
+    """Percentile over the turns that have the figure (a failed turn has None)."""
+    return _pct([x for x in xs if x is not None], q)
 
 QUESTIONS = [
     "what is the capital of france",
@@ -89,11 +96,6 @@ def flite(text: str, path: Path) -> np.ndarray:
         import soxr
         a = soxr.resample(a, rate, 16000).astype(np.int16)
     return a
-
-
-def pct(xs: list[float], q: float) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return round(float(np.percentile(xs, q)), 1) if xs else None
 
 
 class RssSampler:
@@ -370,10 +372,7 @@ def main() -> None:
     print(f"\npeak RSS of the service (coordinator + stages): {res['rss_mb']} MB "
           f"(PSS {res['pss_mb']} MB; target <= 1024)  {res['rss_mb_per_process_at_peak']}")
     print(f"load average (1 min) at the end: {res['load_avg_1m']} on {res['cpus']} CPUs")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2))
-    print(f"wrote {out}")
+    write_json(args.out, res)
 
 
 if __name__ == "__main__":

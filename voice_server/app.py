@@ -138,7 +138,13 @@ def check_bind(host: str, settings: ServerSettings) -> None:
 
 
 def uvicorn_config(app, settings: ServerSettings, host: str, port: int, **kw):
+    """uvicorn's Config for the app.  WebSockets use
+    :class:`voice_server.ws_protocol.ExplainingWebSocketProtocol` (uvicorn's
+    own sans-I/O protocol, which also sends a ``message_too_large`` error
+    event before the 1009 close of a message above ``ws_max_message_bytes``)."""
     import uvicorn
+    from .ws_protocol import ExplainingWebSocketProtocol
+    kw.setdefault("ws", ExplainingWebSocketProtocol)
     return uvicorn.Config(app, host=host, port=port, log_level=kw.pop("log_level", "warning"),
                           ws_max_size=settings.ws_max_message_bytes, ws_ping_interval=20.0,
                           ws_ping_timeout=20.0, lifespan="on", **kw)

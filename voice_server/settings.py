@@ -23,7 +23,8 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
 Limits (defaults): WebSocket message ``ws_max_message_bytes`` 16 MiB (bigger:
-the protocol layer closes with 1009), ``max_sessions`` 32 (503 before the
+an ``error`` event ``message_too_large``, then the protocol layer closes with
+1009; voice_server.ws_protocol), ``max_sessions`` 32 (503 before the
 upgrade), and ServerLimits: ``max_append_b64_bytes`` 15 MiB,
 ``max_buffered_input_s`` 120, ``max_session_s`` 3600, ``idle_timeout_s`` 600,
 ``max_client_events_per_s`` 200 with bursts of ``client_events_burst`` 400.

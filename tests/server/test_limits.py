@@ -51,15 +51,30 @@ async def wait_closed(c: RTClient, timeout: float = 10.0):
     return c.ws.close_code, c.ws.close_reason
 
 
-async def test_ws_message_too_big_closes_1009(server):
+@pytest.mark.parametrize("fragmented", [False, True])
+async def test_ws_message_too_big_closes_1009(server, fragmented):
+    """An oversized message (one frame, or fragments that add up): an
+    ``error`` event says why, then the 1009 close."""
+    limit = server.settings.ws_max_message_bytes
     c = await RTClient.connect(server.url)
     try:
         await c.wait("session.created")
-        big = "x" * (server.settings.ws_max_message_bytes + 1)
+        n = len(c.events)
+        part = limit // 3 + 1
+        big = iter(["x" * part] * 3) if fragmented else "x" * (limit + 1)
         with contextlib.suppress(websockets.exceptions.ConnectionClosed):
-            await c.send(big)
-        code, _ = await wait_closed(c)
-        assert code == 1009
+            await c.ws.send(big)
+        code, reason = await wait_closed(c)
+        assert code == 1009 and reason
+        # the error event arrived before the close frame (the client read it first)
+        errs = c.of_type("error", n)
+        assert len(errs) == 1, c.types(n)
+        err = errs[0]
+        assert err["event_id"].startswith("event_")
+        assert err["error"]["type"] == "invalid_request_error"
+        assert err["error"]["code"] == "message_too_large"
+        assert str(limit) in err["error"]["message"]
+        assert err["error"]["param"] is None and err["error"]["event_id"] is None
     finally:
         await c.close()
     c = await RTClient.connect(server.url)  # the server is fine

@@ -369,3 +369,22 @@ async def test_twilio_barge_in_while_finished_reply_plays(server):
     finally:
         await c.close()
     await wait_no_calls(server)
+
+
+async def test_twilio_message_too_big_closes_1009_without_an_error_event(server):
+    """Media Streams has no error message: an oversized frame gets the bare
+    1009 close (the Realtime endpoint sends an ``error`` event first)."""
+    base = f"ws://127.0.0.1:{server.port}"
+    ws = await websockets.connect(base + "/v1/telephony/twilio",
+                                  additional_headers={"Authorization": f"Bearer {API_KEY}"},
+                                  max_size=None)
+    try:
+        with contextlib.suppress(websockets.exceptions.ConnectionClosed):
+            await ws.send("x" * (server.settings.ws_max_message_bytes + 1))
+        got = []
+        with contextlib.suppress(websockets.exceptions.ConnectionClosed):
+            async for m in ws:
+                got.append(m)
+        assert ws.close_code == 1009 and got == []
+    finally:
+        await ws.close()

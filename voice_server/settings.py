@@ -18,16 +18,19 @@ under ``extra.server:``::
 Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
 ``VOICE_AGENT_TWILIO_AUTH_TOKEN``, ``VOICE_AGENT_ADMIN_KEYS`` (comma separated),
-``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``, and one
+``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``,
+``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
 Limits (defaults): WebSocket message ``ws_max_message_bytes`` 16 MiB (bigger:
 an ``error`` event ``message_too_large``, then the protocol layer closes with
-1009; voice_server.ws_protocol), ``max_sessions`` 32 (503 before the
-upgrade), and ServerLimits: ``max_append_b64_bytes`` 15 MiB,
-``max_buffered_input_s`` 120, ``max_session_s`` 3600, ``idle_timeout_s`` 600,
-``max_client_events_per_s`` 200 with bursts of ``client_events_burst`` 400.
+1009; voice_server.ws_protocol), WebRTC ``oai-events`` message
+``datachannel_max_message_bytes`` 256 KiB (bigger: ``message_too_large``, the
+call goes on), ``max_sessions`` 32 (503 before the upgrade), and
+ServerLimits: ``max_append_b64_bytes`` 15 MiB, ``max_buffered_input_s`` 120,
+``max_session_s`` 3600, ``idle_timeout_s`` 600, ``max_client_events_per_s``
+200 with bursts of ``client_events_burst`` 400.
 """
 
 from __future__ import annotations
@@ -71,6 +74,13 @@ class ServerSettings(BaseModel):
     tick_ms: float = Field(100.0, gt=0)
     max_outbox_events: int = Field(20000, ge=16)
     ws_max_message_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    # WebRTC oai-events messages: bigger ones are dropped with an error event
+    # (message_too_large), the call goes on.  The default is what aiortc puts in
+    # the SDP answer (a=max-message-size:262144): a peer that honours the SDP never
+    # reaches it; a lower value is enforced here; a higher one only bounds peers
+    # that ignore the SDP.  (The check runs on the reassembled message: aiortc
+    # buffers a message whole before handing it over.)
+    datachannel_max_message_bytes: int = Field(256 * 1024, ge=1024)
     web_demo_dir: Optional[str] = None
     # telephony (voice_server.twilio): <Stream url> in the TwiML (None: from the Host
     # header) and the account auth token that checks X-Twilio-Signature (None: no check)
@@ -116,6 +126,9 @@ class ServerSettings(BaseModel):
             data["drain_grace_s"] = float(env["VOICE_AGENT_DRAIN_GRACE_S"])
         if env.get("VOICE_AGENT_WS_MAX_MESSAGE_BYTES"):
             data["ws_max_message_bytes"] = int(env["VOICE_AGENT_WS_MAX_MESSAGE_BYTES"])
+        if env.get("VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES"):
+            data["datachannel_max_message_bytes"] = int(
+                env["VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES"])
         lim = {k: env[f"VOICE_AGENT_LIMIT_{k.upper()}"] for k in ServerLimits.model_fields
                if env.get(f"VOICE_AGENT_LIMIT_{k.upper()}")}
         if lim:  # strings: pydantic converts them (lax mode) and checks them

@@ -35,7 +35,11 @@ Media and events:
   a response), ``.cleared`` (flush) and ``.stopped`` (everything played).
 * The data channel the client opens, ``oai-events``, carries the WebSocket's
   JSON events both ways (client events in; server events, errors included,
-  out).  Server events produced before the channel opens are held (bounded)
+  out).  A message above ``ServerSettings.datachannel_max_message_bytes`` or
+  binary data that is not UTF-8 gets an ``error`` (``message_too_large``,
+  ``invalid_json``) through the session core (rate limited like events) and
+  the call goes on; so does a text message that is not valid UTF-8
+  (:func:`guard_text_decoding`: aiortc would otherwise end the call).  Server events produced before the channel opens are held (bounded)
   and sent when it opens, so ``session.created`` is always the first.
 * A peer connection that fails or closes, a DELETE, or a session ``Close``
   (expired, slow client) ends the call: the runner aborts every request.
@@ -87,6 +91,45 @@ def _error(status: int, code: str, message: str, type_: str = "invalid_request_e
                                    "param": param}}, status_code=status, headers=headers)
 
 
+def _utf8_size(msg: str | bytes) -> int:
+    """Bytes of a data-channel message as it was on the wire (aiortc hands
+    text messages over decoded)."""
+    if isinstance(msg, str):
+        return len(msg.encode("utf-8", "surrogatepass"))
+    return len(msg)
+
+
+def guard_text_decoding(sctp) -> bool:
+    """Hand a data-channel text message that is not valid UTF-8 over as bytes.
+
+    aiortc decodes text messages (string PPID) inside its SCTP receive path;
+    a UnicodeDecodeError there goes up through the DTLS transport's receive
+    task and ends it - the client could kill its own call with one bad
+    message, with no error event.  Re-tagged as binary, the message reaches
+    :meth:`Call.on_channel_message`, which rejects it (``invalid_json``) and
+    the call goes on.  aiortc has no hook for this, so it wraps a private
+    method of this one transport: returns False (and changes nothing) when
+    this aiortc version lays it out differently.
+    """
+    try:
+        from aiortc.rtcsctptransport import WEBRTC_BINARY, WEBRTC_STRING
+        original = sctp._receive
+    except (ImportError, AttributeError) as exc:
+        log.warning("data-channel UTF-8 guard not applied: %r", exc)
+        return False
+
+    async def receive(stream_id: int, pp_id: int, data: bytes) -> None:
+        if pp_id == WEBRTC_STRING:
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                pp_id = WEBRTC_BINARY
+        await original(stream_id, pp_id, data)
+
+    sctp._receive = receive
+    return True
+
+
 class Call:
     """One WebRTC call: peer connection + session + runner."""
 
@@ -106,6 +149,8 @@ class Call:
         self._end_task: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()
         self.stats = {"mic_frames": 0, "events_in": 0, "events_out": 0}
+        # read at call setup, like the session's other limits
+        self.max_message_bytes = endpoint.settings.datachannel_max_message_bytes
 
     # ----------------------------------------------------------- callbacks
     def _on_played(self, item_id: str, played_ms: float) -> None:
@@ -163,14 +208,12 @@ class Call:
             if self.runner is None or self.ended:
                 return
             self.stats["events_in"] += 1
-            if isinstance(msg, (bytes, bytearray)):
-                try:
-                    msg = bytes(msg).decode("utf-8")
-                except UnicodeDecodeError:
-                    self.runner.send_error("invalid_json", "oai-events messages must be JSON "
-                                           "text (UTF-8).")
-                    return
-            self.runner.client_event(msg)
+            # an exception here would go up through aiortc's SCTP receive path
+            # and end the DTLS transport, i.e. the call: never let one out
+            try:
+                self.on_channel_message(msg)
+            except Exception:  # noqa: BLE001
+                log.exception("call %s: oai-events message handling failed", self.id)
 
         @channel.on("close")
         def on_close() -> None:
@@ -180,6 +223,26 @@ class Call:
             flush_pending()
         else:
             channel.on("open", flush_pending)
+
+    def on_channel_message(self, msg: str | bytes) -> None:
+        """One ``oai-events`` message: a client event for the runner, or - too
+        large, or bytes that are not UTF-8 - rejected through the session core
+        (an ``error``, counted against the rate limit; the call goes on)."""
+        cap = self.max_message_bytes
+        size = _utf8_size(msg)
+        if size > cap:
+            self.runner.reject_client_frame(
+                "message_too_large", f"The oai-events message ({size} bytes) is larger than "
+                f"the limit of {cap} bytes; it was dropped.")
+            return
+        if isinstance(msg, (bytes, bytearray)):
+            try:
+                msg = bytes(msg).decode("utf-8")
+            except UnicodeDecodeError:
+                self.runner.reject_client_frame("invalid_json", "oai-events messages must be "
+                                                "JSON text (UTF-8).")
+                return
+        self.runner.client_event(msg)
 
     def attach_track(self, track) -> None:
         if track.kind != "audio":
@@ -401,6 +464,8 @@ class WebRTCEndpoint:
             audio = [t for t in pc.getTransceivers() if t.kind == "audio"]
             if not audio and pc.sctp is None:
                 raise _BadOffer("The offer has neither an audio section nor a data channel.")
+            if pc.sctp is not None:
+                guard_text_decoding(pc.sctp)
             if audio:
                 low_latency_audio_receiver(audio[0].receiver)
                 pc.addTrack(call.out_track)  # reuses the offer's audio transceiver

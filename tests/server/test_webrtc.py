@@ -14,6 +14,7 @@ interface is ever tried, run it in a network namespace with loopback only::
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -223,3 +224,60 @@ async def test_close_and_hangup_end_the_session(rtc_server):
         assert c.pc.connectionState in ("closed", "failed")
     finally:
         await c.close()
+
+
+def user_text(text: str, event_id: str) -> dict:
+    return {"type": "conversation.item.create", "event_id": event_id, "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}
+
+
+async def test_oversized_and_undecodable_channel_messages(rtc_server):
+    """oai-events messages over datachannel_max_message_bytes, or bytes that are
+    not UTF-8: an error event each, and the call goes on."""
+    ep = rtc_server.app.state.webrtc
+    old = ep.settings
+    ep.settings = old.model_copy(update={"datachannel_max_message_bytes": 4096})
+    try:  # read at call setup
+        c = await connect(rtc_server)
+    finally:
+        ep.settings = old
+    try:
+        await c.wait("session.created", 5)
+        # the SCTP limit the answer advertises is the default cap: a peer that
+        # honours the SDP never reaches the default; a lower cap is ours to enforce
+        assert f"a=max-message-size:{old.datachannel_max_message_bytes}" in \
+            c.pc.remoteDescription.sdp
+        # 2,100 two-byte characters: under the cap in characters, over it in bytes
+        n = len(c.events)
+        c.send(user_text("\u00e9" * 2100, "big"))
+        err = await c.wait("error", 5, start=n)
+        assert err["error"]["type"] == "invalid_request_error"
+        assert err["error"]["code"] == "message_too_large"
+        assert "4096" in err["error"]["message"]
+        # binary that is not UTF-8
+        n = len(c.events)
+        c.channel.send(b"\xff\xfe{}")
+        err = await c.wait("error", 5, start=n)
+        assert err["error"]["code"] == "invalid_json"
+        # a text message (string PPID) that is not UTF-8: the browser API cannot
+        # send one, a raw SCTP peer can (the test client's own queue, as its
+        # channel.send would fill it)
+        from aiortc.rtcsctptransport import WEBRTC_STRING
+        n = len(c.events)
+        c.pc.sctp._data_channel_queue.append((c.channel, WEBRTC_STRING, b"\xff\xfe{}"))
+        await c.pc.sctp._data_channel_flush()
+        err = await c.wait("error", 5, start=n)
+        assert err["error"]["code"] == "invalid_json"
+        # the call goes on: binary UTF-8 JSON, and a message just under the cap
+        n = len(c.events)
+        c.channel.send(json.dumps({"type": "input_audio_buffer.clear"}).encode())
+        await c.wait("input_audio_buffer.cleared", 5, start=n)
+        c.send(user_text("a" * 3900, "fits"))
+        added = await c.wait("conversation.item.added", 5, start=n)
+        assert added["item"]["content"][0]["text"] == "a" * 3900
+        assert c.types(n).count("error") == 0, c.types(n)
+        assert c.pc.connectionState == "connected"
+        assert len(rtc_server.app.state.webrtc.calls) == 1
+    finally:
+        await c.close()
+    await no_live_calls(rtc_server)

@@ -67,10 +67,12 @@ def test_limit_defaults_and_env_overrides():
         {"server": {"limits": {"max_session_s": 50}}},
         env={"VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S": "30",
              "VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S": "7",
-             "VOICE_AGENT_WS_MAX_MESSAGE_BYTES": "4096", "VOICE_AGENT_MAX_SESSIONS": "3"})
+             "VOICE_AGENT_WS_MAX_MESSAGE_BYTES": "4096", "VOICE_AGENT_MAX_SESSIONS": "3",
+             "VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES": "8192"})
     assert s.limits.idle_timeout_s == 30 and s.limits.max_client_events_per_s == 7
     assert s.limits.max_session_s == 50  # the YAML value survives the env merge
     assert s.ws_max_message_bytes == 4096 and s.max_sessions == 3
+    assert s.datachannel_max_message_bytes == 8192
 
 
 def test_rejected_client_frame_is_an_error_traffic_and_rate_limited():

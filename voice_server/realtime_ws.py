@@ -6,7 +6,10 @@ session core; everything about requests in the runner.
 
 Before the upgrade is accepted, problems are HTTP statuses:
 401 (missing/bad key), 403 (Origin not allowed), 503 (too many sessions).
-After it, every problem is an ``error`` event and the session stays open.
+After it, every problem is an ``error`` event and the session stays open -
+binary frames included (rejected through the session core, so they count
+against its rate limit) - except a message above ``ws_max_message_bytes``:
+an ``error`` ``message_too_large``, then close 1009 (voice_server.ws_protocol).
 
 Auth: ``Authorization: Bearer KEY``, or for browsers the subprotocols
 ``realtime`` + ``openai-insecure-api-key.KEY`` (``realtime`` is echoed when

@@ -89,16 +89,19 @@ class ExplainingWebSocketProtocol(WebSocketsSansIOProtocol):
         # uvicorn builds its ServerProtocol (extensions, max_size, logger) in
         # __init__; re-classing that object keeps every one of those settings
         # as uvicorn chose them instead of copying its constructor call here.
-        # The subclass adds behaviour only (no state, no __init__).
-        if type(self.conn) is not ServerProtocol:
-            raise TypeError(f"uvicorn's WebSocket connection is a {type(self.conn)!r}, "
-                            "not websockets.server.ServerProtocol")
-        self.conn.__class__ = ExplainingServerProtocol
+        # The subclass adds behaviour only (no state, no __init__).  Another
+        # uvicorn layout: plain uvicorn behaviour (a bare 1009), never a failure.
+        if type(self.conn) is ServerProtocol:
+            self.conn.__class__ = ExplainingServerProtocol
+        elif not isinstance(self.conn, ExplainingServerProtocol):
+            log.warning("uvicorn's WebSocket connection is a %r: no message_too_large event "
+                        "before 1009", type(self.conn))
 
     def handle_connect(self, event: Request) -> None:
-        path = unquote(event.path.partition("?")[0])
-        self.conn.error_events = not any(path == p or path.startswith(p + "/")
-                                         for p in NO_ERROR_EVENT_PATHS)
+        if isinstance(self.conn, ExplainingServerProtocol):
+            path = unquote(event.path.partition("?")[0])
+            self.conn.error_events = not any(path == p or path.startswith(p + "/")
+                                             for p in NO_ERROR_EVENT_PATHS)
         super().handle_connect(event)
 
 

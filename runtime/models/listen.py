@@ -209,11 +209,10 @@ class _Stream:
         self.held_partial = None
 
     # -- per frame -------------------------------------------------------
-    def _frame(self, frame: np.ndarray, out: list) -> None:
+    def _frame(self, frame: np.ndarray, prob: float, out: list) -> None:
         start = self.pos
         end = start + FRAME_SAMPLES
         self.pos = end
-        prob = self.vad.prob(frame)
         p = self.p
 
         if self.state == self.IDLE:
@@ -270,15 +269,26 @@ class _Stream:
 
     # -- per chunk -------------------------------------------------------
     def push(self, audio: np.ndarray, final: bool) -> list:
-        out: list = []
+        """One chunk of this stream alone (the executor batches VAD across streams instead)."""
+        frames = self.frames(audio, final)
+        return self.advance(frames, [self.vad.prob(f) for f in frames], final)
+
+    def frames(self, audio: np.ndarray, final: bool) -> list[np.ndarray]:
+        """Resample and cut into whole VAD frames; the remainder waits for the next chunk."""
         if self.resampler is not None and (audio.size or final):
             audio = self.resampler.resample_chunk(audio, last=final)
-        if audio.size:
-            buf = np.concatenate([self.pending, audio]) if self.pending.size else audio
-            n = (buf.shape[0] // FRAME_SAMPLES) * FRAME_SAMPLES
-            for i in range(0, n, FRAME_SAMPLES):
-                self._frame(buf[i:i + FRAME_SAMPLES], out)
-            self.pending = buf[n:].copy()
+        if not audio.size:
+            return []
+        buf = np.concatenate([self.pending, audio]) if self.pending.size else audio
+        n = (buf.shape[0] // FRAME_SAMPLES) * FRAME_SAMPLES
+        self.pending = buf[n:].copy()
+        return [buf[i:i + FRAME_SAMPLES] for i in range(0, n, FRAME_SAMPLES)]
+
+    def advance(self, frames: list[np.ndarray], probs, final: bool) -> list:
+        """Run the utterance state machine over frames whose VAD probabilities are known."""
+        out: list = []
+        for frame, prob in zip(frames, probs):
+            self._frame(frame, float(prob), out)
         if final:
             self._flush(out)
         return out
@@ -364,8 +374,11 @@ class ListenExecutor(ChunkExecutor):
             _trim_heap()
 
     def process(self, items: list[WorkItem]) -> list[list[Any]]:
-        results: list[Any] = []
-        for item in items:
+        # Three passes so that the VAD runs once per frame position for all the
+        # streams in the batch (SileroVAD.probs) instead of once per stream.
+        results: list[Any] = [None] * len(items)
+        plans: list[tuple[int, _Stream, list[np.ndarray], bool]] = []
+        for i, item in enumerate(items):
             try:
                 s = self._streams.get(item.request_id)
                 if s is None:                  # tolerate a missing open(): same params, same effect
@@ -373,11 +386,44 @@ class ListenExecutor(ChunkExecutor):
                     s = self._streams[item.request_id]
                 audio = to_mono_float32(item.payload) if item.payload is not None \
                     else np.zeros(0, dtype=np.float32)
-                results.append(s.push(audio, bool(item.final)))
-            except StageError as exc:
-                if exc.code == ErrorCode.BAD_INPUT:
-                    self._counters["bad_input"] += 1
-                results.append(exc)
+                plans.append((i, s, s.frames(audio, bool(item.final)), bool(item.final)))
             except Exception as exc:            # one request's failure must not fail its batch-mates
-                results.append(exc)
+                results[i] = self._failed(exc)
+        probs = self._vad_probs([(s, f) for _, s, f, _ in plans])
+        for (i, s, frames, final), pr in zip(plans, probs):
+            try:
+                results[i] = s.advance(frames, pr, final)
+            except Exception as exc:
+                results[i] = self._failed(exc)
         return results
+
+    def _failed(self, exc: Exception) -> Exception:
+        if isinstance(exc, StageError) and exc.code == ErrorCode.BAD_INPUT:
+            self._counters["bad_input"] += 1
+        return exc
+
+    @staticmethod
+    def _vad_probs(work: list[tuple["_Stream", list[np.ndarray]]]) -> list[list[float]]:
+        """VAD probabilities for every frame of every planned chunk, in order.
+
+        A stream can have several chunks in one batch; its frames are one
+        sequence (the graph is recurrent), so round r runs the r-th frame of
+        every stream that has one.
+        """
+        seqs: dict[int, tuple[_Stream, list[np.ndarray]]] = {}
+        for s, frames in work:
+            seqs.setdefault(id(s), (s, []))[1].extend(frames)
+        got: dict[int, list[float]] = {k: [] for k in seqs}
+        longest = max((len(f) for _, f in seqs.values()), default=0)
+        for r in range(longest):
+            keys = [k for k, (_, f) in seqs.items() if len(f) > r]
+            ps = SileroVAD.probs([seqs[k][0].vad for k in keys],
+                                 np.stack([seqs[k][1][r] for k in keys]))
+            for k, pr in zip(keys, ps):
+                got[k].append(float(pr))
+        out = []
+        for s, frames in work:  # hand each chunk its share, in order
+            share = got[id(s)]
+            out.append(share[:len(frames)])
+            del share[:len(frames)]
+        return out

@@ -258,3 +258,58 @@ def test_one_bad_request_does_not_fail_its_batch_mate(ex):
         ex.release(a)
         ex.release(b)
     assert ex.stats()["streams"] == 0
+
+
+def test_batched_vad_matches_one_stream_at_a_time(question):
+    """SileroVAD.probs runs several streams' frames in one graph call; each stream's
+    recurrent state must come out exactly as if it had run alone."""
+    from runtime.models.silero_vad import FRAME_SAMPLES, make_session
+    sess = make_session()
+    audio = [np.concatenate([silence(0.3), question])[: 40 * FRAME_SAMPLES],
+             np.concatenate([question, silence(0.3)])[: 40 * FRAME_SAMPLES] // 2,
+             silence(40 * FRAME_SAMPLES / SR)]
+    frames = [a.astype(np.float32).reshape(-1, FRAME_SAMPLES) / 32768 for a in audio]
+    alone = []
+    for fr in frames:
+        v = SileroVAD(sess)
+        alone.append([v.prob(f) for f in fr])
+    vads = [SileroVAD(sess) for _ in audio]
+    together = [[] for _ in audio]
+    for r in range(40):
+        ps = SileroVAD.probs(vads, np.stack([fr[r] for fr in frames]))
+        for k, p in enumerate(ps):
+            together[k].append(float(p))
+    np.testing.assert_allclose(np.array(together), np.array(alone), atol=1e-4)
+    assert max(alone[0]) > 0.5 and max(alone[2]) < 0.2  # speech and silence both covered
+
+
+def test_batch_of_streams_gives_the_events_each_gives_alone(ex, question):
+    """Chunks of several streams in one process() call (and two chunks of one stream
+    in the same call) give each stream the events it gets when processed alone."""
+    audio = np.concatenate([silence(0.5), question, silence(1.0)])
+    step = SR * 20 // 1000
+    chunks = [audio[i:i + step] for i in range(0, len(audio), step)]
+    # partials are left out: their wording depends on the decoder's history (its
+    # running cepstral mean), and pooled decoders are handed out in any order
+    solo = [e for _, e in stream(ex, audio) if e["type"] != "partial"]
+    rids = [next(_rid) for _ in range(3)]
+    for r in rids:
+        ex.open(r, {"sample_rate": SR})
+    got: dict[int, list] = {r: [] for r in rids}
+    try:
+        for k in range(0, len(chunks), 2):
+            pair = chunks[k:k + 2]
+            items, owners = [], []
+            for r in rids:
+                for j, c in enumerate(pair):
+                    final = k + j == len(chunks) - 1
+                    items.append(WorkItem(r, c, {"sample_rate": SR}, final=final))
+                    owners.append(r)
+            for r, res in zip(owners, ex.process(items)):
+                assert not isinstance(res, BaseException), res
+                got[r] += [e for e in res if e["type"] != "partial"]
+    finally:
+        for r in rids:
+            ex.release(r)
+    for r in rids:
+        assert got[r] == solo

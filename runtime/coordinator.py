@@ -236,7 +236,7 @@ class Coordinator:
         if rec.timer is not None:
             rec.timer.cancel()
         self.live.pop(rec.request_id, None)
-        self.recent[rec.request_id] = rec
+        self.recent[rec.request_id] = rec.finished_view()
         while len(self.recent) > RECENT_MAX:
             self.recent.popitem(last=False)
         if state == State.COMPLETED:

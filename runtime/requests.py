@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
@@ -84,6 +84,18 @@ class RequestRecord:
         w = self.waiter
         if w is not None and not w.done():
             w.set_result(None)
+
+    def finished_view(self) -> "RequestRecord":
+        """What the table of finished requests keeps: everything ``summary`` shows,
+        none of the payloads.
+
+        Why: undelivered output events (audio chunks of an aborted reply), the
+        input params (a think request carries the whole conversation) and the
+        waiter would otherwise live on for the last RECENT_MAX requests, which
+        is a slow climb of the server's RSS over hours.  ``stages`` stays
+        shared, so stage reports that arrive after the end still show up.
+        """
+        return replace(self, events=deque(), params={}, waiter=None, timer=None)
 
     def summary(self) -> dict:
         return {

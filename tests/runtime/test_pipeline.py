@@ -36,6 +36,24 @@ async def test_three_stage_stream_edge_streams_while_upstream_produces(start):
     assert st["state"] == "completed" and st["total_ms"] > 0
 
 
+async def test_finished_requests_keep_no_payloads(start):
+    """The coordinator remembers the last finished requests for /v1/requests/{id};
+    an unread reply's chunks and the request's params must not live on with them."""
+    p = await start(linear(stage("count", "tests.stages:Counter", scheduler="ar",
+                                 args={"step_ms": 5})))
+    h = await p.submit({"start": 1, "n": 6, "blob": "x" * 100_000})
+    await h.next_event(timeout=10)
+    await asyncio.sleep(0.3)          # the rest arrives; nobody reads it
+    await h.abort("cancelled")
+    kept = p.coordinator.recent[h.request_id]
+    assert not kept.events and kept.params == {} and kept.waiter is None
+    st = p.status(h.request_id)
+    assert st["state"] in ("completed", "cancelled") and "count" in st["stages"]
+    # the caller's handle still drains its own copy
+    term, _ = await h.result()
+    assert term.kind in ("done", "cancelled")
+
+
 async def test_fan_out_and_fan_in(start):
     cfg = {"stages": [stage("src", "tests.stages:Tag", args={"tag": "s"}),
                       stage("left", "tests.stages:Tag", args={"tag": "l"}),

@@ -52,6 +52,9 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+MIN_CONVERSATION_MATCH = 8  # tokens past the system prompt for a kept sequence to be reused
+
+
 @dataclass
 class _Seq:
     rid: int
@@ -64,6 +67,8 @@ class _Seq:
     pending: int | None = None   # sampled token to feed at the next step
     generated: int = 0
     finished: bool = False
+    kv: list[int] | None = None  # the tokens this sequence's KV cells hold, by position
+                                 # (None: unknown after a failed decode, never reused)
 
 
 class LlamaCppThinker(ARExecutor):
@@ -73,13 +78,24 @@ class LlamaCppThinker(ARExecutor):
     system_prompt, max_tokens (64), temperature (0.25), top_p (0.9), top_k (40),
     repeat_penalty (1.2), seed (None: random per request), verbose (False),
     requantize (None | "q4_0": convert once into cache_dir for faster batched
-    decoding, see gguf_requant), cache_dir, prefix_cache (True).
+    decoding, see gguf_requant), cache_dir, prefix_cache (True),
+    conversation_cache (True).
 
     prefix_cache: every voice turn starts with the same system prompt, and on
     two CPU cores its prefill is most of the time to the first token.  The
     system prompt is decoded once into a reserved sequence at load; a new
     request shares those KV cells (``llama_memory_seq_cp`` on a unified cache,
     which tags cells rather than copying them) and decodes only the rest.
+
+    conversation_cache: a voice session sends its whole conversation with
+    every turn, so without reuse each turn re-decodes a prompt that grows by
+    a turn each time (hundreds of tokens per turn after a few minutes, times
+    every concurrent session).  A finished sequence keeps its KV cells; the
+    next request takes the free sequence whose cached tokens share the
+    longest prefix with its prompt, drops the cells past that prefix and
+    decodes only the new tail (usually the new user turn).  With no useful
+    match it takes the least recently used free sequence.  When the cache is
+    full the kept cells of free sequences are dropped and the decode retried.
     """
 
     idle_wait_s = 0.0
@@ -104,6 +120,11 @@ class LlamaCppThinker(ARExecutor):
         self._last_tokens = 0
         self._hist: dict[int, int] = {}
         self._prefix_hits = 0
+        self.conversation_cache = bool(args.get("conversation_cache", True))
+        self._kept: dict[int, list[int]] = {}  # free seq id -> tokens its cells still hold
+        self._conv_hits = 0
+        self._conv_reused = 0
+        self._kv_evictions = 0
 
     # ------------------------------------------------------------------ load
     def load(self) -> None:
@@ -195,6 +216,7 @@ class LlamaCppThinker(ARExecutor):
             return
         for rid in list(self._seqs):
             self.release(rid)
+        self._kept.clear()
         if self._batch is not None:
             lc.llama_batch_free(self._batch)
             self._batch = None
@@ -286,14 +308,48 @@ class LlamaCppThinker(ARExecutor):
             self._truncated_total += 1
             log.warning("request %s: prompt truncated to %d tokens (truncated=True)",
                         item.request_id, len(ids))
-        seq_id = self._free.pop()
-        self._lc.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
-        cached = self._reuse_prefix(seq_id, ids) if self._prefix else 0
-        self._prefix_hits += 1 if cached else 0
+        seq_id, cached = self._claim_sequence(ids)
         self._seqs[item.request_id] = _Seq(
             rid=item.request_id, seq_id=seq_id, sampler=self._new_sampler(req.sampling),
-            text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached)
+            text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached,
+            kv=ids[:cached])
         self._admitted += 1
+
+    def _claim_sequence(self, ids: list[int]) -> tuple[int, int]:
+        """A free sequence for this prompt and how many of its tokens are already decoded."""
+        lc, mem = self._lc, self._mem
+        best, best_n = None, 0
+        if self.conversation_cache:
+            limit = len(ids) - 1  # keep one token to decode for logits
+            for sid, kept in self._kept.items():
+                n = _common_prefix(kept, ids, limit)
+                if n > best_n:
+                    best, best_n = sid, n
+        # More than the system prompt and the next turn's header: a different
+        # conversation matches that far too, and must not take this one's cells.
+        if best is not None and best_n >= len(self._prefix) + MIN_CONVERSATION_MATCH:
+            self._free.remove(best)
+            del self._kept[best]
+            lc.llama_memory_seq_rm(mem, best, best_n, -1)
+            self._conv_hits += 1
+            self._conv_reused += best_n
+            return best, best_n
+        seq_id = self._free.pop(0)  # least recently released: its conversation is the stalest
+        self._kept.pop(seq_id, None)
+        lc.llama_memory_seq_rm(mem, seq_id, -1, -1)
+        cached = self._reuse_prefix(seq_id, ids) if self._prefix else 0
+        self._prefix_hits += 1 if cached else 0
+        return seq_id, cached
+
+    def _drop_kept(self) -> bool:
+        """Free the cells that finished sequences kept; False when there were none."""
+        if not self._kept:
+            return False
+        for sid in self._kept:
+            self._lc.llama_memory_seq_rm(self._mem, sid, -1, -1)
+        self._kept.clear()
+        self._kv_evictions += 1
+        return True
 
     def step(self, request_ids: list[int]) -> dict[int, StepResult]:
         lc = self._lc
@@ -315,9 +371,11 @@ class LlamaCppThinker(ARExecutor):
         batch = self._batch
         n = 0
         outputs: list[tuple[_Seq, int]] = []
+        fed: list[tuple[_Seq, int]] = []
         for seq in decoding:
             if n >= self.n_batch:
                 break
+            fed.append((seq, seq.pending))
             self._put(batch, n, seq.pending, seq.pos, seq.seq_id, True)
             seq.pos += 1
             outputs.append((seq, n))
@@ -338,10 +396,14 @@ class LlamaCppThinker(ARExecutor):
             return results
         batch.n_tokens = n
         rc = lc.llama_decode(self._ctx, batch)
+        if rc == 1 and self._drop_kept():  # no room: give up what finished sequences kept
+            rc = lc.llama_decode(self._ctx, batch)
         if rc != 0:
             for seq, _ in outputs:
                 if seq.pending is not None and not seq.prompt:
                     seq.pos -= 1
+            for seq, _ in fed + chunked:
+                seq.kv = None  # what the failed decode left in the cells is unknown
             code = ErrorCode.RESOURCE_EXHAUSTED if rc == 1 else ErrorCode.INTERNAL
             err = f"llama_decode returned {rc}" + (" (KV cache full)" if rc == 1 else "")
             for seq, _ in outputs:
@@ -351,7 +413,12 @@ class LlamaCppThinker(ARExecutor):
             return results
         for seq, take in chunked:
             seq.pos += take
+            if seq.kv is not None:
+                seq.kv.extend(seq.prompt[:take])
             del seq.prompt[:take]
+        for seq, tok in fed:
+            if seq.kv is not None:
+                seq.kv.append(tok)
         self._last_tokens = n
         self._last_batch = len(outputs)
         self._hist[len(outputs)] = self._hist.get(len(outputs), 0) + 1
@@ -385,7 +452,10 @@ class LlamaCppThinker(ARExecutor):
         if seq is None:
             return
         lc = self._lc
-        lc.llama_memory_seq_rm(self._mem, seq.seq_id, -1, -1)
+        if self.conversation_cache and seq.kv:
+            self._kept[seq.seq_id] = seq.kv  # the next turn of this conversation starts here
+        else:
+            lc.llama_memory_seq_rm(self._mem, seq.seq_id, -1, -1)
         lc.llama_sampler_free(seq.sampler)
         self._free.append(seq.seq_id)
 
@@ -406,6 +476,11 @@ class LlamaCppThinker(ARExecutor):
         return {
             "kv_cells_used": self.kv_cells_used(),
             "kv_cells_total": self.n_ctx,
+            "kv_cells_kept": sum(len(k) for k in self._kept.values()),
+            "kept_sequences": len(self._kept),
+            "conversation_hits": self._conv_hits,
+            "conversation_tokens_reused": self._conv_reused,
+            "kept_dropped_for_room": self._kv_evictions,
             "active": len(self._seqs),
             "free_sequences": len(self._free),
             "last_batch_size": self._last_batch,
@@ -416,3 +491,11 @@ class LlamaCppThinker(ARExecutor):
             "prefix_tokens": len(self._prefix),
             "prefix_hits": self._prefix_hits,
         }
+
+
+def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    n = 0
+    top = min(len(a), len(b), limit)
+    while n < top and a[n] == b[n]:
+        n += 1
+    return n

@@ -73,17 +73,21 @@ def test_four_requests_share_every_step(thinker):
                 live.remove(r)
     hist = thinker.stats()["batch_sizes_hist"]
     assert hist.get(4, 0) - before >= 3
-    assert thinker.stats()["kv_cells_used"] == 0
+    st = thinker.stats()
+    assert st["active"] == 0 and st["kv_cells_used"] == st["kv_cells_kept"]
 
 
 def test_release_mid_generation_frees_kv(thinker):
-    base = thinker.stats()["kv_cells_used"]
+    def active_cells():
+        st = thinker.stats()
+        return st["kv_cells_used"] - st["kv_cells_kept"]
+    base = active_cells()
     thinker.prefill(_ask(20, "Count slowly from one to one hundred.", max_tokens=50))
     for _ in range(4):
         assert not thinker.step([20])[20].finished
-    assert thinker.stats()["kv_cells_used"] > base
-    thinker.release(20)  # barge-in
-    assert thinker.stats()["kv_cells_used"] == base
+    assert active_cells() > base
+    thinker.release(20)  # barge-in: the cells stay only as a cache for the next turn
+    assert active_cells() == base
     assert thinker.stats()["free_sequences"] == 4
     thinker.prefill(_ask(21, "Say hello."))
     assert _drain(thinker, 21) is not None
@@ -139,6 +143,57 @@ def test_prefix_cache_shares_the_system_prompt_and_changes_nothing(thinker):
         assert thinker.stats()["prefix_hits"] == before + 1
         thinker.release(901)
         plain.release(902)
-        assert thinker.stats()["kv_cells_used"] == 0
+        st = thinker.stats()
+        assert st["kv_cells_used"] == st["kv_cells_kept"]
     finally:
         plain.close()
+
+
+def test_next_turn_reuses_the_conversation_and_changes_nothing(thinker):
+    """Turn 2 of a conversation decodes only what turn 1 did not leave in the cache;
+    greedy replies are identical to a thinker that re-decodes the whole prompt."""
+    plain = LlamaCppThinker(n_threads=2, max_sequences=2, conversation_cache=False)
+    plain.load()
+    try:
+        params = {"temperature": 0.0, "max_tokens": 16}
+        turn1 = [{"role": "user", "content": "My name is Ada and I like green tea."}]
+        thinker.prefill(WorkItem(950, {"messages": turn1}, params=params))
+        reply1 = _drain(thinker, 950)
+        assert reply1.strip()
+        # another conversation in between must not take turn 1's cells
+        thinker.prefill(_ask(951, "What is two plus two?", max_tokens=4))
+        _drain(thinker, 951)
+        st0 = thinker.stats()
+        assert st0["kept_sequences"] >= 2
+        turn2 = turn1 + [{"role": "assistant", "content": reply1.strip()},
+                         {"role": "user", "content": "What do I like to drink?"}]
+        thinker.prefill(WorkItem(952, {"messages": turn2}, params=params))
+        st1 = thinker.stats()
+        assert st1["conversation_hits"] == st0["conversation_hits"] + 1
+        reused = st1["conversation_tokens_reused"] - st0["conversation_tokens_reused"]
+        turn1_tokens = len(thinker.tokenize(thinker.render(turn1)))
+        assert reused >= turn1_tokens, (reused, turn1_tokens)
+        plain.prefill(WorkItem(953, {"messages": turn2}, params=params))
+        assert _drain(thinker, 952) == _drain(plain, 953)
+        assert plain.stats()["conversation_hits"] == 0
+    finally:
+        plain.close()
+
+
+def test_kept_cells_give_way_when_the_cache_is_full():
+    """Kept conversations are a cache: a request that needs their room gets it."""
+    t = LlamaCppThinker(n_threads=2, max_sequences=3, n_ctx=512, max_tokens=8, seed=3,
+                        max_context_per_seq=400)
+    t.load()
+    try:
+        for rid, text in ((1, "Tell me about the sea. "), (2, "And the mountains? ")):
+            t.prefill(_ask(rid, text * 40, max_tokens=4))
+            _drain(t, rid)
+        st = t.stats()
+        assert st["kept_sequences"] == 2 and st["kv_cells_kept"] > 400
+        t.prefill(_ask(3, "Rivers and lakes? " * 40, max_tokens=4))  # needs their room
+        assert _drain(t, 3) is not None
+        st = t.stats()
+        assert st["kept_dropped_for_room"] == 1 and st["kept_sequences"] == 1
+    finally:
+        t.close()

@@ -43,12 +43,17 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
+from runtime.heap import HeapTrimmer
+
 from . import metrics
 
 log = logging.getLogger("voice_server.sessions")
 
 SHUTDOWN_CODE = "server_shutting_down"
 SHUTDOWN_MESSAGE = "The server is shutting down; this session will be closed."
+
+
+_trimmer = HeapTrimmer(min_interval_s=30.0)
 
 
 class SessionRegistry:
@@ -68,6 +73,9 @@ class SessionRegistry:
         if self.runners.get(sid) is runner:
             del self.runners[sid]
             metrics.session_closed(getattr(runner, "transport", "other"))
+            # a closed session's buffers are free now; without a trim the server's
+            # RSS stays at its busiest moment (runtime.heap)
+            _trimmer.request()
 
     def get(self, session_id: str):
         return self.runners.get(session_id)

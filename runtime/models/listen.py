@@ -14,7 +14,6 @@ Output chunks (times in ms on the request's own input timeline)::
 
 from __future__ import annotations
 
-import ctypes
 import math
 import threading
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import soxr
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
+from runtime.heap import trim_heap
 from runtime.models.pocketsphinx_asr import StreamingRecognizer, make_decoder
 from runtime.models.silero_vad import FRAME_SAMPLES, SAMPLE_RATE, SileroVAD, make_session
 
@@ -52,10 +52,7 @@ def _trim_heap() -> None:
     import gc
 
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to trim
-        pass
+    trim_heap()
 
 
 @dataclass(frozen=True)

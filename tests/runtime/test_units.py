@@ -135,3 +135,17 @@ def test_error_classification_closed_set():
         pass
     info = classify(OutOfMemoryError("CUDA"))
     assert info.code == ErrorCode.RESOURCE_EXHAUSTED and info.retryable
+
+
+def test_heap_trimmer_runs_at_most_once_per_interval():
+    import time
+
+    from runtime.heap import HeapTrimmer, trim_heap
+    assert trim_heap() in (True, False)  # False only off glibc
+    t = HeapTrimmer(min_interval_s=60)
+    assert t.request() is True
+    assert t.request() is False  # too soon: dropped, the next close asks again
+    deadline = time.monotonic() + 5
+    while t.trims == 0 and trim_heap() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert t.trims == 1 or not trim_heap()

@@ -131,16 +131,32 @@ class Caller:
         self.done_ids: set[str] = set()
 
     async def mic(self) -> None:
-        """Real-time pacing: one 20 ms frame per tick, silence when nothing queued."""
+        """Real-time pacing: one 20 ms frame per tick, silence when nothing queued.
+
+        If sending fails, every start/end mark still pending gets the exception:
+        a caller awaiting the end of its utterance must not wait forever."""
+        marks: list = []
+        try:
+            await self._mic(marks)
+        except BaseException as exc:
+            pending = [f for _, f in marks]
+            while not self.mic_queue.empty():
+                pending += [f for _, f in self.mic_queue.get_nowait()[1]]
+            err = exc if isinstance(exc, Exception) else ConnectionError("mic stopped")
+            for f in pending:
+                if not f.done():
+                    f.set_exception(err)
+            raise
+
+    async def _mic(self, marks: list) -> None:
         n = RATE * FRAME_MS // 1000
         t0 = time.monotonic()
         k = 0
         cur = np.zeros(0, np.int16)
-        marks: list = []
         while True:
             if cur.size == 0 and not self.mic_queue.empty():
-                cur, marks = self.mic_queue.get_nowait()
-                marks = list(marks)
+                cur, queued = self.mic_queue.get_nowait()
+                marks[:] = queued
             if cur.size:
                 frame, cur = cur[:n], cur[n:]
                 if marks and marks[0][0] == "start":
@@ -205,7 +221,7 @@ async def run_caller(make_transport, speech: dict, turns: int, barge: bool, res:
         for k in range(turns):
             n = len(c.events)
             _, end = c.say(speech["q"][k % len(speech["q"])])
-            t_end = await end
+            t_end = await asyncio.wait_for(end, 60)
             _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
                                                         "response.done"), n)
             if d["type"] == "response.output_audio.delta":

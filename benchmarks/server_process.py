@@ -29,20 +29,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ServerProcess:
+class RunningServer:
+    """A server someone else started (``--url``): read through the admin endpoint."""
+
+    def __init__(self, http: str) -> None:
+        self.http = http.rstrip("/")
+        self.url = self.http.replace("http", "ws", 1) + "/v1/realtime"
+        self._client: httpx.AsyncClient | None = None
+
+    async def runtime(self) -> dict:
+        """The admin endpoint's view (voice_server/admin.py ``/v1/runtime``)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(base_url=self.http, timeout=30)
+        r = await self._client.get("/v1/runtime")
+        r.raise_for_status()
+        return r.json()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+class ServerProcess(RunningServer):
     """Start with :meth:`start`, read with :meth:`runtime`, stop with :meth:`stop`."""
 
     def __init__(self, config: str, env: dict[str, str | None] | None = None,
                  log_path: str | None = None) -> None:
         self.config = config
         self.port = free_port()
-        self.url = f"ws://127.0.0.1:{self.port}/v1/realtime"
-        self.http = f"http://127.0.0.1:{self.port}"
+        super().__init__(f"http://127.0.0.1:{self.port}")
         merged = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         self.env = {k: v for k, v in merged.items() if v is not None}  # None: unset it
         self.log_path = log_path or tempfile.mktemp(prefix="voice-server-", suffix=".log")
         self.proc: subprocess.Popen | None = None
-        self._client: httpx.AsyncClient | None = None
 
     def start(self, timeout: float = 180.0) -> "ServerProcess":
         log = open(self.log_path, "w")
@@ -66,19 +86,6 @@ class ServerProcess:
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
-
-    async def runtime(self) -> dict:
-        """The admin endpoint's view (voice_server/admin.py ``/v1/runtime``)."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(base_url=self.http, timeout=30)
-        r = await self._client.get("/v1/runtime")
-        r.raise_for_status()
-        return r.json()
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
     def stop(self, timeout: float = 60.0) -> int | None:
         """SIGTERM (the graceful drain) and wait; SIGKILL if it does not exit in time."""

@@ -67,6 +67,7 @@ class Soak:
         self.errors: dict[str, int] = {}
         self.first_audio: list[tuple[float, float]] = []  # (t since start, ms)
         self.samples: list[str] = []
+        self.rss_over_time: list[dict] = []  # {"minute", process: MB}: leak or plateau?
 
     async def procs(self) -> dict:
         s = await self.srv.runtime()
@@ -110,7 +111,7 @@ class Soak:
                         await s.set_tokens(24)
                         n = s.mark()
                         _, end = s.c.say(self.speech["q"][rng.randrange(len(self.speech["q"]))])
-                        t_end = await end
+                        t_end = await asyncio.wait_for(end, 60)
                         _, ev = await s.c.wait(lambda e: e["type"] in (
                             "response.output_audio.delta", "response.done"), n, 60)
                         if audio_delta(ev):
@@ -173,6 +174,20 @@ class Soak:
                         "sessions": sessions, "counters": s["counters"]}
             await asyncio.sleep(0.1)
 
+    async def sample_rss(self, every_s: float = 60.0) -> None:
+        """RSS of every process each minute while the callers talk (under load, so
+        the values are higher than the settled start/end figures)."""
+        minute = 0
+        while True:
+            await asyncio.sleep(every_s)
+            minute += 1
+            try:
+                procs = await self.procs()
+            except Exception:  # noqa: BLE001 - a busy server: skip this sample
+                continue
+            self.rss_over_time.append({"minute": minute, **{k: v["rss_mb"]
+                                                             for k, v in procs.items()}})
+
     async def warmup(self) -> None:
         """Every caller's session opened once with one turn, so the start RSS is the
         working set of `callers` sessions (listen keeps a decoder per stream),
@@ -194,7 +209,11 @@ class Soak:
         seg0 = (await self.srv.runtime())["shm_segments"]
         self.t0 = time.monotonic()
         self.end = self.t0 + self.minutes * 60
+        sampler = asyncio.ensure_future(self.sample_rss())
         await asyncio.gather(*(self.one_caller(i) for i in range(self.callers)))
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
         wall = time.monotonic() - self.t0
         left = await self.settle()
         await asyncio.sleep(0.6)
@@ -222,6 +241,7 @@ class Soak:
                 **self.c, "errors_by_code": self.errors, "unexpected_errors": unexpected,
                 "first_audio_ms": {"p50": pct(allfa, 50), "p95": pct(allfa, 95), "n": len(allfa)},
                 "first_audio_per_minute": per_min, "processes": rss,
+                "rss_mb_over_time": self.rss_over_time,
                 "rss_growth_target": RSS_GROWTH_TARGET,
                 "rss_growth_ok": all(r["growth"] is not None and r["growth"] <= RSS_GROWTH_TARGET
                                      for r in rss.values()),
@@ -236,10 +256,21 @@ def load_speech() -> dict:
             "interrupt": flite_pcm(INTERRUPT)}
 
 
-def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None = None) -> dict:
-    """Start a server, soak it, stop it; returns the report (see the module doc)."""
-    from benchmarks.server_process import ServerProcess
+def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None = None,
+             url: str | None = None) -> dict:
+    """Start a server (or use the one at ``url``, http://host:port, started with
+    VOICE_AGENT_API_KEYS=soak-key), soak it, stop it; returns the report."""
+    from benchmarks.server_process import RunningServer, ServerProcess
     speech = load_speech()
+    if url:
+        srv = RunningServer(url)
+
+        async def remote() -> dict:
+            try:
+                return await Soak(srv, speech, minutes, callers, seed).run()
+            finally:
+                await srv.aclose()
+        return asyncio.run(remote())
     cfg = config or str(ROOT / "configs" / "voice-cpu.yaml")
     env = {"VOICE_AGENT_API_KEYS": KEY, "VOICE_AGENT_MAX_SESSIONS": str(callers + 4),
            "VOICE_AGENT_DRAIN_GRACE_S": "1", "VOICE_AGENT_ADMIN_KEYS": None}
@@ -274,6 +305,12 @@ def print_report(r: dict) -> None:
         g = f"{v['growth'] * 100:+.1f}%" if v["growth"] is not None else "-"
         print(f"  {k:<10} {v['start_mb']!s:>12} {v['end_mb']!s:>8} {g:>7} {v['fds_start']!s:>9} "
               f"{v['fds_end']!s:>5}")
+    if r["rss_mb_over_time"]:
+        names = [k for k in r["rss_mb_over_time"][0] if k != "minute"]
+        print("  RSS MB under load: minute " + " ".join(f"{n:>9}" for n in names))
+        for row in r["rss_mb_over_time"]:
+            print(f"                    {row['minute']:>6} "
+                  + " ".join(f"{row.get(n)!s:>9}" for n in names))
     sh, left = r["shm_segments"], r["left"]
     print(f"  /dev/shm {sh['prefix']}*: {sh['start']} -> {sh['end']}; left in coordinator: "
           f"{left['live_requests']} requests, held {left['held'] or 0}, lent {left['lent']}, "
@@ -286,8 +323,10 @@ def main(argv=None) -> int:
     ap.add_argument("--callers", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "soak.json"))
+    ap.add_argument("--url", help="soak a running server (http://host:port, API key "
+                    f"{KEY!r}) instead of starting one")
     a = ap.parse_args(argv)
-    r = run_soak(a.minutes, a.callers, a.seed)
+    r = run_soak(a.minutes, a.callers, a.seed, url=a.url)
     print_report(r)
     write_json(a.out, r)
     ok = (r["left"]["live_requests"] == 0 and not r["left"]["lent"] and not r["unexpected_errors"]

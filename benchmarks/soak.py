@@ -10,7 +10,8 @@ a long reply, 2), ``response.cancel`` mid-reply (2), a disconnect mid-reply
 Reports turns completed, barge-ins, cancels, reconnects, errors by code,
 first-audio latency p50/p95 per minute (end of speech + 500 ms VAD window ->
 first audio delta), RSS and open fds of the server process and of every
-stage process at start (after a warm-up in which every
+stage process at start (after a warm-up: one turn per caller, then
+``--warmup-s`` of the same activity, not counted) (after a warm-up in which every
 caller's session took one turn) and end, /dev/shm entries with the run prefix and
 requests left in the coordinator table once every caller is gone (must be 0),
 all read from outside through the admin endpoint ``GET /v1/runtime``.
@@ -56,11 +57,17 @@ def proc_stats(pid: int) -> dict:
 
 
 class Soak:
-    def __init__(self, srv, speech: dict, minutes: float, callers: int, seed: int) -> None:
+    def __init__(self, srv, speech: dict, minutes: float, callers: int, seed: int,
+                 warmup_s: float = 60.0) -> None:
         self.srv, self.speech = srv, speech
         self.minutes, self.callers, self.seed = minutes, callers, seed
+        self.warmup_s = warmup_s
+        self.warmup_counts: dict = {}
         self.t0 = 0.0
         self.end = 0.0
+        self._reset_counts()
+
+    def _reset_counts(self) -> None:
         self.c = {"turns_completed": 0, "turns_failed": 0, "barge_ins": 0,
                   "barge_not_cancelled": 0, "cancels": 0, "disconnects": 0, "resets": 0,
                   "reconnects": 0, "caller_exceptions": 0}
@@ -189,9 +196,11 @@ class Soak:
                                                              for k, v in procs.items()}})
 
     async def warmup(self) -> None:
-        """Every caller's session opened once with one turn, so the start RSS is the
-        working set of `callers` sessions (listen keeps a decoder per stream),
-        not of an idle server."""
+        """Every caller's session opened once with one turn, then ``warmup_s`` of the
+        same random activity as the soak, not counted: the start RSS is the
+        working set of `callers` busy sessions (listen keeps a decoder per
+        stream; allocators reach their steady state), so that growth after it
+        is what the soak is for: memory that time, not load, adds."""
         async def one(i):
             await asyncio.sleep(i * 0.3)
             s = Sess(self.srv.url, self.speech, f"warm{i}")
@@ -201,6 +210,14 @@ class Soak:
             await s.close()
         await asyncio.gather(*(one(i) for i in range(self.callers)))
         await self.settle()
+        if self.warmup_s > 0:
+            self.t0 = time.monotonic()
+            self.end = self.t0 + self.warmup_s
+            await asyncio.gather(*(self.one_caller(i) for i in range(self.callers)))
+            self.seed += 1000  # the measured run does not replay the warm-up's choices
+            await self.settle()
+        self.warmup_counts = {**self.c, "errors_by_code": dict(self.errors)}
+        self._reset_counts()
 
     async def run(self) -> dict:
         await self.warmup()
@@ -238,6 +255,7 @@ class Soak:
         allfa = [ms for _, ms in self.first_audio]
         unexpected = {k: v for k, v in self.errors.items() if k not in EXPECTED_ERROR_CODES}
         return {"minutes": self.minutes, "callers": self.callers, "wall_s": round(wall, 1),
+                "warmup_s": self.warmup_s, "warmup": self.warmup_counts,
                 **self.c, "errors_by_code": self.errors, "unexpected_errors": unexpected,
                 "first_audio_ms": {"p50": pct(allfa, 50), "p95": pct(allfa, 95), "n": len(allfa)},
                 "first_audio_per_minute": per_min, "processes": rss,
@@ -257,7 +275,7 @@ def load_speech() -> dict:
 
 
 def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None = None,
-             url: str | None = None) -> dict:
+             url: str | None = None, warmup_s: float = 60.0) -> dict:
     """Start a server (or use the one at ``url``, http://host:port, started with
     VOICE_AGENT_API_KEYS=soak-key), soak it, stop it; returns the report."""
     from benchmarks.server_process import RunningServer, ServerProcess
@@ -267,7 +285,7 @@ def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None
 
         async def remote() -> dict:
             try:
-                return await Soak(srv, speech, minutes, callers, seed).run()
+                return await Soak(srv, speech, minutes, callers, seed, warmup_s).run()
             finally:
                 await srv.aclose()
         return asyncio.run(remote())
@@ -278,7 +296,7 @@ def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None
 
     async def soak() -> dict:
         try:
-            return await Soak(srv, speech, minutes, callers, seed).run()
+            return await Soak(srv, speech, minutes, callers, seed, warmup_s).run()
         finally:
             await srv.aclose()
     try:
@@ -290,7 +308,8 @@ def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None
 
 
 def print_report(r: dict) -> None:
-    print(f"soak: {r['callers']} callers, {r['minutes']} min ({r['wall_s']} s)")
+    print(f"soak: {r['callers']} callers, {r['minutes']} min ({r['wall_s']} s) after a "
+          f"{r['warmup_s']:g} s warm-up")
     print(f"  turns completed {r['turns_completed']}, failed {r['turns_failed']}, barge-ins "
           f"{r['barge_ins']} (+{r['barge_not_cancelled']} reply already over), cancels "
           f"{r['cancels']}, disconnects {r['disconnects']} + resets {r['resets']}, reconnects "
@@ -325,8 +344,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "soak.json"))
     ap.add_argument("--url", help="soak a running server (http://host:port, API key "
                     f"{KEY!r}) instead of starting one")
+    ap.add_argument("--warmup-s", type=float, default=60.0,
+                    help="seconds of uncounted soak activity before the start figures")
     a = ap.parse_args(argv)
-    r = run_soak(a.minutes, a.callers, a.seed, url=a.url)
+    r = run_soak(a.minutes, a.callers, a.seed, url=a.url, warmup_s=a.warmup_s)
     print_report(r)
     write_json(a.out, r)
     ok = (r["left"]["live_requests"] == 0 and not r["left"]["lent"] and not r["unexpected_errors"]

@@ -39,8 +39,9 @@ Media and events:
   binary data that is not UTF-8 gets an ``error`` (``message_too_large``,
   ``invalid_json``) through the session core (rate limited like events) and
   the call goes on; so does a text message that is not valid UTF-8
-  (:func:`guard_text_decoding`: aiortc would otherwise end the call).  Server events produced before the channel opens are held (bounded)
-  and sent when it opens, so ``session.created`` is always the first.
+  (:func:`guard_text_decoding`: aiortc would otherwise end the call).
+  Server events produced before the channel opens are held (bounded) and
+  sent when it opens, so ``session.created`` is always the first.
 * A peer connection that fails or closes, a DELETE, or a session ``Close``
   (expired, slow client) ends the call: the runner aborts every request.
 

@@ -32,6 +32,8 @@ from runtime.sockets import Peers, make_socket
 from runtime.supervisor import Proc, Supervisor
 
 RECENT_MAX = 4096
+# after a request ends, how long its unreleased input buffers may stay lent
+INPUT_RECLAIM_AFTER_S = 2.0
 
 
 class AbortTicket:
@@ -236,6 +238,11 @@ class Coordinator:
         if rec.timer is not None:
             rec.timer.cancel()
         self.live.pop(rec.request_id, None)
+        if rec.request_id in self.pool.lent_request_ids() and self.loop is not None:
+            # Input buffers the entry stage has not released yet: normally the
+            # release is in flight, but a stage killed while reading one never
+            # sends it.  Whatever is still out after a grace period comes back.
+            self.loop.call_later(INPUT_RECLAIM_AFTER_S, self.pool.reclaim, rec.request_id)
         self.recent[rec.request_id] = rec.finished_view()
         while len(self.recent) > RECENT_MAX:
             self.recent.popitem(last=False)

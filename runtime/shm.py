@@ -16,6 +16,7 @@ supervisor can remove everything a dead owner left.
 from __future__ import annotations
 
 import itertools
+from collections.abc import KeysView
 import mmap
 import os
 from collections import OrderedDict
@@ -152,8 +153,8 @@ class ShmPool:
         self.reclaimed += n
         return n, freed
 
-    def lent_request_ids(self) -> set[int]:
-        return set(self._by_request)
+    def lent_request_ids(self) -> KeysView[int]:
+        return self._by_request.keys()
 
     def _give_back(self, seg: Segment) -> None:
         if self._cached_bytes + seg.size > self.max_cached_bytes:

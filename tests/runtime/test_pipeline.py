@@ -232,6 +232,20 @@ async def test_killed_stage_fails_only_its_requests_and_comes_back(start):
     assert term.kind == "done" and [c.payload for c in chunks] == [10, 12]
 
 
+async def test_input_buffer_of_a_killed_stage_comes_back(start):
+    """A stage killed while it reads a shared-memory input never releases it; the
+    coordinator takes it back once the request has ended."""
+    p = await start(linear(stage("slow", args={})))
+    h = await p.submit(np.ones(1 << 20, np.uint8), params={"hang_s": 30})  # > inline: shm
+    await asyncio.sleep(0.5)
+    assert p.snapshot()["coordinator_pool"]["lent"] == 1
+    p.kill_stage("slow", 0)
+    term, _ = await h.result()
+    assert term.kind == "error" and term.error.code.value == "stage_unavailable"
+    snap = await settle(p, timeout=6)
+    assert snap["coordinator_pool"]["lent"] == 0, snap["coordinator_pool"]
+
+
 async def test_failed_start_names_the_stage_and_leaves_nothing(start):
     cfg = linear(stage("ok"), stage("broken", "tests.stages:Crash"))
     before = set(os.listdir("/dev/shm"))

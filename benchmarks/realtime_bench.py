@@ -118,6 +118,11 @@ TRANSPORTS["webrtc"] = WebRTCTransport
 
 # ------------------------------------------------------------------- caller
 
+def _settle(f: asyncio.Future, t: float) -> None:
+    if not f.done():  # a waiter that gave up (wait_for timeout) cancelled it
+        f.set_result(t)
+
+
 class Caller:
     """One simulated caller: a mic task streaming in real time, and an event reader."""
 
@@ -160,12 +165,12 @@ class Caller:
             if cur.size:
                 frame, cur = cur[:n], cur[n:]
                 if marks and marks[0][0] == "start":
-                    marks.pop(0)[1].set_result(time.monotonic())
+                    _settle(marks.pop(0)[1], time.monotonic())
             else:
                 frame = np.zeros(n, np.int16)
             await self.t.send_audio(frame)
             if cur.size == 0 and marks and marks[0][0] == "end":
-                marks.pop(0)[1].set_result(time.monotonic())
+                _settle(marks.pop(0)[1], time.monotonic())
             k += 1
             delay = t0 + k * FRAME_MS / 1000 - time.monotonic()
             if delay > 0:

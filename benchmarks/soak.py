@@ -41,6 +41,7 @@ from benchmarks.realtime_bench import (INTERRUPT, QUESTIONS, SILENCE_WINDOW_MS, 
 from benchmarks.report import pct, write_json  # noqa: E402
 
 KEY = "soak-key"
+ACTION_TIMEOUT_S = 150.0  # an action's own waits are 60 s each; this is the backstop
 RSS_GROWTH_TARGET = 0.10
 # Error codes a well-behaved soak may see: a cancel that races the reply's own end.
 EXPECTED_ERROR_CODES = {"response_cancel_not_active"}
@@ -100,72 +101,81 @@ class Soak:
         first = await s.first_audio(n)
         return first["response_id"], n
 
+    async def act(self, s: Sess, act: str, rng: random.Random) -> bool:
+        """One random action on an open session; False when the caller hung up."""
+        if act == "turn":
+            await s.set_tokens(24)
+            n = s.mark()
+            _, end = s.c.say(self.speech["q"][rng.randrange(len(self.speech["q"]))])
+            t_end = await asyncio.wait_for(end, 60)
+            _, ev = await s.c.wait(lambda e: e["type"] in (
+                "response.output_audio.delta", "response.done"), n, 60)
+            if audio_delta(ev):
+                self.first_audio.append((t_end - self.t0, (ev["_t"] - t_end) * 1000
+                                         - SILENCE_WINDOW_MS))
+            d = await s.next_done(n, 60)
+            ok = d["response"]["status"] == "completed"
+            self.c["turns_completed" if ok else "turns_failed"] += 1
+        elif act == "barge":
+            rid, n = await self.long_reply(s)
+            await asyncio.sleep(rng.uniform(0, 0.8))
+            s.c.say(self.speech["interrupt"])
+            d = await s.done_of(rid, n, 60)
+            if d["response"]["status"] == "cancelled":
+                self.c["barge_ins"] += 1
+            else:
+                self.c["barge_not_cancelled"] += 1
+            # the interruption is a turn of its own
+            d2 = await s.c.wait(lambda e: e["type"] == "response.done"
+                                and e["response"]["id"] != rid, n, 60)
+            ok = d2[1]["response"]["status"] == "completed"
+            self.c["turns_completed" if ok else "turns_failed"] += 1
+        elif act == "cancel":
+            rid, n = await self.long_reply(s)
+            await asyncio.sleep(rng.uniform(0, 0.8))
+            await s.t.send_event({"type": "response.cancel"})
+            d = await s.done_of(rid, n, 60)
+            if d["response"]["status"] == "cancelled":
+                self.c["cancels"] += 1
+        else:
+            await self.long_reply(s)
+            await asyncio.sleep(rng.uniform(0, 0.5))
+            if rng.random() < 0.5:
+                s.reset()
+                self.c["resets"] += 1
+            else:
+                self.c["disconnects"] += 1
+            return False
+        return True
+
     async def one_caller(self, i: int) -> None:
         rng = random.Random(self.seed * 100 + i)
         await asyncio.sleep(i * 0.4)
         first = True
         while time.monotonic() < self.end:
+            act = "open"
             s = Sess(self.srv.url, self.speech, f"c{i}")
             s.t.key = KEY
             try:
-                await s.open(24)
+                await asyncio.wait_for(s.open(24), 60)
                 if not first:
                     self.c["reconnects"] += 1
                 first = False
                 while time.monotonic() < self.end:
                     act = rng.choices(["turn", "barge", "cancel", "leave"], [5, 2, 2, 1])[0]
-                    if act == "turn":
-                        await s.set_tokens(24)
-                        n = s.mark()
-                        _, end = s.c.say(self.speech["q"][rng.randrange(len(self.speech["q"]))])
-                        t_end = await asyncio.wait_for(end, 60)
-                        _, ev = await s.c.wait(lambda e: e["type"] in (
-                            "response.output_audio.delta", "response.done"), n, 60)
-                        if audio_delta(ev):
-                            self.first_audio.append((t_end - self.t0, (ev["_t"] - t_end) * 1000
-                                                     - SILENCE_WINDOW_MS))
-                        d = await s.next_done(n, 60)
-                        ok = d["response"]["status"] == "completed"
-                        self.c["turns_completed" if ok else "turns_failed"] += 1
-                    elif act == "barge":
-                        rid, n = await self.long_reply(s)
-                        await asyncio.sleep(rng.uniform(0, 0.8))
-                        s.c.say(self.speech["interrupt"])
-                        d = await s.done_of(rid, n, 60)
-                        if d["response"]["status"] == "cancelled":
-                            self.c["barge_ins"] += 1
-                        else:
-                            self.c["barge_not_cancelled"] += 1
-                        # the interruption is a turn of its own
-                        d2 = await s.c.wait(lambda e: e["type"] == "response.done"
-                                            and e["response"]["id"] != rid, n, 60)
-                        ok = d2[1]["response"]["status"] == "completed"
-                        self.c["turns_completed" if ok else "turns_failed"] += 1
-                    elif act == "cancel":
-                        rid, n = await self.long_reply(s)
-                        await asyncio.sleep(rng.uniform(0, 0.8))
-                        await s.t.send_event({"type": "response.cancel"})
-                        d = await s.done_of(rid, n, 60)
-                        if d["response"]["status"] == "cancelled":
-                            self.c["cancels"] += 1
-                    else:
-                        await self.long_reply(s)
-                        await asyncio.sleep(rng.uniform(0, 0.5))
-                        if rng.random() < 0.5:
-                            s.reset()
-                            self.c["resets"] += 1
-                        else:
-                            self.c["disconnects"] += 1
+                    # no action may hang a caller (and with it the whole run) for ever
+                    if not await asyncio.wait_for(self.act(s, act, rng), ACTION_TIMEOUT_S):
                         break
                     await asyncio.sleep(rng.uniform(0.2, 1.0))
             except Exception as exc:  # noqa: BLE001
                 self.c["caller_exceptions"] += 1
                 if len(self.samples) < 5:
-                    self.samples.append(f"c{i}: {exc!r}"[:200])
+                    self.samples.append(f"c{i} {act}: {exc!r}"[:200])
             finally:
                 self._count_errors(s)
                 with contextlib.suppress(Exception):
-                    await s.close(graceful=not s.t.ws.transport.is_closing())
+                    await asyncio.wait_for(
+                        s.close(graceful=not s.t.ws.transport.is_closing()), 30)
 
     async def settle(self, timeout: float = 20.0) -> dict:
         end = time.monotonic() + timeout

@@ -7,7 +7,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMPS := .stamps
-APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox chromium
+# pocketsphinx-testdata and alsa-utils carry the human speech recordings the ASR
+# tests and benchmarks are judged on.
+APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox chromium \
+	pocketsphinx-testdata alsa-utils
 HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/voice-cpu.yaml

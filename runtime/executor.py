@@ -35,7 +35,8 @@ class WorkItem:
 
     ``params`` are the per-request parameters given to ``submit`` (the same
     dict at every stage).  ``final`` is True on the last chunk of a stream
-    (chunk scheduler) and always True for batch items.
+    (chunk scheduler) and always True for batch items.  ``arrived`` lets a
+    chunk executor measure its decision latency from the input's arrival.
     """
 
     request_id: int
@@ -43,6 +44,7 @@ class WorkItem:
     params: dict = field(default_factory=dict)
     final: bool = True
     first: bool = True
+    arrived: float | None = None   # time.monotonic() when the chunk reached the stage
 
 
 @dataclass
@@ -123,6 +125,38 @@ class ChunkExecutor(Executor):
 
     def release(self, request_id: int) -> None:
         """Forget the stream (finished, failed or aborted)."""
+
+    # ---- work finished off the stage loop's thread (optional) ------------------------
+    # An executor that hands heavy work to its own threads (e.g. speech recognition,
+    # so that voice-activity decisions never wait behind it) reports the results
+    # here; the scheduler emits them from the loop thread, in order per request.
+
+    def wakeup_fd(self) -> int | None:
+        """A file descriptor that becomes readable when :meth:`collect` has results.
+
+        The stage loop polls it beside its sockets, so background results are
+        emitted at once instead of at the next poll timeout.
+        """
+        return None
+
+    def has_results(self) -> bool:
+        """Cheap check, called every loop turn: are there results for :meth:`collect`?"""
+        return False
+
+    def collect(self) -> list[tuple[int, list[Any]]]:
+        """Outputs produced in the background since the last call: ``(request_id, chunks)``.
+
+        ``chunks`` may be an exception instance, which fails only that request.
+        """
+        return []
+
+    def pending(self, request_id: int) -> bool:
+        """True while background work for the request may still produce outputs.
+
+        A stream whose input has ended is finished only once this is False, so
+        its last outputs are not cut off.
+        """
+        return False
 
 
 class Chunks(list):

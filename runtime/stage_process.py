@@ -225,7 +225,10 @@ class ProcessLoop:
                 raise RuntimeError(f"stage {name!r}: cannot import executor {scfg.executor!r}: {exc}") from exc
             executor = cls(**scfg.args)
             executor.load()
-            self.stages[name] = StageHost(self, scfg, executor)
+            host = self.stages[name] = StageHost(self, scfg, executor)
+            fd = host.sched.wakeup_fd()
+            if fd is not None:   # background results wake the loop like a message would
+                self.poller.register(fd, zmq.POLLIN)
 
     def local_stage(self, name: str, rid: int) -> StageHost | None:
         return self.stages.get(name)

@@ -1,8 +1,16 @@
 """The "listen" stage: microphone audio in, turn events and transcripts out.
 
 One request is a whole conversation's audio stream; silero VAD cuts it into
-utterances and pocketsphinx transcribes each one while it is spoken, so the
-final transcript is ready almost as soon as the end of speech is decided.
+utterances and a recogniser transcribes each one: Whisper by default (started
+speculatively at the first silent frame, so its transcript is ready when the
+silence window closes), or pocketsphinx, which decodes while the words are
+spoken and gives partial transcripts.
+
+Two threads, so that turn-taking never waits for recognition: the stage
+loop's thread runs the VAD for every stream (one graph run per frame position
+for all streams) and decides speech start/stop within the frame; recognition
+runs on its own thread (``asr_threads`` cores), batched across callers, and
+its results are emitted when they are ready (``collect``).
 
 Output chunks (times in ms on the request's own input timeline)::
 
@@ -16,6 +24,8 @@ from __future__ import annotations
 
 import math
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +35,9 @@ import soxr
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.heap import trim_heap
-from runtime.models.pocketsphinx_asr import StreamingRecognizer, make_decoder
+from runtime.models.asr_thread import RecognitionThread
 from runtime.models.silero_vad import FRAME_SAMPLES, SAMPLE_RATE, SileroVAD, make_session
+from runtime.models.utterance_asr import SpeculativeSegments, StreamingDecoder
 
 # A pending onset survives short dips (plosives, pauses between syllables) but
 # not a real pause: a click followed by silence must not later be glued to
@@ -151,10 +162,11 @@ class _Stream:
 
     IDLE, PENDING, SPEECH = 0, 1, 2
 
-    def __init__(self, p: VadParams, vad: SileroVAD, asr: StreamingRecognizer) -> None:
+    def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
+                 pause_ms: float = 0.0) -> None:
         self.p = p
         self.vad = vad
-        self.asr = asr
+        self.utt = utt
         self.resampler = (soxr.ResampleStream(p.sample_rate, SAMPLE_RATE, 1, dtype="float32")
                           if p.sample_rate != SAMPLE_RATE else None)
         self.pad_samples = int(p.prefix_padding_ms * SAMPLE_RATE / 1000)
@@ -168,40 +180,26 @@ class _Stream:
         self.silence_start: int | None = None          # first sample of the current silent run
         self.held_partial: str | None = None           # partial seen before speech was confirmed
         self.utterances = 0
+        self.pause_ms = pause_ms                       # silence before recognition starts
+        self.paused = False                            # recognition started for this silence
 
-    # -- helpers ---------------------------------------------------------
     @staticmethod
     def _ms(samples: int) -> int:
         return int(round(samples * 1000 / SAMPLE_RATE))
-
-    @staticmethod
-    def _pcm16(x: np.ndarray) -> np.ndarray:
-        return (np.clip(x, -1.0, 1.0) * 32767.0).astype(np.int16)
-
-    def _feed_asr(self, x: np.ndarray, out: list) -> None:
-        text = self.asr.feed(self._pcm16(x))
-        if text is None:
-            return
-        if self.state == self.SPEECH:
-            out.append({"type": "partial", "text": text})
-        else:
-            self.held_partial = text
 
     def _end_utterance(self, end_sample: int, out: list) -> None:
         """Close a confirmed utterance: stopped first, so the client can react before the text is in."""
         end_ms = max(self._ms(end_sample), self._ms(self.onset))
         out.append({"type": "speech_stopped", "audio_end_ms": end_ms})
-        text = self.asr.finish()
-        out.append({"type": "final", "text": text, "audio_start_ms": self._ms(self.onset),
-                    "audio_end_ms": end_ms})
+        out += self.utt.end(self._ms(self.onset), end_ms)
         self.utterances += 1
         self._to_idle()
 
     def _to_idle(self) -> None:
-        if self.asr.active:
-            self.asr.finish()      # a dropped blip: its words are not wanted
+        self.utt.drop()            # a blip's words are not wanted (no-op after end())
         self.state = self.IDLE
         self.silence_start = None
+        self.paused = False
         self.speech_frames = 0
         self.held_partial = None
 
@@ -219,13 +217,10 @@ class _Stream:
                 self.speech_frames = 1
                 self.silence_start = None
                 self.held_partial = None
-                self.asr.start()
                 # Prefix padding gives the recogniser the quiet lead-in it was trained on
                 # and the soft consonant silero scores low.
-                if self.preroll.size:
-                    self._feed_asr(self.preroll, out)
+                self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
                 self.preroll = np.zeros(0, dtype=np.float32)
-                self._feed_asr(frame, out)
                 self._maybe_confirm(out)
             else:
                 keep = self.pad_samples
@@ -233,13 +228,21 @@ class _Stream:
                     self.preroll = np.concatenate([self.preroll, frame])[-keep:]
             return
 
-        self._feed_asr(frame, out)
+        self.utt.feed(frame)
         if prob >= self.neg_threshold:
             self.speech_frames += 1
-            self.silence_start = None
+            if self.silence_start is not None:
+                self.silence_start = None
+                if self.paused:
+                    self.paused = False
+                    self.utt.resume()
         elif self.silence_start is None:
             self.silence_start = start
         silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / SAMPLE_RATE
+        if self.state == self.SPEECH and not self.paused and self.silence_start is not None \
+                and silent_ms >= self.pause_ms:
+            self.paused = True
+            self.utt.pause()     # recognise now; the silence window may confirm the turn
 
         if self.state == self.PENDING:
             if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
@@ -264,12 +267,17 @@ class _Stream:
                 out.append({"type": "partial", "text": self.held_partial})
             self.held_partial = None
 
-    # -- per chunk -------------------------------------------------------
-    def push(self, audio: np.ndarray, final: bool) -> list:
-        """One chunk of this stream alone (the executor batches VAD across streams instead)."""
-        frames = self.frames(audio, final)
-        return self.advance(frames, [self.vad.prob(f) for f in frames], final)
+    # -- recognition results ------------------------------------------------
+    def on_result(self, tag, value) -> list:
+        out = []
+        for ev in self.utt.result(tag, value):
+            if ev["type"] == "partial" and self.state != self.SPEECH:
+                self.held_partial = ev["text"]    # not speech yet: say it once confirmed
+            else:
+                out.append(ev)
+        return out
 
+    # -- per chunk -------------------------------------------------------
     def frames(self, audio: np.ndarray, final: bool) -> list[np.ndarray]:
         """Resample and cut into whole VAD frames; the remainder waits for the next chunk."""
         if self.resampler is not None and (audio.size or final):
@@ -279,7 +287,7 @@ class _Stream:
         buf = np.concatenate([self.pending, audio]) if self.pending.size else audio
         n = (buf.shape[0] // FRAME_SAMPLES) * FRAME_SAMPLES
         self.pending = buf[n:].copy()
-        return [buf[i:i + FRAME_SAMPLES] for i in range(0, n, FRAME_SAMPLES)]
+        return [buf[i:i + FRAME_SAMPLES].copy() for i in range(0, n, FRAME_SAMPLES)]
 
     def advance(self, frames: list[np.ndarray], probs, final: bool) -> list:
         """Run the utterance state machine over frames whose VAD probabilities are known."""
@@ -296,7 +304,7 @@ class _Stream:
         if self.state == self.IDLE:
             return
         if tail.size:
-            self._feed_asr(tail, out)
+            self.utt.feed(tail)
         if self.state == self.SPEECH:
             end = self.silence_start if self.silence_start is not None else self.pos + tail.size
             self._end_utterance(end, out)
@@ -305,42 +313,104 @@ class _Stream:
 
 
 class ListenExecutor(ChunkExecutor):
-    """Chunk executor: VAD + streaming ASR per request, one long-lived stream per conversation.
+    """Chunk executor: VAD per frame on the loop thread, recognition on its own thread.
 
-    YAML args: ``threads`` (onnxruntime intra-op threads, default 1),
-    ``spare_decoders`` (pocketsphinx decoders kept warm, default 1: building
-    one takes ~0.4 s and ~90 MB, too slow to do when a call starts), and any
-    of the per-request VAD parameters as stage-wide defaults.
+    YAML args:
+
+    * ``asr_engine``: ``whisper`` (default) or ``pocketsphinx`` (partials);
+    * ``asr_model``: Whisper model, ``tiny.en`` (default, from a wheel), ``base``
+      (from two wheels), or a local CTranslate2 folder / hub id;
+    * ``asr_threads``: cores recognition may use (default 1);
+    * ``asr_max_batch``: segments decoded in one Whisper call (default 8);
+    * ``asr_window_s``: Whisper's input window, 10..30 s (default 10: a third
+      of the CPU of the full 30 s window for the same word error rate here,
+      see benchmarks/asr_bench.py);
+    * ``asr_beam_size``: Whisper beam (default 5);
+    * ``asr_no_repeat_ngram``: forbid repeating token n-grams (default 3: Whisper
+      on a short segment in a shortened window can loop, "ten of clubs ten of clubs");
+    * ``asr_speculative``: start recognition during the silence window (default true),
+      once ``asr_pause_ms`` of silence has passed (default 192: fewer restarts when
+      the talker only paused between words, still done well before a 500 ms window);
+    * ``threads``: onnxruntime threads for the VAD (default 1);
+    * ``spare_decoders``: pocketsphinx decoders kept warm (default 1: building
+      one takes ~0.4 s and ~90 MB, too slow to do when a call starts);
+    * any per-request VAD parameter, as a stage-wide default.
     """
+
+    DECISION_WINDOW = 4096     # recent VAD decision delays kept for the stats
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
         self.threads = int(args.get("threads", 1))
+        self.engine = str(args.get("asr_engine", "whisper"))
+        if self.engine not in ("whisper", "pocketsphinx"):
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"listen: asr_engine must be whisper or pocketsphinx, got {self.engine!r}")
+        self.asr_model = str(args.get("asr_model", "tiny.en"))
+        self.asr_threads = max(1, int(args.get("asr_threads", 1)))
+        self.asr_max_batch = max(1, int(args.get("asr_max_batch", 8)))
+        self.asr_window_s = float(args.get("asr_window_s", 10.0))
+        self.asr_beam_size = max(1, int(args.get("asr_beam_size", 5)))
+        self.speculative = bool(args.get("asr_speculative", True))
+        self.pause_ms = float(args.get("asr_pause_ms", 192.0))
+        self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
         self.spare_decoders = max(0, int(args.get("spare_decoders", 1)))
         self.defaults = {k: v for k, v in args.items() if k in DEFAULTS}
         self._session = None
+        self._thread: RecognitionThread | None = None
         self._pool: list = []
         self._pool_lock = threading.Lock()
         self._streams: dict[int, _Stream] = {}
-        self._counters = {"frames": 0, "utterances": 0, "bad_input": 0}
+        self._counters = {"frames": 0, "utterances": 0, "bad_input": 0, "speculative": 0,
+                          "speculative_used": 0, "speculative_wasted": 0}
+        self._decision_ms: deque[float] = deque(maxlen=self.DECISION_WINDOW)
 
     def load(self) -> None:
         VadParams.from_dicts(self.defaults, {})        # fail at start-up on a bad YAML default
         self._session = make_session(self.threads)
-        self._pool = [make_decoder() for _ in range(self.spare_decoders)]
+        if self.engine == "whisper":
+            from runtime.models.whisper_asr import WhisperASR
+
+            asr = WhisperASR(self.asr_model, threads=self.asr_threads, window_s=self.asr_window_s,
+                             beam_size=self.asr_beam_size,
+                             no_repeat_ngram_size=self.no_repeat_ngram)
+            asr.transcribe([np.zeros(SAMPLE_RATE, dtype=np.float32)])   # first call allocates
+            self._thread = RecognitionThread(asr.transcribe, self.asr_max_batch, name="listen-asr")
+        else:
+            from runtime.models.pocketsphinx_asr import make_decoder
+
+            self._pool = [make_decoder() for _ in range(self.spare_decoders)]
+            self._thread = RecognitionThread(None, name="listen-asr")
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None
         self._streams.clear()
         self._pool.clear()
         self._session = None
 
     def stats(self) -> dict:
-        return {"streams": len(self._streams), "spare_decoders": len(self._pool),
-                "utterances": self._counters["utterances"]
-                + sum(s.utterances for s in self._streams.values()),
-                "bad_input": self._counters["bad_input"]}
+        c = dict(self._counters)
+        for s in self._streams.values():
+            c["utterances"] += s.utterances
+            for k, v in s.utt.counters.items():
+                c[k] = c.get(k, 0) + v
+        delays = sorted(self._decision_ms)
+        out = {"streams": len(self._streams), "spare_decoders": len(self._pool),
+               "asr_engine": self.engine, **c}
+        if self._thread is not None:
+            out["asr"] = dict(self._thread.counters, busy_s=round(self._thread.counters["busy_s"], 3))
+        if delays:
+            out["vad_decision_ms"] = {"n": len(delays), "p50": delays[len(delays) // 2],
+                                      "p99": delays[min(len(delays) - 1, int(len(delays) * 0.99))],
+                                      "max": delays[-1]}
+        return out
 
+    # ---- streams -------------------------------------------------------------------
     def _take_decoder(self):
+        from runtime.models.pocketsphinx_asr import make_decoder
+
         with self._pool_lock:
             if self._pool:
                 return self._pool.pop()
@@ -350,26 +420,67 @@ class ListenExecutor(ChunkExecutor):
         if self._session is None:
             self.load()
         p = VadParams.from_dicts(self.defaults, params)
-        self._streams[request_id] = _Stream(p, SileroVAD(self._session),
-                                            StreamingRecognizer(self._take_decoder()))
+        if self.engine == "whisper":
+            utt = SpeculativeSegments(request_id, self._thread, self.speculative)
+        else:
+            from runtime.models.pocketsphinx_asr import StreamingRecognizer
+
+            utt = StreamingDecoder(request_id, self._thread, StreamingRecognizer(self._take_decoder()))
+        self._streams[request_id] = _Stream(p, SileroVAD(self._session), utt, self.pause_ms)
 
     def release(self, request_id: int) -> None:
         s = self._streams.pop(request_id, None)
         if s is None:
             return
         self._counters["utterances"] += s.utterances
-        if s.asr.active:
-            s.asr.finish()
+        for k, v in s.utt.counters.items():
+            self._counters[k] = self._counters.get(k, 0) + v
+        self._thread.forget(request_id)
+        if isinstance(s.utt, StreamingDecoder):
+            # The decoder may still be in use by a running job: recycle it on that thread.
+            from runtime.models.asr_thread import Call
+
+            rec = s.utt.rec
+            self._thread.submit(Call(request_id, ("recycle", 0), lambda: self._recycle(rec)))
+
+    def _recycle(self, rec) -> None:
+        if rec.active:
+            rec.finish()
         with self._pool_lock:
             pooled = len(self._pool) < max(1, self.spare_decoders)
             if pooled:
-                self._pool.append(s.asr.decoder)
+                self._pool.append(rec.decoder)
         if not pooled:
             # A decoder is ~90 MB of small allocations; glibc keeps freed heap
             # pages, so without a trim RSS stays at the peak number of streams.
-            del s
+            del rec
             _trim_heap()
 
+    # ---- background results ------------------------------------------------------------
+    def wakeup_fd(self) -> int | None:
+        if self._thread is None:
+            self.load()
+        return self._thread.fileno()
+
+    def has_results(self) -> bool:
+        return self._thread is not None and self._thread.has_results()
+
+    def collect(self) -> list[tuple[int, list[Any]]]:
+        out: list[tuple[int, list[Any]]] = []
+        for rid, tag, value in self._thread.results():
+            s = self._streams.get(rid)
+            if s is None:
+                continue           # released meanwhile
+            evs = s.on_result(tag, value)
+            if evs:
+                out.append((rid, evs))
+        return out
+
+    def pending(self, request_id: int) -> bool:
+        s = self._streams.get(request_id)
+        return s is not None and (s.utt.pending or self._thread.busy(request_id))
+
+    # ---- chunks ------------------------------------------------------------------------
     def process(self, items: list[WorkItem]) -> list[list[Any]]:
         # Three passes so that the VAD runs once per frame position for all the
         # streams in the batch (SileroVAD.probs) instead of once per stream.
@@ -390,8 +501,15 @@ class ListenExecutor(ChunkExecutor):
         for (i, s, frames, final), pr in zip(plans, probs):
             try:
                 results[i] = s.advance(frames, pr, final)
+                self._counters["frames"] += len(frames)
             except Exception as exc:
                 results[i] = self._failed(exc)
+                continue
+            # Turn-taking latency inside the stage: chunk arrival -> decision emitted.
+            arrived = items[i].arrived
+            if arrived is not None and any(e["type"] in ("speech_started", "speech_stopped")
+                                           for e in results[i]):
+                self._decision_ms.append(round((time.monotonic() - arrived) * 1000, 3))
         return results
 
     def _failed(self, exc: Exception) -> Exception:

@@ -113,6 +113,10 @@ class Scheduler:
     def run_once(self) -> None:
         raise NotImplementedError
 
+    def wakeup_fd(self) -> int | None:
+        """A descriptor the stage loop should poll: readable when work finished off-thread."""
+        return None
+
     # ---- ends ----------------------------------------------------------------------
     def drop(self, rid: int) -> bool:
         """Abort or failure: forget the request everywhere; True if it was held."""

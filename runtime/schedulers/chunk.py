@@ -41,7 +41,7 @@ class _Stream:
     __slots__ = ("slices", "buffer", "sent_first", "ended", "last", "opened")
 
     def __init__(self) -> None:
-        self.slices: deque[list] = deque()  # [payload, first, final]
+        self.slices: deque[list] = deque()  # [payload, first, final, arrived]
         self.buffer: list[np.ndarray] = []
         self.sent_first = False
         self.ended = False
@@ -56,6 +56,8 @@ class ChunkScheduler(Scheduler):
         super().__init__(ctx, executor, cfg)
         self.streams: dict[int, _Stream] = {}
         self.order: deque[int] = deque()
+        self.awaiting_end: set[int] = set()   # input ended, background work still running
+        self._wakeup: int | None = executor.wakeup_fd()
 
     def on_new(self, req: Pending) -> None:
         self.streams[req.rid] = _Stream()
@@ -83,7 +85,7 @@ class ChunkScheduler(Scheduler):
             self.order.append(req.rid)
 
     def _push(self, st: _Stream, payload: Any, final: bool = False) -> None:
-        st.slices.append([payload, not st.sent_first, final])
+        st.slices.append([payload, not st.sent_first, final, time.monotonic()])
         st.sent_first = True
 
     def _cut(self, st: _Stream, final: bool) -> None:
@@ -106,9 +108,41 @@ class ChunkScheduler(Scheduler):
                 st.buffer.append(rest)
 
     def has_work(self) -> bool:
-        return bool(self.order)
+        return bool(self.order) or (self._wakeup is not None and self.executor.has_results())
+
+    def wakeup_fd(self) -> int | None:
+        """The executor's background-results descriptor, for the stage loop's poller."""
+        return self._wakeup
 
     def run_once(self) -> None:
+        if self._wakeup is not None:
+            self._emit_background()
+        if self.order:
+            self._run_slices()
+
+    def _emit_background(self) -> None:
+        """Emit what the executor finished off-thread; end streams that were waiting for it."""
+        for rid, outs in self.executor.collect():
+            req = self.requests.get(rid)
+            if req is None or self.ctx.is_dead(rid):
+                continue
+            if isinstance(outs, BaseException):
+                self.ctx.fail(rid, outs)
+                continue
+            outs = list(outs or ())
+            ending = rid in self.awaiting_end and not self.executor.pending(rid)
+            for i, chunk in enumerate(outs):
+                self.ctx.emit(rid, chunk, end=ending and i == len(outs) - 1)
+            if ending:
+                self.awaiting_end.discard(rid)
+                if not outs:
+                    self.ctx.finish(rid)
+        for rid in [r for r in self.awaiting_end if not self.executor.pending(r)]:
+            self.awaiting_end.discard(rid)   # background work ended with nothing to say
+            if rid in self.requests and not self.ctx.is_dead(rid):
+                self.ctx.finish(rid)
+
+    def _run_slices(self) -> None:
         # One slice per request; batch the largest group of equal-length slices.
         groups: dict[int, list[int]] = {}
         for rid in self.order:
@@ -123,7 +157,7 @@ class ChunkScheduler(Scheduler):
         for rid in rids:
             req = self.requests[rid]
             st = self.streams[rid]
-            payload, first, final = st.slices.popleft()
+            payload, first, final, arrived = st.slices.popleft()
             if not st.opened:
                 st.opened = True
                 req.t_start = time.monotonic()
@@ -133,7 +167,7 @@ class ChunkScheduler(Scheduler):
                     self._requeue(rid)
                     self.ctx.fail(rid, exc)
                     continue
-            items.append(WorkItem(rid, payload, req.params, final=final, first=first))
+            items.append(WorkItem(rid, payload, req.params, final=final, first=first, arrived=arrived))
         for rid in rids:
             self._requeue(rid)
         if not items:
@@ -158,9 +192,13 @@ class ChunkScheduler(Scheduler):
                 self.ctx.fail(rid, outs)
                 continue
             outs = list(outs or ())
+            # A final input whose background work is still running ends later, with it.
+            ending = item.final and not (self._wakeup is not None and self.executor.pending(rid))
+            if item.final and not ending:
+                self.awaiting_end.add(rid)
             for i, chunk in enumerate(outs):
-                self.ctx.emit(rid, chunk, end=item.final and i == len(outs) - 1)
-            if item.final and not outs:
+                self.ctx.emit(rid, chunk, end=ending and i == len(outs) - 1)
+            if ending and not outs:
                 self.ctx.finish(rid)
 
     def _requeue(self, rid: int) -> None:
@@ -173,6 +211,7 @@ class ChunkScheduler(Scheduler):
             self.order.append(rid)
 
     def _forget(self, rid: int) -> None:
+        self.awaiting_end.discard(rid)
         st = self.streams.pop(rid, None)
         try:
             self.order.remove(rid)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
+import threading
+import time
 import wave
 from pathlib import Path
 
@@ -16,22 +17,12 @@ from runtime.executor import WorkItem
 from runtime.models.listen import ListenExecutor
 from runtime.models.pocketsphinx_asr import StreamingRecognizer
 from runtime.models.silero_vad import SileroVAD
-
-pytestmark = pytest.mark.skipif(shutil.which("flite") is None, reason="flite CLI not installed")
+from voice_server.testing.speech_corpus import human_clips
+from voice_server.testing.wer import corpus_wer, normalize, wer
 
 SR = 16000
 QUESTION = "what is the capital of france"
 _rid = iter(range(1, 1_000_000))
-
-
-def wer(ref: str, hyp: str) -> float:
-    r, h = ref.lower().split(), hyp.lower().split()
-    d = list(range(len(h) + 1))
-    for i, rw in enumerate(r, 1):
-        prev, d[0] = d[0], i
-        for j, hw in enumerate(h, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (rw != hw))
-    return d[len(h)] / max(1, len(r))
 
 
 def flite_16k(text: str, tmp: Path) -> np.ndarray:
@@ -56,9 +47,30 @@ def onset_ms(x: np.ndarray) -> float:
     return loud[0] * 10.0
 
 
+def drain(ex: ListenExecutor, rid: int, timeout_s: float = 30.0) -> list[dict]:
+    """Wait for the recognition thread's last results for this stream (a poll with a deadline)."""
+    out: list[dict] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for r, evs in ex.collect():
+            if r == rid:
+                out += evs
+        if not ex.pending(rid):
+            for r, evs in ex.collect():
+                if r == rid:
+                    out += evs
+            return out
+        assert time.monotonic() < deadline, "recognition never finished"
+        time.sleep(0.005)
+
+
 def stream(ex: ListenExecutor, audio: np.ndarray, rate: int = SR, chunk_ms: int = 20,
            params: dict | None = None) -> list[tuple[float, dict]]:
-    """Feed audio like a client would; return (input ms at emission, event) pairs."""
+    """Feed audio like a client would; return (input ms at emission, event) pairs.
+
+    Results the recognition thread finishes meanwhile are collected after every
+    chunk, as the stage loop does; the rest when the stream ends.
+    """
     params = {"sample_rate": rate, **(params or {})}
     rid = next(_rid)
     ex.open(rid, params)
@@ -70,7 +82,10 @@ def stream(ex: ListenExecutor, audio: np.ndarray, rate: int = SR, chunk_ms: int 
             final = k == len(starts) - 1
             [res] = ex.process([WorkItem(rid, audio[i:i + step], params, final=final, first=k == 0)])
             assert not isinstance(res, BaseException), res
-            events += [((i + step) * 1000 / rate, e) for e in res]
+            t = (i + step) * 1000 / rate
+            events += [(t, e) for e in res]
+            events += [(t, e) for r, evs in ex.collect() if r == rid for e in evs]
+        events += [(len(audio) * 1000 / rate, e) for e in drain(ex, rid)]
     finally:
         ex.release(rid)
     return events
@@ -85,8 +100,16 @@ def resample_int16(x: np.ndarray, rate: int) -> np.ndarray:
     return (np.clip(y, -1, 1) * 32767).astype(np.int16)
 
 
+@pytest.fixture(scope="module", params=["whisper", "pocketsphinx"])
+def ex(request) -> ListenExecutor:
+    e = ListenExecutor(threads=1, asr_engine=request.param)
+    e.load()
+    yield e
+    e.close()
+
+
 @pytest.fixture(scope="module")
-def ex() -> ListenExecutor:
+def whisper_ex() -> ListenExecutor:
     e = ListenExecutor(threads=1)
     e.load()
     yield e
@@ -131,7 +154,7 @@ def test_question_transcribed_with_ordered_events(ex, question):
     assert kinds(events) == ["speech_started", "speech_stopped", "final"]
     (t_start, started), = [(t, e) for t, e in events if e["type"] == "speech_started"]
     (t_stop, stopped), = [(t, e) for t, e in events if e["type"] == "speech_stopped"]
-    final = events[-1][1]
+    final = [e for _, e in events if e["type"] == "final"][0]
     assert wer(QUESTION, final["text"]) <= 0.2, final
     true_on = 1000 + onset_ms(question)
     true_off = 1000 + len(question) / 16
@@ -144,13 +167,20 @@ def test_question_transcribed_with_ordered_events(ex, question):
     # stopped after the 500 ms silence window
     assert stopped["audio_end_ms"] + 500 <= t_stop <= stopped["audio_end_ms"] + 650
     partials = [(t, e) for t, e in events if e["type"] == "partial"]
-    assert partials and all(t_start <= t <= t_stop for t, _ in partials)
-    assert all(isinstance(e["text"], str) and e["text"] for _, e in partials)
+    if ex.engine == "pocketsphinx":       # a streaming decoder: partials while speaking
+        assert partials and all(t_start <= t <= t_stop + 100 for t, _ in partials)
+        assert all(isinstance(e["text"], str) and e["text"] for _, e in partials)
+    else:                                 # Whisper recognises whole segments
+        assert partials == []
 
 
 def test_two_utterances_give_two_finals(ex, conversation):
     events = stream(ex, conversation)
-    assert kinds(events) == ["speech_started", "speech_stopped", "final"] * 2
+    # Faster than real time, a transcript may come after the next utterance began;
+    # each final still follows its own speech_stopped.
+    ks = kinds(events)
+    assert [k for k in ks if k != "final"] == ["speech_started", "speech_stopped"] * 2
+    assert ks.count("final") == 2 and ks.index("final") > ks.index("speech_stopped")
     finals = [e for _, e in events if e["type"] == "final"]
     assert all(wer(QUESTION, f["text"]) <= 0.2 for f in finals), finals
     assert finals[0]["audio_end_ms"] < finals[1]["audio_start_ms"]
@@ -233,6 +263,7 @@ def test_bad_and_odd_inputs(ex, question):
         out = []
         for i in range(0, len(audio), 320):
             out += _one(ex, rid, audio[i:i + 320], final=i + 320 >= len(audio))
+        out += drain(ex, rid)
         assert [e["type"] for e in out if e["type"] != "partial"] == \
             ["speech_started", "speech_stopped", "final"]
     finally:
@@ -308,8 +339,101 @@ def test_batch_of_streams_gives_the_events_each_gives_alone(ex, question):
             for r, res in zip(owners, ex.process(items)):
                 assert not isinstance(res, BaseException), res
                 got[r] += [e for e in res if e["type"] != "partial"]
+            for r, evs in ex.collect():
+                got[r] += [e for e in evs if e["type"] != "partial"]
+        deadline = time.monotonic() + 30
+        while any(ex.pending(r) for r in rids) or ex.has_results():
+            assert time.monotonic() < deadline, "recognition never finished"
+            time.sleep(0.005)
+            for r, evs in ex.collect():
+                got[r] += [e for e in evs if e["type"] != "partial"]
     finally:
         for r in rids:
             ex.release(r)
     for r in rids:
         assert got[r] == solo
+
+
+# ---- Whisper: people, speculative recognition, and a VAD that never waits -------------
+
+@pytest.fixture(scope="module")
+def people():
+    return human_clips()
+
+
+def test_whisper_hears_people(whisper_ex, people):
+    """Real recordings (LibriVox readers, spoken commands), not synthetic voices.
+
+    The target (<= 6% on the issue's set) lives in benchmarks/asr_bench.py;
+    this bound leaves room for a noisy machine but fails pocketsphinx (~30%).
+    """
+    pairs = []
+    for c in people:
+        audio = np.concatenate([np.zeros(SR // 2, np.float32), c.audio, np.zeros(SR, np.float32)])
+        finals = [e["text"] for _, e in stream(whisper_ex, audio) if e["type"] == "final"]
+        pairs.append((c.text, " ".join(finals)))
+    assert corpus_wer(pairs) <= 0.10, pairs
+
+
+def test_speculative_recognition_is_dropped_when_speech_resumes(whisper_ex, people):
+    """A 350 ms pause starts recognition (after 192 ms of silence) but not the end of
+    the turn (500 ms): when the talker goes on, that work is abandoned and the one
+    final covers both halves, each word once."""
+    a, b = people[1], people[4]          # "he was not an ill disposed young man", "he might even..."
+    before = whisper_ex.stats()
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), a.audio, np.zeros(int(0.35 * SR), np.float32),
+                            b.audio, np.zeros(SR, np.float32)])
+    events = stream(whisper_ex, audio)
+    assert kinds(events) == ["speech_started", "speech_stopped", "final"]
+    text = [e["text"] for _, e in events if e["type"] == "final"][0]
+    words = normalize(text)
+    assert wer(f"{a.text} {b.text}", text) <= 0.25, text
+    assert words.count("might") == 1 and words.count("young") == 1, text   # no duplicated half
+    after = whisper_ex.stats()
+    assert after["speculative_wasted"] > before["speculative_wasted"]
+    assert after["speculative_used"] == before["speculative_used"] + 1
+
+
+class _SlowRecognition:
+    """Test-only engine beside the real one: the real transcript, 1.5 s late."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self.started = threading.Event()
+
+    def __call__(self, segments):
+        self.started.set()
+        time.sleep(1.5)
+        return self.real(segments)
+
+
+def test_vad_decisions_do_not_wait_for_recognition(question):
+    """With recognition slowed down, speech start/stop come at the same input
+    positions as with the real engine, and before the transcript exists."""
+    audio = np.concatenate([silence(0.5), question, silence(1.0)])
+    fast = ListenExecutor()
+    fast.load()
+    slow = ListenExecutor()
+    slow.load()
+    try:
+        ref = [(t, e) for t, e in stream(fast, audio) if e["type"] != "final"]
+        slow_engine = _SlowRecognition(slow._thread._transcribe)
+        slow._thread._transcribe = slow_engine
+        rid = next(_rid)
+        slow.open(rid, {"sample_rate": SR})
+        got, final_at = [], None
+        for i in range(0, len(audio), 320):
+            [res] = slow.process([WorkItem(rid, audio[i:i + 320], {}, final=i + 320 >= len(audio))])
+            got += [((i + 320) / 16, e) for e in res]
+            for _, evs in slow.collect():
+                final_at = final_at or (i + 320) / 16
+        assert not any(e["type"] == "final" for _, e in got)
+        assert final_at is None                  # every VAD decision came before the text
+        assert slow_engine.started.is_set() and slow.pending(rid)
+        finals = drain(slow, rid)
+        slow.release(rid)
+    finally:
+        fast.close()
+        slow.close()
+    assert [(t, e) for t, e in got] == ref
+    assert [e["type"] for e in finals] == ["final"] and wer(QUESTION, finals[0]["text"]) <= 0.2

@@ -1,0 +1,177 @@
+"""How one caller's utterances are recognised, on the recognition thread.
+
+The listen stage's voice-activity state machine calls the same five hooks
+whatever the engine (``begin``, ``feed``, ``pause``, ``resume``, ``end`` /
+``drop``); the engine-specific part is here:
+
+* :class:`SpeculativeSegments` (Whisper): the utterance's audio is collected
+  and sent for recognition at the first silent frame, *before* the silence
+  window has decided that the turn is over; when speech resumes that job is
+  abandoned and the utterance goes on.  So the final transcript is usually
+  ready when the end of speech is decided and turn latency does not grow by
+  a recognition call.
+* :class:`StreamingDecoder` (pocketsphinx): audio is decoded as it arrives,
+  giving partial transcripts; the final comes when the utterance ends.
+
+Results come back through :class:`~runtime.models.asr_thread.RecognitionThread`
+and are turned into events here (``partial`` / ``final``), on the loop thread.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from runtime.models.asr_thread import Call, RecognitionThread, Segment
+
+
+def _final(text: Any, times: tuple[int, int]) -> dict:
+    if isinstance(text, BaseException):
+        # One failed recognition must not end the caller's listen stream: the
+        # turn goes on with an empty transcript and the stage log says why.
+        print(f"[listen] recognition failed: {text!r}", file=sys.stderr, flush=True)
+        text = ""
+    return {"type": "final", "text": str(text).strip(), "audio_start_ms": times[0],
+            "audio_end_ms": times[1]}
+
+
+class SpeculativeSegments:
+    """Whole-segment recognition started at silence onset, abandoned if speech resumes."""
+
+    def __init__(self, key: int, thread: RecognitionThread, speculative: bool = True) -> None:
+        self.key = key
+        self.thread = thread
+        self.speculative = speculative
+        self.parts: list[np.ndarray] = []
+        self.gen = 0                               # bumps whenever queued work goes stale
+        self.spec: int | None = None               # generation of the live speculative job
+        self.ready: dict[int, Any] = {}            # speculative results not yet needed
+        self.awaiting: dict[int, tuple[int, int]] = {}   # ended utterances: gen -> (start, end) ms
+        self.counters = {"speculative": 0, "speculative_used": 0, "speculative_wasted": 0}
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.awaiting)
+
+    def _submit(self) -> int:
+        self.gen += 1
+        gen = self.gen
+        audio = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
+        self.thread.submit(Segment(self.key, gen, audio,
+                                   lambda: gen == self.gen or gen in self.awaiting))
+        return gen
+
+    def begin(self, audio: np.ndarray) -> None:
+        self._abandon()
+        self.parts = [audio] if audio.size else []
+
+    def feed(self, frame: np.ndarray) -> None:
+        self.parts.append(frame)
+
+    def pause(self) -> None:
+        if self.speculative and self.parts:
+            self._abandon()
+            self.spec = self._submit()
+            self.counters["speculative"] += 1
+
+    def resume(self) -> None:
+        self._abandon()
+
+    def end(self, start_ms: int, end_ms: int) -> list[dict]:
+        """The utterance is over: reuse the speculative job if it saw all of it."""
+        if self.spec is not None and self.spec == self.gen:
+            gen = self.spec
+            self.counters["speculative_used"] += 1
+        elif self.parts:
+            gen = self._submit()
+        else:
+            return [_final("", (start_ms, end_ms))]
+        self.spec = None
+        self.parts = []
+        if gen in self.ready:
+            return [_final(self.ready.pop(gen), (start_ms, end_ms))]
+        self.awaiting[gen] = (start_ms, end_ms)
+        return []
+
+    def drop(self) -> None:
+        self._abandon()
+        self.parts = []
+
+    def _abandon(self) -> None:
+        if self.spec is not None:
+            self.counters["speculative_wasted"] += 1
+            self.ready.pop(self.spec, None)
+            self.spec = None
+            self.gen += 1
+
+    def result(self, tag: Any, value: Any) -> list[dict]:
+        if tag in self.awaiting:
+            return [_final(value, self.awaiting.pop(tag))]
+        if tag == self.spec:
+            self.ready[tag] = value
+        return []
+
+
+class StreamingDecoder:
+    """Incremental decoding with partial hypotheses (pocketsphinx)."""
+
+    def __init__(self, key: int, thread: RecognitionThread, recognizer: Any) -> None:
+        self.key = key
+        self.thread = thread
+        self.rec = recognizer
+        self.gen = 0
+        self.open = False
+        self.awaiting: dict[int, tuple[int, int]] = {}
+        self.counters: dict[str, int] = {}
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.awaiting)
+
+    @staticmethod
+    def _pcm16(x: np.ndarray) -> np.ndarray:
+        return (np.clip(x, -1.0, 1.0) * 32767.0).astype(np.int16)
+
+    def begin(self, audio: np.ndarray) -> None:
+        self.drop()
+        self.gen += 1
+        self.open = True
+        rec, pcm = self.rec, self._pcm16(audio)
+
+        def start() -> str | None:
+            rec.start()
+            return rec.feed(pcm)
+
+        self.thread.submit(Call(self.key, ("partial", self.gen), start))
+
+    def feed(self, frame: np.ndarray) -> None:
+        pcm = self._pcm16(frame)
+        self.thread.submit(Call(self.key, ("partial", self.gen), lambda: self.rec.feed(pcm)))
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def end(self, start_ms: int, end_ms: int) -> list[dict]:
+        self.open = False
+        self.awaiting[self.gen] = (start_ms, end_ms)
+        self.thread.submit(Call(self.key, ("final", self.gen), self.rec.finish))
+        return []
+
+    def drop(self) -> None:
+        if self.open:               # a blip: its words are not wanted
+            self.open = False
+            self.thread.submit(Call(self.key, ("dropped", self.gen), self.rec.finish))
+
+    def result(self, tag: Any, value: Any) -> list[dict]:
+        kind, gen = tag
+        if kind == "final" and gen in self.awaiting:
+            return [_final(value, self.awaiting.pop(gen))]
+        if kind == "partial" and gen == self.gen and self.open and value \
+                and not isinstance(value, BaseException):
+            return [{"type": "partial", "text": value}]
+        return []

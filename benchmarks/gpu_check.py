@@ -234,15 +234,24 @@ def sglang_check(model: str) -> dict:
                 yield out
         return tee()
 
-    aborts: list[str] = []
+    aborts: list[str] = []  # rids of AbortReq objects sent to SGLang's scheduler
+    calls: list[str] = []  # abort_request calls (SGLang drops repeats from 0.5.21 on)
     abort_request = tm.abort_request
+    dispatch = getattr(tm, "_dispatch_to_scheduler", None)  # 0.5.19-0.5.23: every AbortReq goes through it
 
     def recording_abort(rid: str = "", abort_all: bool = False) -> Any:
-        aborts.append(rid)
+        calls.append(rid)
         return abort_request(rid, abort_all)
+
+    def recording_dispatch(obj: Any) -> Any:
+        if type(obj).__name__ == "AbortReq":
+            aborts.append(getattr(obj, "rid", ""))
+        return dispatch(obj)
 
     t.engine.async_generate = recording_generate
     tm.abort_request = recording_abort
+    if dispatch is not None:
+        tm._dispatch_to_scheduler = recording_dispatch
     try:
         check(not t.incremental, "the check expects SGLang's default cumulative stream")
         msgs = [{"role": "system", "content": system},
@@ -268,8 +277,11 @@ def sglang_check(model: str) -> dict:
         check(rid2 in tm.rid_to_state, "the running request is not in SGLang's request table")
         t.release(2)
         gone = poll(lambda: rid2 not in tm.rid_to_state, 1.0)
-        res["abort_dispatched"] = aborts.count(rid2)
-        check(aborts.count(rid2) >= 1, f"release sent no abort_request for {rid2}")
+        res["abort_request_calls"] = calls.count(rid2)
+        check(calls.count(rid2) >= 1, f"release sent no abort_request for {rid2}")
+        if dispatch is not None:
+            res["aborts_dispatched"] = aborts.count(rid2)
+            check(aborts.count(rid2) == 1, f"{aborts.count(rid2)} AbortReq sent to the scheduler for {rid2}")
         check(gone, f"{rid2} still in SGLang's request table 1 s after the release")
 
         for name, params in (("top_p=0", {"top_p": 0.0}), ("repeat_penalty=3", {"repeat_penalty": 3.0})):

@@ -106,8 +106,12 @@ class AsyncStreamThinker(ARExecutor):
                             if v is not None}
 
     # ------------------------------------------------------------- lifecycle
+    def _new_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the streams run on (an engine may bring its own)."""
+        return asyncio.new_event_loop()
+
     def load(self) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = self._new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name=f"{type(self).__name__}-loop", daemon=True)
         self._thread.start()

@@ -176,6 +176,14 @@ class SGLangThinker(AsyncStreamThinker):
         self.incremental = bool(getattr(tm, "incremental_streaming_output", False))
         super().load()
 
+    def _new_loop(self) -> asyncio.AbstractEventLoop:
+        # The Engine made a loop for its own sync calls and nothing runs it: host the streams
+        # there, so every SGLang object meets one loop only.
+        loop = getattr(self.engine, "loop", None)
+        if isinstance(loop, asyncio.AbstractEventLoop) and not loop.is_running() and not loop.is_closed():
+            return loop
+        return super()._new_loop()
+
     def _construct(self) -> Any:
         try:
             import sglang

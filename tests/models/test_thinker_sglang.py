@@ -87,6 +87,7 @@ class RecordingTokenizerManager:
         self.scheduler_finish: dict[str, str] = {}
         self.inject: tuple[str, Any] | None = None  # ("abort", status) or ("raise", exception)
         self._abort_now: set[str] = set()
+        self.loops_seen: set[asyncio.AbstractEventLoop] = set()
 
     def abort_request(self, rid: str = "", abort_all: bool = False) -> None:
         state = self.rid_to_state.get(rid)
@@ -101,6 +102,7 @@ class RecordingTokenizerManager:
 
     async def generate_request(self, obj: dict):
         rid = obj["rid"]
+        self.loops_seen.add(asyncio.get_running_loop())
         state = _State(asyncio.Event())
         self.rid_to_state[rid] = state
         try:
@@ -359,6 +361,21 @@ def test_engine_without_tokenizer_is_refused(tokenizer):
     with pytest.raises(StageError) as e:
         SGLangThinker(model_path="x").use_engine(RecordingEngine(tm))
     assert e.value.code == ErrorCode.UNSUPPORTED
+
+
+def test_streams_run_on_the_engines_own_loop(tokenizer):
+    tm = RecordingTokenizerManager("0.5.23", tokenizer)
+    engine = RecordingEngine(tm)
+    engine.loop = asyncio.new_event_loop()  # sglang.Engine makes one for its sync calls
+    t = SGLangThinker(model_path="x")
+    t.use_engine(engine)
+    try:
+        t.prefill(_ask(9, "say hello", max_tokens=3))
+        assert _collect(t, 9)
+    finally:
+        t.close()
+        engine.loop.close()
+    assert tm.loops_seen == {engine.loop}
 
 
 def test_an_engine_handed_in_is_not_shut_down(make):

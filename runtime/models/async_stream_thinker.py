@@ -32,14 +32,8 @@ _DELTA, _DONE, _ERROR = 0, 1, 2
 ABORT_TIMEOUT_S = 2.0  # an engine that does not take the abort in this time is cancelled anyway
 
 
-def code_for_status(status: int | None) -> ErrorCode:
-    """An engine's HTTP-style status -> the closed error set.
-
-    Overload is retryable, the caller's fault is not; no status at all means
-    the engine ended the request on request (an abort), hence ``cancelled``.
-    """
-    if status is None:
-        return ErrorCode.CANCELLED
+def code_for_status(status: int) -> ErrorCode:
+    """An engine's HTTP-style status -> the closed error set (retryable overload vs caller's fault)."""
     if status in (429, 503):
         return ErrorCode.RESOURCE_EXHAUSTED
     if status in (408, 504):

@@ -204,7 +204,11 @@ def _stream(t: Any, rid: int, until_first: bool = False, deadline_s: float = 60.
     raise CheckFailed(f"request {rid} produced nothing within {deadline_s} s")
 
 
-def sglang_check(model: str) -> dict:
+DEFAULT_ENGINE_ARGS = {"mem_fraction_static": 0.3, "context_length": 1024, "disable_cuda_graph": True,
+                       "log_level": "error"}
+
+
+def sglang_check(model: str, engine_args: dict | None = None) -> dict:
     import torch
 
     from runtime.errors import ErrorCode, StageError
@@ -212,12 +216,12 @@ def sglang_check(model: str) -> dict:
     from runtime.models.sglang_thinker import SGLangThinker
 
     res: dict[str, Any] = {"model": model}
-    check(not _children(), f"this process already has children {_children()}: run the SGLang check alone")
+    check(poll(lambda: not _children(), 10.0),
+          f"this process still has children {_children()}: SGLang must have it to itself")
     free_before = torch.cuda.mem_get_info(0)[0]
     system = "You are a helpful assistant. Answer briefly."
     t = SGLangThinker(model_path=model, system_prompt=system, max_tokens=48, temperature=0.0,
-                      engine_args={"mem_fraction_static": 0.3, "context_length": 1024,
-                                   "disable_cuda_graph": True, "log_level": "error"})
+                      engine_args={**DEFAULT_ENGINE_ARGS, **(engine_args or {})})
     t0 = time.perf_counter()
     t.load()
     res["load_s"] = round(time.perf_counter() - t0, 1)
@@ -334,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.gpu_check", description=__doc__.split("\n")[0])
     ap.add_argument("--sglang-model", default=os.environ.get(MODEL_ENV),
                     help=f"local HF model directory for the SGLang check (default ${MODEL_ENV})")
+    ap.add_argument("--engine-args", type=json.loads, default={},
+                    help=f"JSON merged over the SGLang engine args {json.dumps(DEFAULT_ENGINE_ARGS)}, "
+                         'e.g. \'{"attention_backend": "triton"}\'')
     ap.add_argument("--json", default=str(ROOT / "benchmarks/results/gpu_check.json"))
     args = ap.parse_args(argv)
 
@@ -349,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         results["sglang"] = {"status": "skipped", "why": missing}
         print(f"sglang: skipped -- {missing}", flush=True)
     else:
-        ok = run_one("sglang", lambda: sglang_check(args.sglang_model), results) and ok
+        ok = run_one("sglang", lambda: sglang_check(args.sglang_model, args.engine_args), results) and ok
     write_json(args.json, results)
     print("GPU check:", "ok" if ok else "FAILED", flush=True)
     return 0 if ok else 1

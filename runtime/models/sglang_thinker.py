@@ -193,7 +193,10 @@ class SGLangThinker(AsyncStreamThinker):
         path = self.args.get("model_path")
         if not path:
             raise StageError(ErrorCode.BAD_INPUT, "SGLangThinker needs args.model_path")
-        version = importlib.metadata.version("sglang")
+        try:
+            version = importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:  # importable but not installed as a package
+            version = getattr(sglang, "__version__", "unknown")
         if version not in SUPPORTED_RELEASES:
             log.warning("sglang %s is not a supported release %s; fix: %s",
                         version, SUPPORTED_RELEASES, INSTALL_HINT)

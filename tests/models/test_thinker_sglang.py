@@ -396,6 +396,80 @@ def test_process_with_other_children_is_refused():
         child.wait()
 
 
+def _sleeper(children: int = 0) -> subprocess.Popen:
+    """A process standing for an engine child (with ``children`` of its own) or for another stage's."""
+    code = ("import subprocess, sys, time\n"
+            f"ps = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']) for _ in range({children})]\n"
+            "print(' '.join(str(p.pid) for p in ps), flush=True)\n"
+            "time.sleep(60)\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def test_close_with_another_stages_child_stops_only_the_engines_processes(make):
+    import psutil
+
+    t, _ = make()
+    engine_child, other = _sleeper(children=1), _sleeper()
+    try:
+        grandchild = int(engine_child.stdout.readline())
+        other.stdout.readline()
+        t._owned, t._engine_pids = True, {engine_child.pid}
+        assert other.pid in t._foreign_children()
+        assert not {engine_child.pid, grandchild} & t._foreign_children()
+        engine = t.engine
+        t.close()
+        assert engine.shutdowns == 0  # Engine.shutdown() would have killed `other` too
+        assert engine_child.wait(10) is not None
+        _wait(lambda: not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == "zombie",
+              "the engine's grandchild is gone")
+        assert other.poll() is None
+    finally:
+        for p in (engine_child, other):
+            p.kill()
+            p.wait()
+
+
+class _FailingEngine:
+    """Stands for ``sglang.Engine`` failing at start, after its process-wide side effects."""
+
+    error: Exception = RuntimeError("unset")
+    spawned: list[subprocess.Popen] = []
+
+    def __init__(self, **kw: Any) -> None:
+        import multiprocessing
+        import signal
+
+        multiprocessing.set_start_method("spawn", force=True)
+        signal.signal(signal.SIGQUIT, lambda *_: None)
+        _FailingEngine.spawned.append(_sleeper())  # a scheduler that was already running
+        raise _FailingEngine.error
+
+
+@pytest.mark.parametrize("error, code", [
+    (TypeError("__init__() got an unexpected keyword argument 'bogus'"), ErrorCode.BAD_INPUT),
+    (OSError("stand-in is not a local folder and is not a valid model identifier"), ErrorCode.STAGE_UNAVAILABLE),
+    (ValueError("context_length must be positive"), ErrorCode.BAD_INPUT),
+    (RuntimeError("Not enough memory. Please try to increase --mem-fraction-static."),
+     ErrorCode.RESOURCE_EXHAUSTED),
+    (RuntimeError("Initialization failed. Please see the error messages above."), ErrorCode.STAGE_UNAVAILABLE),
+])
+def test_engine_that_fails_to_start_is_one_clear_stage_error(monkeypatch, error, code):
+    import multiprocessing
+    import signal
+    import types
+
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=_FailingEngine, __version__="0.5.21"))
+    _FailingEngine.error, _FailingEngine.spawned = error, []
+    method, handler = multiprocessing.get_start_method(allow_none=True), signal.getsignal(signal.SIGQUIT)
+    with pytest.raises(StageError) as e:
+        SGLangThinker(model_path="stand-in", engine_args={"bogus": 1}).load()
+    assert e.value.code == code and "\n" not in str(e.value) and "stand-in" in str(e.value)
+    (child,) = _FailingEngine.spawned
+    assert child.wait(10) is not None  # what the engine had started is stopped
+    assert multiprocessing.get_start_method(allow_none=True) == method
+    assert signal.getsignal(signal.SIGQUIT) == handler
+
+
 def test_module_imports_without_sglang():
     SGLangThinker(model_path="x")  # construction is cheap and touches no engine
 

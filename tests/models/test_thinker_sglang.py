@@ -31,6 +31,7 @@ import pytest
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import StepResult, WorkItem
 from runtime.models.sglang_thinker import SUPPORTED_RELEASES, SGLangThinker, require_sole_parent
+from tests.models.test_thinker_openai import _collect
 
 BOS = "<s>"
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}[ {{ m['role'] }} ] {{ m['content'] }} {% endfor %}"
@@ -218,23 +219,6 @@ def _wait(pred, what: str, deadline_s: float = 10.0) -> None:
         if time.monotonic() > end:
             raise AssertionError(f"not within {deadline_s} s: {what}")
         time.sleep(0.005)
-
-
-def _collect(t, rid, deadline_s=20.0) -> str:
-    text, end = "", time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        r = t.step([rid]).get(rid)
-        if r is None:
-            time.sleep(t.idle_wait_s)
-            continue
-        if isinstance(r, Exception):
-            t.release(rid)
-            raise r
-        text += r.chunk or ""
-        if r.finished:
-            t.release(rid)
-            return text
-    raise AssertionError("stream did not finish")
 
 
 @pytest.fixture

@@ -42,7 +42,6 @@ WORDS = ("[ ] system user assistant you are a friendly voice assistant answer in
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    pytest.importorskip("transformers")
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 

@@ -9,11 +9,10 @@ which tensor is lent and kept alive; the real path runs in benchmarks/gpu_check.
 from __future__ import annotations
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from runtime import cuda_ipc  # noqa: E402
-from runtime.cuda_ipc import KeepAlive  # noqa: E402
+from runtime import cuda_ipc
+from runtime.cuda_ipc import KeepAlive
 
 TORCH_REFUSAL = ("Attempted to send CUDA tensor received from another process; this is not currently "
                  "supported. Consider cloning before sending.")

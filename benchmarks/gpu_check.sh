@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# GPU checks, run on a machine with a CUDA device: the cuda_ipc unit test and
-# a two-process CUDA IPC pipeline.  Needs the project's venv (make setup).
+# The GPU smoke test (CUDA IPC between stage processes, the in-process SGLang
+# thinker); everything is in benchmarks/gpu_check.py, see its docstring.
+#   benchmarks/gpu_check.sh [--sglang-model DIR]     (or VOICE_AGENT_SGLANG_MODEL=DIR)
+# Exit 0 ok, 1 a check failed, 2 no CUDA device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-$PY -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(0))"
-$PY -m pytest -q -p no:cacheprovider tests/runtime/test_units.py -k cuda
-$PY benchmarks/gpu_check.py
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+exec "$PY" -m benchmarks.gpu_check "$@"

@@ -5,6 +5,11 @@ into the msgpack descriptor and the receiver rebuilds the tensor with
 ``torch.multiprocessing.reductions.rebuild_cuda_tensor``.  The sender keeps
 the tensor alive until the receiver releases the lend (same release path as
 shared memory, lend ids from ``LEND_BASE`` up), or until an abort reclaims it.
+
+A stage that forwards a tensor it received this way cannot hand the handle
+on: torch refuses to share storage that arrived over IPC.  ``export`` then
+copies the tensor into a fresh one owned by the forwarding process and lends
+that; the received tensor is released upstream as soon as the stage drops it.
 """
 
 from __future__ import annotations
@@ -46,11 +51,33 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def is_received_storage_error(exc: BaseException) -> bool:
+    """torch's refusal to re-share IPC-received storage (its own words since 1.x)."""
+    return isinstance(exc, RuntimeError) and "received from another process" in str(exc)
+
+
+def share(tensor: Any) -> tuple[Any, tuple]:
+    """(the tensor that is lent, its storage's IPC handle parts).
+
+    The tensor itself when torch will share it; a fresh copy when it arrived
+    over CUDA IPC (see the module doc).  The copy keeps shape and values;
+    ``clone`` is ordered on the current stream, and the handle's event makes
+    the receiver wait for it.
+    """
+    try:
+        return tensor, tensor.untyped_storage()._share_cuda_()
+    except RuntimeError as exc:
+        if not is_received_storage_error(exc):
+            raise
+    fresh = tensor.clone()
+    return fresh, fresh.untyped_storage()._share_cuda_()
+
+
 def export(tensor: Any, request_id: int, keepalive: KeepAlive, owner: str = "") -> dict:
     """Descriptor for a CUDA tensor; the storage stays alive in ``keepalive``."""
-    storage = tensor.untyped_storage()
+    tensor, parts = share(tensor)
     (device, handle, size_bytes, offset_bytes, ref_handle, ref_offset,
-     event_handle, event_sync) = storage._share_cuda_()
+     event_handle, event_sync) = parts
     lid = keepalive.hold(request_id, tensor)
     return {
         "tr": "cuda_ipc", "k": "pt", "own": owner, "lid": lid,

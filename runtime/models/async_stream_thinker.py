@@ -3,8 +3,11 @@
 The AR scheduler calls ``step()`` in a tight loop and must never block on a
 network read.  So each request's stream runs as a task on one private asyncio
 loop thread and pushes text deltas into a per-request queue; ``step()`` only
-drains queues.  ``release()`` cancels the task, which closes the stream -- the
-engine sees the abort (barge-in) at once instead of generating into the void.
+drains queues.  ``release()`` first tells the engine to stop (``_abort``, on
+the loop thread, while the engine still knows the request) and only then
+cancels the task, which closes the stream.  The order matters: some engines
+forget a request when its stream is cancelled, after which an abort is
+ignored and generation runs on to ``max_tokens`` after a barge-in.
 """
 
 from __future__ import annotations
@@ -15,17 +18,31 @@ import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Mapping
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.chat import fit_messages
 from runtime.models.request import DEFAULT_SYSTEM_PROMPT, ThinkerRequest, read_request
-from runtime.models.sampling import Sampling
+from runtime.models.sampling import Range, Sampling, require_within
 
 log = logging.getLogger(__name__)
 
 _DELTA, _DONE, _ERROR = 0, 1, 2
+ABORT_TIMEOUT_S = 2.0  # an engine that does not take the abort in this time is cancelled anyway
+
+
+def code_for_status(status: int) -> ErrorCode:
+    """An engine's HTTP-style status -> the closed error set (retryable overload vs caller's fault)."""
+    if status in (429, 503):
+        return ErrorCode.RESOURCE_EXHAUSTED
+    if status in (408, 504):
+        return ErrorCode.TIMEOUT
+    if status == 502:
+        return ErrorCode.STAGE_UNAVAILABLE
+    if 400 <= status < 500:
+        return ErrorCode.BAD_INPUT
+    return ErrorCode.INTERNAL
 
 
 @dataclass
@@ -43,6 +60,8 @@ class AsyncStreamThinker(ARExecutor):
     """
 
     idle_wait_s = 0.005  # nothing arrived: the scheduler may wait this long before stepping again
+    engine_name = "engine"
+    sampling_limits: Mapping[str, Range] = {}  # narrower ranges the engine enforces itself
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
@@ -56,6 +75,8 @@ class AsyncStreamThinker(ARExecutor):
         self._last_truncated = False
         self._last_batch = 0
         self._hist: dict[int, int] = {}
+        self._ending: set[Future] = set()
+        self._last_usage: dict[str, int] = {}
 
     # ------------------------------------------------------------ subclass API
     async def _start(self) -> None:
@@ -70,11 +91,21 @@ class AsyncStreamThinker(ARExecutor):
         yield ""  # pragma: no cover
 
     async def _abort(self, request_id: int) -> None:
-        """Tell the engine to stop this request (called when its task is cancelled)."""
+        """Tell the engine to stop this request; runs on the loop before its task is cancelled."""
+
+    def _note_usage(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """Token counts the engine reported for the request that just ended (for stats)."""
+        self._last_usage = {k: int(v) for k, v in (("prompt_tokens", prompt_tokens),
+                                                     ("completion_tokens", completion_tokens))
+                            if v is not None}
 
     # ------------------------------------------------------------- lifecycle
+    def _new_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the streams run on (an engine may bring its own)."""
+        return asyncio.new_event_loop()
+
     def load(self) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = self._new_loop()
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name=f"{type(self).__name__}-loop", daemon=True)
         self._thread.start()
@@ -89,6 +120,11 @@ class AsyncStreamThinker(ARExecutor):
             return
         for rid in list(self._streams):
             self.release(rid)
+        for fut in list(self._ending):  # let every abort reach the engine before it stops
+            try:
+                fut.result(ABORT_TIMEOUT_S + 1)
+            except Exception as e:  # noqa: BLE001 - closing must not raise at shutdown
+                log.warning("%s close: ending a request: %r", type(self).__name__, e)
         try:
             self._call(self._stop(), timeout=5)
         except Exception as e:  # closing must not raise at shutdown
@@ -109,6 +145,7 @@ class AsyncStreamThinker(ARExecutor):
             log.warning("request %s: prompt truncated to %d characters (truncated=True)",
                         item.request_id, self.max_prompt_chars)
         req.messages = fitted.messages
+        require_within(req.sampling, self.engine_name, self.sampling_limits)
         return req
 
     def prefill(self, item: WorkItem) -> None:
@@ -127,12 +164,6 @@ class AsyncStreamThinker(ARExecutor):
                 if delta:
                     q.put((_DELTA, delta))
             q.put((_DONE, None))
-        except asyncio.CancelledError:
-            try:
-                await self._abort(rid)
-            except Exception as e:  # the request is gone either way
-                log.warning("abort of request %s: %s", rid, e)
-            raise
         except StageError as e:
             q.put((_ERROR, e))
         except Exception as e:  # anything unexpected still fails only this request
@@ -174,8 +205,20 @@ class AsyncStreamThinker(ARExecutor):
 
     def release(self, request_id: int) -> None:
         s = self._streams.pop(request_id, None)
-        if s is not None and not s.future.done():
-            s.future.cancel()  # cancels the task on the loop; the stream closes on the way out
+        if s is None or s.future.done() or self._loop is None:
+            return
+        fut = asyncio.run_coroutine_threadsafe(self._end(request_id, s.future), self._loop)
+        self._ending.add(fut)
+        fut.add_done_callback(self._ending.discard)
+
+    async def _end(self, request_id: int, stream: Future) -> None:
+        """Abort in the engine first, then cancel the stream's task (see the module doc)."""
+        try:
+            await asyncio.wait_for(self._abort(request_id), ABORT_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - cancelling below ends it on our side regardless
+            log.warning("abort of request %s: %r", request_id, e)
+        finally:
+            stream.cancel()  # cancels the task on the loop; the stream closes on the way out
 
     def stats(self) -> dict:
         return {
@@ -184,4 +227,5 @@ class AsyncStreamThinker(ARExecutor):
             "batch_sizes_hist": dict(self._hist),
             "truncated": self._last_truncated,
             "truncated_total": self._truncated_total,
+            "last_usage": dict(self._last_usage),
         }

@@ -12,31 +12,25 @@ import json
 from typing import Any, AsyncIterator
 
 from runtime.errors import ErrorCode, StageError
-from runtime.models.async_stream_thinker import AsyncStreamThinker
+from runtime.models.async_stream_thinker import AsyncStreamThinker, code_for_status
 from runtime.models.request import ThinkerRequest
 from runtime.models.sse import sse_events
 
 
 def status_code_error(status: int, body: str) -> StageError:
     """HTTP status -> the closed error set (retryable overload vs caller's fault)."""
-    text = f"HTTP {status} from chat server: {body[:300]}".strip()
-    if status in (429, 503):
-        return StageError(ErrorCode.RESOURCE_EXHAUSTED, text)
-    if status in (408, 504):
-        return StageError(ErrorCode.TIMEOUT, text)
-    if status in (401, 403, 404, 405, 400, 413, 415, 422) or 400 <= status < 500:
-        return StageError(ErrorCode.BAD_INPUT, text)
-    if status in (502,):
-        return StageError(ErrorCode.STAGE_UNAVAILABLE, text)
-    return StageError(ErrorCode.INTERNAL, text)
+    return StageError(code_for_status(status), f"HTTP {status} from chat server: {body[:300]}".strip())
 
 
 class OpenAICompatThinker(AsyncStreamThinker):
     """Args: base_url (e.g. http://127.0.0.1:8080/v1), api_key, model, timeout_s
-    (read timeout, 30), connect_timeout_s (5), extra_body (dict merged into each
-    request, e.g. {"repeat_penalty": 1.2} for llama.cpp servers), plus the
-    common thinker args (system_prompt, max_tokens, temperature, top_p,
-    max_prompt_chars).
+    (read timeout, 30), connect_timeout_s (5), penalty_field (the body field
+    that carries repeat_penalty: "repetition_penalty" for SGLang and vLLM
+    servers, the default, so that both SGLang paths sample alike;
+    "repeat_penalty" for llama.cpp servers; null for APIs that refuse unknown
+    fields), extra_body (dict merged into each request last), plus the common
+    thinker args (system_prompt, max_tokens, temperature, top_p, repeat_penalty,
+    seed, max_prompt_chars).
     """
 
     def __init__(self, **args: Any) -> None:
@@ -45,6 +39,7 @@ class OpenAICompatThinker(AsyncStreamThinker):
         self.model = args.get("model", "default")
         self.api_key = args.get("api_key")
         self.extra_body = dict(args.get("extra_body") or {})
+        self.penalty_field = args.get("penalty_field", "repetition_penalty")
         self._client = None
 
     async def _start(self) -> None:
@@ -67,6 +62,8 @@ class OpenAICompatThinker(AsyncStreamThinker):
         s = req.sampling
         body = {"model": self.model, "messages": req.messages, "stream": True,
                 "max_tokens": s.max_tokens, "temperature": s.temperature, "top_p": s.top_p}
+        if self.penalty_field:
+            body[self.penalty_field] = s.repeat_penalty
         if s.seed is not None:
             body["seed"] = s.seed
         body.update(self.extra_body)
@@ -100,14 +97,28 @@ class OpenAICompatThinker(AsyncStreamThinker):
 
     @staticmethod
     def _parse_chunk(data: str) -> tuple[str | None, bool]:
+        """One event's text delta and whether the stream is finished.
+
+        An ``error`` event carries the server's HTTP status in ``code`` (SGLang,
+        vLLM): that status picks the error code.  ``finish_reason: "abort"``
+        means the server gave up on the request (SGLang on an abort without an
+        error status): the reply is incomplete, so it is ``cancelled``, never a
+        normal completion.
+        """
         try:
             obj = json.loads(data)
         except json.JSONDecodeError:
             raise StageError(ErrorCode.INTERNAL, f"chat server sent non-JSON event: {data[:200]!r}") from None
+        if not isinstance(obj, dict):
+            raise StageError(ErrorCode.INTERNAL, f"chat server sent a non-object event: {data[:200]!r}")
         if "error" in obj:
             err = obj["error"]
             msg = err.get("message", err) if isinstance(err, dict) else err
-            raise StageError(ErrorCode.INTERNAL, f"chat server error: {msg}")
+            status = err.get("code") if isinstance(err, dict) else None
+            if isinstance(status, str) and status.isdigit():
+                status = int(status)
+            code = code_for_status(status) if isinstance(status, int) else ErrorCode.INTERNAL
+            raise StageError(code, f"chat server error{f' {status}' if status else ''}: {msg}")
         choices = obj.get("choices") or []
         if not choices:
             return None, False
@@ -115,4 +126,7 @@ class OpenAICompatThinker(AsyncStreamThinker):
         delta = (ch.get("delta") or {}).get("content")
         if delta is None and "text" in ch:  # completions-style servers
             delta = ch.get("text")
-        return delta, ch.get("finish_reason") is not None
+        reason = ch.get("finish_reason")
+        if reason == "abort":
+            raise StageError(ErrorCode.CANCELLED, "chat server aborted the request before it finished")
+        return delta, reason is not None

@@ -66,6 +66,35 @@ def _checked(name: str, value: Any, kind: type, lo: float, hi: float) -> Any:
     return kind(value)
 
 
+@dataclass(frozen=True)
+class Range:
+    """An engine's accepted interval for one sampling field (``lo_open``: lo itself is refused)."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+
+    def admits(self, value: float) -> bool:
+        return (self.lo < value if self.lo_open else self.lo <= value) and value <= self.hi
+
+    def __str__(self) -> str:
+        return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+
+
+def require_within(s: Sampling, engine: str, limits: Mapping[str, Range]) -> None:
+    """Refuse, as ``bad_input``, a value the engine itself would reject.
+
+    The shared ranges above are wide enough for every backend; an engine with
+    narrower ones (SGLang: ``top_p`` in (0, 1], repetition penalty in (0, 2])
+    names them here so the caller hears which field is wrong instead of an
+    engine error surfacing later with another code.
+    """
+    for name, rng in limits.items():
+        value = getattr(s, name)
+        if value is not None and not rng.admits(value):
+            raise StageError(ErrorCode.BAD_INPUT, f"{name}={value!r} outside {rng} accepted by {engine}")
+
+
 class LogitSampler:
     """Temperature / top-p / repeat-penalty sampling over one row of logits.
 

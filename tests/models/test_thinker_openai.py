@@ -92,7 +92,7 @@ def server():
 def thinker(server):
     _, url = server
     t = OpenAICompatThinker(base_url=url + "/v1", model="smollm2", max_tokens=16, temperature=0.25,
-                            extra_body={"repeat_penalty": 1.2})
+                            repeat_penalty=1.2, penalty_field="repeat_penalty")
     t.load()
     yield t
     t.close()
@@ -111,10 +111,24 @@ def test_streamed_reply_is_not_empty(thinker):
     assert thinker.stats()["active"] == 0
 
 
+def _server_goes_quiet(proc, deadline_s: float = 20.0) -> bool:
+    """True once the server uses (almost) no CPU over half a second: it stopped generating."""
+    import psutil
+
+    p = psutil.Process(proc.pid)
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        before = sum(p.cpu_times()[:2])
+        time.sleep(0.5)
+        if sum(p.cpu_times()[:2]) - before < 0.1:
+            return True
+    return False
+
+
 def test_release_mid_stream_closes_connection(server, thinker):
     proc, url = server
     port = int(url.rsplit(":", 1)[1])
-    thinker.prefill(_ask(2, "Tell me a very long story about a dragon.", max_tokens=400))
+    thinker.prefill(_ask(2, "Tell me a very long story about a dragon.", max_tokens=1500))
     end = time.monotonic() + 60
     got = ""
     while not got and time.monotonic() < end:
@@ -134,6 +148,7 @@ def test_release_mid_stream_closes_connection(server, thinker):
         time.sleep(0.02)
     assert fut.cancelled()
     assert _server_connections(proc, port) == 0
+    assert _server_goes_quiet(proc), "the server kept generating after the client closed the stream"
     thinker.prefill(_ask(3, "Say hello.", max_tokens=8))
     assert _collect(thinker, 3) is not None
 
@@ -184,3 +199,39 @@ def test_sse_parser_groups_multiline_events():
         return [(e.event, e.data) for e in [e async for e in sse_events(lines())]]
 
     assert asyncio.run(collect()) == [("message", "{\"a\":\n1}"), ("x", "[DONE]")]
+
+
+@pytest.mark.parametrize("event, code", [
+    ('{"choices": [{"delta": {"content": "Hel"}, "finish_reason": "abort"}]}', ErrorCode.CANCELLED),
+    ('{"error": {"object": "error", "message": "too long", "type": "BadRequest", "code": 400}}',
+     ErrorCode.BAD_INPUT),
+    ('{"error": {"message": "no KV memory", "type": "SERVICE_UNAVAILABLE", "code": 503}}',
+     ErrorCode.RESOURCE_EXHAUSTED),
+    ('{"error": {"message": "took too long", "code": 504}}', ErrorCode.TIMEOUT),
+    ('{"error": {"message": "boom", "type": "INTERNAL_SERVER_ERROR", "code": 500}}', ErrorCode.INTERNAL),
+    ('{"error": {"message": "no code at all"}}', ErrorCode.INTERNAL),
+    ('{"error": "a bare string"}', ErrorCode.INTERNAL),
+    ('[1, 2]', ErrorCode.INTERNAL),
+])
+def test_stream_event_errors_keep_the_servers_code(event, code):
+    """Mid-stream error events and an abort finish (SGLang's server sends both; llama.cpp's never does)."""
+    with pytest.raises(StageError) as e:
+        OpenAICompatThinker._parse_chunk(event)
+    assert e.value.code == code
+
+
+def test_stream_events_that_are_not_errors():
+    parse = OpenAICompatThinker._parse_chunk
+    assert parse('{"choices": [{"delta": {"content": "Hi"}, "finish_reason": null}]}') == ("Hi", False)
+    assert parse('{"choices": [{"delta": {}, "finish_reason": "stop"}]}') == (None, True)
+    assert parse('{"choices": [{"delta": {}, "finish_reason": "length"}]}') == (None, True)
+    assert parse('{"choices": [], "usage": {"completion_tokens": 3}}') == (None, False)
+
+
+def test_body_carries_the_repeat_penalty_under_the_servers_name():
+    req = OpenAICompatThinker(repeat_penalty=1.3)._fit(_ask(9, "hi"))
+    assert OpenAICompatThinker(repeat_penalty=1.3)._body(req)["repetition_penalty"] == 1.3  # SGLang, vLLM
+    body = OpenAICompatThinker(penalty_field="repeat_penalty")._body(req)
+    assert body["repeat_penalty"] == 1.3 and "repetition_penalty" not in body  # llama.cpp
+    body = OpenAICompatThinker(penalty_field=None)._body(req)
+    assert "repeat_penalty" not in body and "repetition_penalty" not in body

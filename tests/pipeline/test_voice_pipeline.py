@@ -22,6 +22,8 @@ import soxr
 from starlette.applications import Starlette
 
 from runtime.models.pocketsphinx_asr import StreamingRecognizer
+from voice_server.testing.speech_corpus import human_clips, phone_line
+from voice_server.testing.wer import wer as corpus_text_wer
 from tests.pipeline.conftest import CONFIG, ROOT, wer
 from voice_server.http_api import routes
 
@@ -97,6 +99,32 @@ async def test_speech_round_trip(pipeline, flite_wav):
     heard = rec.finish()
     words = lambda s: {w.strip(".,!?;:'\"").lower() for w in s.split()} - {""}  # noqa: E731
     assert words(heard) & words(reply), (reply, heard)
+
+
+@pytest.mark.parametrize("line", ["microphone", "telephone"])
+async def test_people_are_heard_through_the_listen_stage(pipeline, line):
+    """Real human recordings through the real listen stage process, one stream with
+    a second of silence between clips (also the end-of-input path: the last
+    transcript comes after the input has ended).  Targets (<= 6% / 12%) are the
+    benchmark's (benchmarks/asr_bench.py); these bounds allow a noisy machine."""
+    clips = human_clips()
+    gap = np.zeros(16000, np.int16)
+    parts = []
+    for c in clips:
+        pcm = (np.clip(c.audio, -1, 1) * 32767).astype(np.int16)
+        parts += [pcm, gap]
+    audio = np.concatenate(parts)
+    if line == "telephone":
+        term, events = await listen(pipeline, phone_line(audio.astype(np.float32) / 32768), rate=8000)
+    else:
+        term, events = await listen(pipeline, audio)
+    assert term.kind == "done", term
+    finals = [e["text"] for e in events if e["type"] == "final"]
+    # a reader's own pause can split a clip in two: compare the whole session's words
+    assert len(clips) - 2 <= len(finals) <= len(clips) + 3, finals
+    bound = 0.10 if line == "microphone" else 0.20
+    said, heard = " ".join(c.text for c in clips), " ".join(finals)
+    assert corpus_text_wer(said, heard) <= bound, (said, heard)
 
 
 # ---------------------------------------------------------------------------------- barge-in

@@ -122,3 +122,15 @@ def human_clips(cache_dir: Path | None = None) -> list[Clip]:
     for stem, text in _ALSA_PHRASES.items():
         clips.append(Clip(f"alsa-{stem}", "commands", text, _read_wav(root / _ALSA / f"{stem}.wav")))
     return clips
+
+
+def phone_line(audio: np.ndarray) -> np.ndarray:
+    """What a telephony caller's words sound like here: 8 kHz G.711 mu-law, decoded to int16.
+
+    Twilio Media Streams carry exactly this; the listen stage gets it at 8 kHz
+    and resamples, so a benchmark or test can measure recognition on it.
+    """
+    from voice_server.audio_codec import mulaw_decode, mulaw_encode
+
+    pcm8k = np.clip(soxr.resample(np.asarray(audio, np.float32), RATE, 8000), -1.0, 1.0)
+    return mulaw_decode(mulaw_encode((pcm8k * 32767).astype(np.int16)))

@@ -121,8 +121,4 @@ class ARScheduler(Scheduler):
     def stats(self) -> dict:
         s = super().stats()
         s.update(running=len(self.running), waiting=len(self.waiting))
-        try:
-            s["executor"] = self.executor.stats()
-        except Exception:  # noqa: BLE001
-            pass
         return s

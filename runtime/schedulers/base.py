@@ -135,9 +135,16 @@ class Scheduler:
         self.batch_sizes[n] = self.batch_sizes.get(n, 0) + 1
 
     def stats(self) -> dict:
-        return {"kind": self.kind, "held": len(self.requests), "steps": self.steps,
-                "step_time_s": round(self.step_time_s, 6), "last_batch_size": self.last_batch_size,
-                "batch_sizes": dict(self.batch_sizes)}
+        s = {"kind": self.kind, "held": len(self.requests), "steps": self.steps,
+             "step_time_s": round(self.step_time_s, 6), "last_batch_size": self.last_batch_size,
+             "batch_sizes": dict(self.batch_sizes)}
+        try:
+            executor_stats = self.executor.stats()
+        except Exception:  # noqa: BLE001 - numbers for a status page must never fail a stage
+            executor_stats = None
+        if executor_stats:
+            s["executor"] = executor_stats
+        return s
 
     def deadline_expired(self, now: float) -> list[int]:
         limit = getattr(self.cfg, "deadline_s", None)

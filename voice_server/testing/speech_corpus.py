@@ -41,7 +41,7 @@ class Clip:
     """One recording: 16 kHz mono float32 samples and what was said."""
 
     name: str
-    group: str          # "librivox" (read sentences, 3-7 s) or "commands" (1-3 s)
+    group: str          # "librivox" (read sentences, 3-7 s), "commands" (1-3 s), "cards"
     text: str
     audio: np.ndarray
 
@@ -116,7 +116,7 @@ def human_clips(cache_dir: Path | None = None) -> list[Clip]:
         # the reference spells out a stutter ("a more a amiable"): keep it, it was said
         clips.append(Clip(cid, "librivox", text, _read_wav(data / "librivox" / f"{cid}.wav")))
     for cid, text in sorted(_sphinx_transcripts(data / "cards" / "cards.transcription").items()):
-        clips.append(Clip(f"cards-{cid}", "commands", text, _read_wav(data / "cards" / f"{cid}.wav")))
+        clips.append(Clip(f"cards-{cid}", "cards", text, _read_wav(data / "cards" / f"{cid}.wav")))
     raw = np.fromfile(data / "goforward.raw", dtype="<i2").astype(np.float32) / 32768.0
     clips.append(Clip("goforward", "commands", "go forward ten meters", raw))
     for stem, text in _ALSA_PHRASES.items():

@@ -1,0 +1,170 @@
+"""ASR benchmark: word error rate and CPU per audio second, each engine on the same clips.
+
+Every engine runs through the real listen stage code (silero VAD cutting the
+stream, the recognition thread, speculative starts), one stream at a time, on
+one core for recognition, in one run so the figures compare:
+
+* ``human``: people reading and speaking commands (LibriVox utterances and
+  "go forward ten meters" from Debian ``pocketsphinx-testdata``, the speaker
+  test phrases from ``alsa-utils``); the target set (<= 6% for the default);
+* ``human_cards``: card names spoken by another person (same package), reported
+  on their own: a small vocabulary Whisper tiny mishears ("clubs" -> "close");
+* ``human_phone``: the ``human`` clips through 8 kHz G.711 mu-law, as a Twilio
+  caller is heard (target <= 12%);
+* ``flite``: synthetic speech (flite's slt voice), for comparison only: synthetic
+  voices flatter some engines and punish others.
+
+The recordings are read where the Debian packages are installed, else fetched
+with ``apt-get download`` + ``dpkg -x`` into a cache folder; without apt the
+human sets are skipped with a message.
+
+    .venv/bin/python -m benchmarks.asr_bench
+    .venv/bin/python -m benchmarks.asr_bench --engines whisper-tiny.en,pocketsphinx
+
+Prints a table; writes benchmarks/results/asr.json with keys
+``wer.<engine>.<set>`` and ``cpu_per_audio_s.<engine>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import soxr
+
+from benchmarks.report import write_json
+from runtime.executor import WorkItem
+from runtime.models.listen import ListenExecutor
+from voice_server.testing.speech_corpus import RATE, Clip, CorpusUnavailable, human_clips, phone_line
+from voice_server.testing.wer import corpus_wer
+
+ENGINES = {
+    "pocketsphinx": {"asr_engine": "pocketsphinx"},
+    "whisper-tiny.en": {"asr_engine": "whisper", "asr_model": "tiny.en"},          # the default
+    "whisper-tiny.en-30s": {"asr_engine": "whisper", "asr_model": "tiny.en", "asr_window_s": 30},
+    "whisper-base": {"asr_engine": "whisper", "asr_model": "base"},
+}
+FLITE_SENTENCES = ["what is the capital of france", "please book a table for two at seven",
+                   "how is the weather going to be tomorrow morning",
+                   "turn off the lights in the kitchen", "i would like to cancel my order",
+                   "can you tell me a short story about a dragon"]
+
+
+def flite_clips() -> list[Clip]:
+    if shutil.which("flite") is None:
+        return []
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, text in enumerate(FLITE_SENTENCES):
+            path = Path(tmp) / f"{i}.wav"
+            subprocess.run(["flite", "-voice", "slt", "-t", text, "-o", str(path)], check=True)
+            with wave.open(str(path)) as w:
+                x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
+                rate = w.getframerate()
+            out.append(Clip(f"flite-{i}", "flite", text, soxr.resample(x, rate, RATE).astype(np.float32)))
+    return out
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)   # every thread of this process
+    return r.ru_utime + r.ru_stime
+
+
+def transcribe(ex: ListenExecutor, audio: np.ndarray, rate: int, rid: int) -> str:
+    """One clip as a caller's stream (20 ms chunks, faster than real time) -> its finals."""
+    lead, tail = np.zeros(rate // 2, np.float32), np.zeros(rate, np.float32)
+    audio = np.concatenate([lead, audio, tail])
+    ex.open(rid, {"sample_rate": rate})
+    texts: list[str] = []
+    step = rate // 50
+
+    def take(results) -> None:
+        texts.extend(e["text"] for r, evs in results if r == rid for e in evs if e["type"] == "final")
+
+    try:
+        for i in range(0, len(audio), step):
+            take([(rid, ex.process([WorkItem(rid, audio[i:i + step], {}, final=i + step >= len(audio))])[0])])
+            take(ex.collect())
+        deadline = time.monotonic() + 60
+        while ex.pending(rid) and time.monotonic() < deadline:
+            time.sleep(0.002)
+            take(ex.collect())
+        take(ex.collect())
+    finally:
+        ex.release(rid)
+    return " ".join(t for t in texts if t)
+
+
+def run_engine(name: str, args: dict, sets: dict[str, list[tuple[Clip, np.ndarray, int]]]) -> dict:
+    ex = ListenExecutor(threads=1, asr_threads=1, **args)
+    ex.load()
+    wers, cpu, audio_s, rid = {}, 0.0, 0.0, 0
+    try:
+        for set_name, items in sets.items():
+            pairs = []
+            for clip, audio, rate in items:
+                rid += 1
+                c0 = _cpu_s()
+                pairs.append((clip.text, transcribe(ex, audio, rate, rid)))
+                cpu += _cpu_s() - c0
+                audio_s += clip.seconds
+            wers[set_name] = round(corpus_wer(pairs), 4)
+            wers[f"{set_name}_errors"] = [(r, h) for r, h in pairs if corpus_wer([(r, h)]) > 0]
+    finally:
+        ex.close()
+    return {"wer": wers, "cpu_per_audio_s": round(cpu / max(audio_s, 1e-9), 4)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--out", default="benchmarks/results/asr.json")
+    a = ap.parse_args()
+    sets: dict[str, list[tuple[Clip, np.ndarray, int]]] = {}
+    try:
+        people = human_clips()
+        sets["human"] = [(c, c.audio, RATE) for c in people if c.group != "cards"]
+        sets["human_cards"] = [(c, c.audio, RATE) for c in people if c.group == "cards"]
+        sets["human_phone"] = [(c, phone_line(c.audio).astype(np.float32) / 32768, 8000)
+                               for c in people if c.group != "cards"]
+    except CorpusUnavailable as exc:
+        print(f"human clips skipped: {exc}")
+    flite = flite_clips()
+    if flite:
+        sets["flite"] = [(c, c.audio, RATE) for c in flite]
+    if not sets:
+        print("no clips: nothing to measure")
+        return 2
+    results: dict = {"wer": {}, "cpu_per_audio_s": {}, "errors": {},
+                     "clips": {k: len(v) for k, v in sets.items()},
+                     "audio_s": {k: round(sum(c.seconds for c, _, _ in v), 2) for k, v in sets.items()}}
+    for name in a.engines.split(","):
+        r = run_engine(name, ENGINES[name], sets)
+        results["wer"][name] = {k: v for k, v in r["wer"].items() if not k.endswith("_errors")}
+        results["errors"][name] = {k[:-7]: v for k, v in r["wer"].items() if k.endswith("_errors")}
+        results["cpu_per_audio_s"][name] = r["cpu_per_audio_s"]
+    cols = list(sets)
+    print(f"{'engine':<22}" + "".join(f"{c:>13}" for c in cols) + f"{'cpu/audio s':>13}")
+    for name in results["wer"]:
+        row = results["wer"][name]
+        print(f"{name:<22}" + "".join(f"{row[c] * 100:>12.1f}%" for c in cols)
+              + f"{results['cpu_per_audio_s'][name]:>13.3f}")
+    default = results["wer"].get("whisper-tiny.en", {})
+    verdicts = {"human<=6%": default.get("human", 1) <= 0.06,
+                "human_phone<=12%": default.get("human_phone", 1) <= 0.12}
+    results["targets_met"] = verdicts
+    print("targets (default engine):", ", ".join(f"{k} {'met' if v else 'MISSED'}"
+                                                  for k, v in verdicts.items()))
+    write_json(a.out, results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,222 @@
+"""Capacity benchmark: how many callers one server keeps up with, measured as a caller feels it.
+
+N simulated callers talk to a served ``voice-agent serve`` (its own process,
+or ``--url``) over the Realtime WebSocket, in real time (20 ms frames,
+continuous silence between turns).  Unlike a lock-step load, each caller
+starts after a random delay and pauses a random 1-3 s between turns (fixed
+seed), so turns overlap the way real calls do.  Per level N (1, 2, 4, 6, 8):
+
+* ``first_audio_ms``: the TRUE end of the caller's speech (its last speech
+  frame sent) -> first ``response.output_audio.delta``; the server's silence
+  window is included, because the caller waits through it too;
+* ``barge_in_ms``: first frame of interrupting speech sent -> ``response.done``
+  (cancelled) of the interrupted reply;
+* ``cpu_cores.<process>``: CPU seconds / wall seconds of the server process
+  and each stage process during the level (from /proc);
+* ``vad_decision_ms``: the listen stage's own figure, chunk arrival ->
+  speech_started/stopped emitted (p50/p99 of its last 4096 decisions, read at
+  the end of the level);
+* ``errors``: caller exceptions, failed responses and error events.
+
+    .venv/bin/python -m benchmarks.capacity_bench                 # N = 1, 2, 4, 6, 8
+    .venv/bin/python -m benchmarks.capacity_bench --levels 1,4 --turns 2
+    .venv/bin/python -m benchmarks.capacity_bench --url http://127.0.0.1:8000
+
+Prints a table; writes benchmarks/results/capacity.json with keys
+``levels.<N>.{first_audio_ms.{p50,p95}, barge_in_ms.{p50,p95}, cpu_cores.<process>, errors}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import time
+
+import numpy as np
+
+from benchmarks.realtime_bench import (INTERRUPT, QUESTIONS, STORY, Caller, RealtimeWSTransport,
+                                       flite_pcm)
+from benchmarks.report import pct, write_json
+from benchmarks.server_process import RunningServer, ServerProcess
+
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def trim(pcm: np.ndarray, level: int = 300) -> np.ndarray:
+    """Cut the synthesiser's leading/trailing quiet, so "end of speech" is the last spoken frame."""
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > level)
+    return pcm[loud[0]:loud[-1] + 1] if loud.size else pcm
+
+
+def cpu_seconds(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK     # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_pids(rt: dict) -> dict[str, int]:
+    pids = {"server": rt["pid"]}
+    for name, p in rt.get("processes", {}).items():
+        pids[name.split("/")[0] if name.endswith("/0") else name] = p["pid"]
+    return pids
+
+
+def listen_stats(rt: dict) -> dict:
+    for name, p in rt.get("processes", {}).items():
+        ex = p.get("stages", {}).get("listen", {}).get("executor")
+        if ex:
+            return ex
+    return {}
+
+
+async def one_caller(url: str, key: str | None, speech: dict, turns: int, rng: random.Random,
+                     res: dict) -> None:
+    t = RealtimeWSTransport(url, key)
+    await t.connect()
+    c = Caller(t, speech)
+    tasks = [asyncio.ensure_future(c.reader()), asyncio.ensure_future(c.mic())]
+    try:
+        await c.wait(lambda e: e["type"] == "session.created", 0, 30)
+        await t.send_event({"type": "session.update",
+                            "session": {"type": "realtime", "max_output_tokens": 24}})
+        await asyncio.sleep(rng.uniform(0.0, 3.0))             # callers do not start together
+        for k in range(turns):
+            n = len(c.events)
+            _, end = c.say(speech["q"][rng.randrange(len(speech["q"]))])
+            t_end = await asyncio.wait_for(end, 90)
+            _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
+                                                        "response.done"), n, 90)
+            if d["type"] == "response.output_audio.delta":
+                res["first_audio_ms"].append((d["_t"] - t_end) * 1000)
+            else:
+                res["errors"] += 1
+            await c.wait(lambda e: e["type"] == "response.done", n, 90)
+            await asyncio.sleep(rng.uniform(1.0, 3.0))
+        # one interruption per caller: a long story, cut short
+        await t.send_event({"type": "session.update", "session": {
+            "type": "realtime", "max_output_tokens": 200,
+            "instructions": "You tell long, detailed stories of many sentences."}})
+        n = len(c.events)
+        c.say(speech["story"])
+        i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n, 90)
+        rid = first["response_id"]
+        await asyncio.sleep(rng.uniform(0.3, 1.0))
+        start, _ = c.say(speech["interrupt"])
+        t0 = await asyncio.wait_for(start, 30)
+        _, done = await c.wait(lambda e: e["type"] == "response.done"
+                               and e["response"]["id"] == rid, i, 90)
+        if done["response"]["status"] == "cancelled":
+            res["barge_in_ms"].append((done["_t"] - t0) * 1000)
+        else:
+            res["barge_not_cancelled"] += 1
+        await c.wait(lambda e: e["type"] == "response.done" and e["response"]["id"] != rid, i, 90)
+    except Exception as exc:  # noqa: BLE001 - counted, reported, never hangs the run
+        res["errors"] += 1
+        res["exceptions"].append(f"{type(exc).__name__}: {exc}"[:200])
+    finally:
+        res["error_events"] += sum(1 for e in c.events if e["type"] == "error")
+        res["failed"] += sum(1 for e in c.events if e["type"] == "response.done"
+                             and e["response"]["status"] == "failed")
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await t.close()
+
+
+async def level(server: RunningServer, url: str, key: str | None, n: int, speech: dict,
+                turns: int, seed: int) -> dict:
+    rt = await server.runtime()
+    pids = process_pids(rt)
+    cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+    w0 = time.monotonic()
+    res = {"first_audio_ms": [], "barge_in_ms": [], "barge_not_cancelled": 0, "errors": 0,
+           "error_events": 0, "failed": 0, "exceptions": []}
+    rng = random.Random(seed * 1000 + n)
+    await asyncio.wait_for(asyncio.gather(*[
+        one_caller(url, key, speech, turns, random.Random(rng.random()), res) for _ in range(n)]),
+        timeout=120 + 60 * turns)
+    wall = time.monotonic() - w0
+    cores = {}
+    for k, p in pids.items():
+        c1 = cpu_seconds(p)
+        if c1 is not None and cpu0.get(k) is not None:
+            cores[k] = round((c1 - cpu0[k]) / wall, 2)
+    listen = listen_stats(await server.runtime())
+    fa, bi = res["first_audio_ms"], res["barge_in_ms"]
+    return {"callers": n, "turns": len(fa), "wall_s": round(wall, 1),
+            "first_audio_ms": {"p50": pct(fa, 50), "p95": pct(fa, 95)},
+            "barge_in_ms": {"p50": pct(bi, 50), "p95": pct(bi, 95)},
+            "barge_not_cancelled": res["barge_not_cancelled"],
+            "cpu_cores": cores, "vad_decision_ms": listen.get("vad_decision_ms"),
+            "asr": listen.get("asr"), "speculative": {k: listen.get(k) for k in
+                                                       ("speculative", "speculative_used",
+                                                        "speculative_wasted")},
+            "errors": res["errors"] + res["failed"] + res["error_events"],
+            "exceptions": res["exceptions"][:5]}
+
+
+async def main_async(a) -> dict:
+    speech = {"q": [flite_pcm(q) for q in QUESTIONS], "story": flite_pcm(STORY),
+              "interrupt": flite_pcm(INTERRUPT)}
+    speech = {k: [trim(p) for p in v] if isinstance(v, list) else trim(v) for k, v in speech.items()}
+    proc = None
+    if a.url:
+        server: RunningServer = RunningServer(a.url)
+    else:
+        proc = ServerProcess(a.config)
+        proc.start()
+        server = proc
+    url = server.url
+    levels: dict = {}
+    try:
+        for n in [int(x) for x in a.levels.split(",")]:
+            levels[str(n)] = r = await level(server, url, a.key, n, speech, a.turns, a.seed)
+            print(f"N={n}: first audio p50/p95 {r['first_audio_ms']['p50']}/{r['first_audio_ms']['p95']} ms, "
+                  f"barge-in p50/p95 {r['barge_in_ms']['p50']}/{r['barge_in_ms']['p95']} ms, "
+                  f"errors {r['errors']}, cores {r['cpu_cores']}", flush=True)
+            await asyncio.sleep(2)
+    finally:
+        await server.aclose()
+        if proc is not None:
+            proc.stop()
+    return levels
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--levels", default="1,2,4,6,8")
+    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--url", help="a running server's http://HOST:PORT (admin endpoint reachable)")
+    ap.add_argument("--key", default=os.environ.get("VOICE_AGENT_API_KEY"))
+    ap.add_argument("--config", default="configs/voice-cpu.yaml")
+    ap.add_argument("--out", default="benchmarks/results/capacity.json")
+    a = ap.parse_args()
+    levels = asyncio.run(main_async(a))
+    print(f"\n{'N':>3} {'turns':>6} {'first audio p50/p95 ms':>24} {'barge-in p50/p95 ms':>22} "
+          f"{'VAD p99 ms':>11} {'errors':>7}  cores")
+    for n, r in levels.items():
+        fa, bi = r["first_audio_ms"], r["barge_in_ms"]
+        vad = (r.get("vad_decision_ms") or {}).get("p99")
+        print(f"{n:>3} {r['turns']:>6} {str(fa['p50']) + ' / ' + str(fa['p95']):>24} "
+              f"{str(bi['p50']) + ' / ' + str(bi['p95']):>22} {str(vad):>11} {r['errors']:>7}  "
+              f"{r['cpu_cores']}")
+    verdict = {}
+    if "4" in levels:
+        verdict["first_audio_p95_ms_at_4<=1500"] = (levels["4"]["first_audio_ms"]["p95"] or 1e9) <= 1500
+        verdict["barge_in_p95_ms_at_4<=700"] = (levels["4"]["barge_in_ms"]["p95"] or 1e9) <= 700
+    if "8" in levels and levels["8"].get("vad_decision_ms"):
+        verdict["vad_decision_p99_ms_at_8<=40"] = levels["8"]["vad_decision_ms"]["p99"] <= 40
+    print("targets:", ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in verdict.items()))
+    write_json(a.out, {"levels": levels, "targets_met": verdict, "config": a.config,
+                       "seed": a.seed, "turns": a.turns})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

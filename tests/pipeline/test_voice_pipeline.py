@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 
 from runtime.models.pocketsphinx_asr import StreamingRecognizer
 from tests.pipeline.conftest import CONFIG, ROOT, wer
-from voice_server.http_api import routes
+from voice_server.transports.http_api import routes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

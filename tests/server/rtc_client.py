@@ -24,8 +24,9 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from voice_server.audio_codec import resample
-from voice_server.webrtc_audio import FramePacer, audio_frame, frame_to_mono
-from voice_server.webrtc_ice import low_latency_audio_receiver, offered_hosts, rtc_configuration
+from voice_server.transports.webrtc_audio import FramePacer, audio_frame, frame_to_mono
+from voice_server.third_party_patches import low_latency_audio_receiver, offered_hosts
+from voice_server.transports.webrtc_ice import rtc_configuration
 
 RATE = 48000
 FRAME = RATE // 50

@@ -1,7 +1,7 @@
 """The one receive loop of the server's WebSocket transports.
 
-``/v1/realtime`` (:mod:`voice_server.realtime_ws`) and the Twilio media
-stream (:mod:`voice_server.twilio`) read their socket the same way: receive,
+``/v1/realtime`` (:mod:`voice_server.transports.realtime_ws`) and the Twilio media
+stream (:mod:`voice_server.transports.twilio`) read their socket the same way: receive,
 a disconnect ends the loop, a text frame goes to the transport's handler, a
 binary frame is rejected (neither protocol has binary messages).  Keeping
 that loop in one place keeps the two from drifting apart - e.g. one of them
@@ -21,7 +21,7 @@ from typing import Awaitable, Callable, Optional, Union
 
 from starlette.websockets import WebSocket
 
-log = logging.getLogger("voice_server.ws_reader")
+log = logging.getLogger("voice_server.transports.ws_reader")
 
 TextHandler = Callable[[str], Union[Awaitable[None], None]]
 BytesHandler = Callable[[bytes], None]

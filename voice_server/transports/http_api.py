@@ -49,6 +49,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .access import bearer_token, key_matches, origin_allowed
+
 log = logging.getLogger(__name__)
 
 SPEECH_FORMATS = ("pcm", "wav")
@@ -71,6 +73,7 @@ STATUS_OF = {
 
 DEFAULTS = {
     "api_keys": None,               # None: env VOICE_AGENT_API_KEYS
+    "allowed_origins": None,        # None: same host / loopback pages only
     "model": "voice-agent",
     "max_body_bytes": 1 << 20,
     "max_speech_chars": 4096,
@@ -276,15 +279,21 @@ class HttpApi:
         return p
 
     def _check_auth(self, request: Request) -> None:
+        """The Origin policy and the key, as on every transport
+        (:mod:`voice_server.transports.access`); ``api-key`` is accepted as
+        well as ``Authorization: Bearer`` (Azure-style clients)."""
+        origins = _setting(self.settings, "allowed_origins") or []
+        if not origin_allowed(request.headers.get("origin"), request.headers.get("host"), origins):
+            raise ApiError(403, "this Origin may not use the server (VOICE_AGENT_ALLOWED_ORIGINS)",
+                           code="origin_not_allowed")
         keys = _api_keys(self.settings)
         if not keys:
             return
-        auth = request.headers.get("authorization", "")
-        token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("api-key", "")
+        token = bearer_token(request.headers) or request.headers.get("api-key", "").strip()
         if not token:
             raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
                            "authentication_error", "missing_api_key")
-        if token not in keys:
+        if not key_matches(token, keys):
             raise ApiError(401, "invalid API key", "authentication_error", "invalid_api_key")
 
     async def _json(self, request: Request) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.report import write_json  # noqa: E402
+from voice_server.testing.report import write_json  # noqa: E402
 from runtime.pipeline import Pipeline  # noqa: E402
 from runtime.placement import edge_transport  # noqa: E402
 

@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.server.audio_helpers import flite_pcm
-from tests.server.conftest import API_KEY, ROOT, ServerThread
+from voice_server.testing import ServerThread
+from voice_server.testing.audio import flite_pcm
+from tests.server.conftest import API_KEY, ROOT
 from voice_server.settings import ServerSettings
 from tests.requirements import missing
 

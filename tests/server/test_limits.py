@@ -18,7 +18,7 @@ import websockets
 from voice_server.app import build_app
 from voice_server.settings import ServerSettings
 
-from .client import RTClient
+from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY
 from .test_realtime_ws import text_turn
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import websockets
 
-from .audio_helpers import append_event, flite_pcm, silence, stream_realtime
-from .client import RTClient
+from voice_server.testing.audio import flite_pcm, silence, stream_realtime
+from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY
 
 pytestmark = pytest.mark.timeout(120)

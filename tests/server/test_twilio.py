@@ -22,7 +22,7 @@ import websockets
 
 from voice_server.audio_codec import mulaw_decode, mulaw_encode
 
-from .audio_helpers import flite_pcm
+from voice_server.testing.audio import flite_pcm
 from .conftest import API_KEY
 
 pytestmark = pytest.mark.timeout(120)

@@ -22,9 +22,11 @@ import pytest
 
 from voice_server.settings import ServerSettings
 
-from .audio_helpers import flite_pcm
-from .conftest import API_KEY, ROOT, ServerThread
-from .rtc_client import RTCClient
+from voice_server.testing.audio import flite_pcm
+from voice_server.testing import ServerThread
+
+from .conftest import API_KEY, ROOT
+from voice_server.testing.rtc_client import RTCClient
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,7 +14,7 @@ from .commands import Command, SendEvent, TranscribeBuffer
 from .errors import ClientError, from_validation_error
 from .config import _max_tokens, _modalities, apply_session_update
 from .input_buffer import RATE as LISTEN_RATE
-from .items import Content, Conversation, Item
+from .items import Content, Item
 
 
 class ClientEventHandlers:

@@ -90,7 +90,7 @@ from collections import deque
 
 from ..audio_codec import StreamResampler
 from .client_handlers import ClientEventHandlers
-from .commands import CancelResponse, Close, Command, StopListen, SendEvent
+from .commands import CancelResponse, Close, Command, ConfigureListen, SendEvent, StopListen
 from .config import ServerLimits, SessionSettings, session_to_wire
 from .errors import ClientError
 from .input_buffer import InputBuffer

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..audio_codec import StreamResampler, encode_wire_audio
-from .commands import AudioOut, CancelResponse, Close, Command, FlushAudio, StartResponse
+from .commands import AudioOut, CancelResponse, Command, FlushAudio, StartResponse
 from .items import Content, Item, Segment
 from .server_events import content_part, response_object, zero_usage
 

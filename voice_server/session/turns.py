@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..audio_codec import PCM, StreamResampler, low_latency_quality
+from ..audio_codec import StreamResampler, low_latency_quality
 from .commands import Command, FeedListen
 from .input_buffer import RATE as LISTEN_RATE
 from .items import Content, Item

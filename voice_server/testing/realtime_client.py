@@ -1,5 +1,5 @@
-"""A minimal Realtime test client over `websockets`: collects every server
-event and lets a test wait for one that matches."""
+"""A minimal Realtime client over ``websockets``: collects every server event
+and lets a test wait for one that matches (:class:`RTClient`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import websockets
 
-from .conftest import API_KEY
+from . import TEST_API_KEY
 
 
 class RTClient:
@@ -22,7 +22,7 @@ class RTClient:
         self.closed: BaseException | None = None
 
     @classmethod
-    async def connect(cls, url: str, key: str | None = API_KEY, **kw) -> "RTClient":
+    async def connect(cls, url: str, key: str | None = TEST_API_KEY, **kw) -> "RTClient":
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         ws = await websockets.connect(url + "?model=test", additional_headers=headers,
                                       max_size=None, **kw)

@@ -7,7 +7,7 @@
 * events: the ``oai-events`` data channel, JSON both ways.
 
 Loopback-only: ICE with no STUN server (``RTCConfiguration(iceServers=[])``)
-and host candidates on 127.0.0.1 (``voice_server.webrtc_ice.offered_hosts``),
+and host candidates on 127.0.0.1 (``voice_server.third_party_patches.offered_hosts``),
 matching a server run with ``VOICE_AGENT_ICE_HOSTS=127.0.0.1``.
 """
 
@@ -31,6 +31,25 @@ from voice_server.transports.webrtc_ice import rtc_configuration
 RATE = 48000
 FRAME = RATE // 50
 AUDIBLE = 200  # peak above this: speech, not Opus noise on silence
+
+
+async def offer_call(pc, base_url: str, token: str | None,
+                     timeout: float = 20.0) -> httpx.Response:
+    """Offer ``pc`` (host candidates on 127.0.0.1 only) with ``POST
+    /v1/realtime/calls``; on 201 the answer is applied.  Returns the response,
+    whatever its status, for the caller to judge."""
+    offer = await pc.createOffer()
+    with offered_hosts(["127.0.0.1"]):
+        await pc.setLocalDescription(offer)
+    headers = {"Content-Type": "application/sdp"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    async with httpx.AsyncClient(timeout=timeout) as h:
+        r = await h.post(base_url.rstrip("/") + "/v1/realtime/calls",
+                         content=pc.localDescription.sdp, headers=headers)
+    if r.status_code == 201:
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=r.text, type="answer"))
+    return r
 
 
 class MicTrack(MediaStreamTrack):
@@ -108,20 +127,11 @@ class RTCClient:
         tr = pc.addTransceiver(self.mic, direction="sendrecv")
         if self.low_latency:
             low_latency_audio_receiver(tr.receiver)
-        offer = await pc.createOffer()
-        with offered_hosts(["127.0.0.1"]):
-            await pc.setLocalDescription(offer)
-        headers = {"Content-Type": "application/sdp"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        async with httpx.AsyncClient(timeout=20) as h:
-            r = await h.post(self.base_url + "/v1/realtime/calls", content=pc.localDescription.sdp,
-                             headers=headers)
+        r = await offer_call(pc, self.base_url, self.token)
         self.status = r.status_code
         if r.status_code != 201:
             raise PermissionError(f"{r.status_code} {r.text}")
         self.location = r.headers.get("location")
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=r.text, type="answer"))
 
     async def _read(self, track) -> None:
         while True:

@@ -1,8 +1,9 @@
 """Soak: simulated callers with random barge-ins, cancels and reconnects for N minutes.
 
 A real server (``voice-agent serve`` in its own process on 127.0.0.1, the real
-configs/voice-cpu.yaml pipeline; benchmarks/server_process.py) and C callers (default 8; benchmarks/realtime_bench.py's caller:
-flite speech in 20 ms frames in real time over real WebSockets).  Each caller
+configs/voice-cpu.yaml pipeline; voice_server.testing.server_process) and C
+callers (default 8; voice_server.testing.callers.Sess: flite speech in 20 ms
+frames in real time over real WebSockets).  Each caller
 loops over random actions: a spoken turn (weight 5), a barge-in (speech over
 a long reply, 2), ``response.cancel`` mid-reply (2), a disconnect mid-reply
 (1; half with a close frame, half a TCP reset) followed by a reconnect.

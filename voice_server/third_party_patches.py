@@ -26,7 +26,7 @@ A message above ``ServerSettings.ws_max_message_bytes`` (uvicorn's
 ``ws_max_size``) is refused by the websockets sans-I/O parser, below the
 application: it fails the connection with close code 1009 and the ASGI app
 only sees a disconnect.  A Realtime client then gets a bare 1009 and no
-reason it can show.  DESIGN.md (errors) wants every client mistake explained
+reason it can show.  The error rules (docs/CONCEPTS.md) want every client mistake explained
 in-band, so this module makes the protocol layer send one Realtime ``error``
 event first::
 

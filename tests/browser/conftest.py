@@ -2,7 +2,7 @@
 (the Debian binary, driven by Playwright) with a fake microphone that plays a
 WAV generated at test time, against the real server in-process.
 
-The servers are tests/server/conftest.py's ServerThread (uvicorn on
+The servers are voice_server.testing.ServerThread (uvicorn on
 127.0.0.1, a free port, the real CPU pipeline).  Skips cleanly when Chromium
 or Playwright is missing.
 """

@@ -326,8 +326,7 @@ async def test_auth(server):
         assert ev["type"] == "session.created" and ev["session"]["model"] == "m"
     finally:
         await ws.close()
-    # a foreign browser Origin is allowed when the key authenticates it, the HTTP
-    # side of the app is up, and the static demo is served at /
+    # the HTTP side of the app is up, and the static demo is served at /
     async with httpx.AsyncClient() as h:
         r = await h.get(f"http://127.0.0.1:{server.port}/")
         assert r.status_code == 200 and "<html" in r.text.lower()

@@ -5,7 +5,7 @@
 callable returning one (or None while it is not up), so an app that starts the
 pipeline in its lifespan can hand in ``lambda: app.state.pipeline``.
 
-Error rules (DESIGN.md section 6):
+Error rules (docs/CONCEPTS.md, "Errors"):
 
 * Before the first byte an error is a real HTTP status with an OpenAI-style
   body ``{"error": {"message", "type", "code", "param"}}``.  To make that

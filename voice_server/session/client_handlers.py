@@ -182,6 +182,13 @@ class ClientEventHandlers:
                                   item=item.wire()))
         return out
 
+    def _item_or_error(self, item_id: str) -> Item:
+        item = self.conversation.get(item_id)
+        if item is None:
+            raise ClientError("invalid_value", f"Invalid 'item_id': no item with id "
+                              f"'{item_id}'.", "item_id")
+        return item
+
     def _find_item(self, item_id: str) -> Item | None:
         item = self.conversation.get(item_id)
         if item is None and self._active and self._active.item and \
@@ -190,10 +197,7 @@ class ClientEventHandlers:
         return item
 
     def _on_conversation_item_truncate(self, ev, now_ms) -> list[Command]:
-        item = self.conversation.get(ev.item_id)
-        if item is None:
-            raise ClientError("invalid_value", f"Invalid 'item_id': no item with id "
-                              f"'{ev.item_id}'.", "item_id")
+        item = self._item_or_error(ev.item_id)
         if item.role != "assistant" or ev.content_index >= len(item.content) or \
                 item.content[ev.content_index].type != "output_audio":
             raise ClientError("invalid_value", "Invalid 'content_index': only assistant audio "
@@ -214,10 +218,7 @@ class ClientEventHandlers:
         return out
 
     def _on_conversation_item_delete(self, ev, now_ms) -> list[Command]:
-        item = self.conversation.get(ev.item_id)
-        if item is None:
-            raise ClientError("invalid_value", f"Invalid 'item_id': no item with id "
-                              f"'{ev.item_id}'.", "item_id")
+        item = self._item_or_error(ev.item_id)
         if self._active is not None and self._active.item is item:
             raise ClientError("invalid_value", "Invalid 'item_id': the item belongs to the "
                               "response in progress; cancel it first.", "item_id")
@@ -230,10 +231,7 @@ class ClientEventHandlers:
         return out
 
     def _on_conversation_item_retrieve(self, ev, now_ms) -> list[Command]:
-        item = self.conversation.get(ev.item_id)
-        if item is None:
-            raise ClientError("invalid_value", f"Invalid 'item_id': no item with id "
-                              f"'{ev.item_id}'.", "item_id")
+        item = self._item_or_error(ev.item_id)
         return [self._send("conversation.item.retrieved", item=item.wire())]
 
     def _on_response_create(self, ev, now_ms) -> list[Command]:

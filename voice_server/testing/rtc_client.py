@@ -14,7 +14,6 @@ matching a server run with ``VOICE_AGENT_ICE_HOSTS=127.0.0.1``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 
@@ -27,6 +26,8 @@ from voice_server.audio_codec import resample
 from voice_server.transports.webrtc_audio import FramePacer, audio_frame, frame_to_mono
 from voice_server.third_party_patches import low_latency_audio_receiver, offered_hosts
 from voice_server.transports.webrtc_ice import rtc_configuration
+
+from .events import NoMatch, next_match
 
 RATE = 48000
 FRAME = RATE // 50
@@ -156,19 +157,10 @@ class RTCClient:
         if isinstance(pred, str):
             name = pred
             pred = lambda e: e["type"] == name  # noqa: E731
-        end = time.monotonic() + timeout
-        i = start
-        while True:
-            while i < len(self.events):
-                if pred(self.events[i]):
-                    return self.events[i]
-                i += 1
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no matching event; got {self.types()[-20:]}")
-            self.new.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.new.wait(), left)
+        try:
+            return (await next_match(self.events, self.new, pred, start, timeout))[1]
+        except NoMatch:
+            raise TimeoutError(f"no matching event; got {self.types()[-20:]}") from None
 
     # --------------------------------------------------------------- audio
     def audible(self, t0: float = 0.0, t1: float = float("inf")) -> list[float]:

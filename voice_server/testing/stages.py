@@ -148,16 +148,18 @@ class Identity(BatchExecutor):
         return [it.payload for it in items]
 
 
-class Stamper(ARExecutor):
-    """Emits payload['n'] chunks, each carrying the monotonic time it was produced."""
+class Countdown(ARExecutor):
+    """An AR stand-in whose every request runs a set number of steps (set by
+    ``prefill`` in a subclass), one chunk (``chunk()``) per step, each step
+    sleeping ``step_ms``."""
 
     def __init__(self, step_ms: float = 0.0, **args) -> None:
         super().__init__(**args)
-        self.step_ms = step_ms
+        self.step_ms = float(step_ms)
         self.left: dict[int, int] = {}
 
-    def prefill(self, item: WorkItem) -> None:
-        self.left[item.request_id] = int((item.payload or {}).get("n", 10))
+    def chunk(self):
+        raise NotImplementedError
 
     def step(self, request_ids: list[int]) -> dict:
         if self.step_ms:
@@ -165,8 +167,18 @@ class Stamper(ARExecutor):
         out = {}
         for rid in request_ids:
             self.left[rid] -= 1
-            out[rid] = StepResult(chunk=time.monotonic(), finished=self.left[rid] <= 0)
+            out[rid] = StepResult(chunk=self.chunk(), finished=self.left[rid] <= 0)
         return out
 
     def release(self, request_id: int) -> None:
         self.left.pop(request_id, None)
+
+
+class Stamper(Countdown):
+    """Emits payload['n'] chunks, each carrying the monotonic time it was produced."""
+
+    def prefill(self, item: WorkItem) -> None:
+        self.left[item.request_id] = int((item.payload or {}).get("n", 10))
+
+    def chunk(self) -> float:
+        return time.monotonic()

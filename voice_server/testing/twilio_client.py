@@ -21,6 +21,7 @@ from voice_server.audio_codec import mulaw_decode, mulaw_encode
 
 from . import TEST_API_KEY
 from .audio import flite_pcm
+from .events import NoMatch, next_match
 
 RATE = 8000
 FRAME = 160  # bytes = samples = 20 ms
@@ -133,21 +134,14 @@ class TwilioClient:
             await asyncio.sleep(0.01)
 
     async def wait(self, pred, start: int = 0, timeout: float = 30.0) -> tuple[int, dict]:
-        deadline = time.monotonic() + timeout
-        i = start
-        while True:
-            while i < len(self.msgs):
-                if pred(self.msgs[i]):
-                    return i, self.msgs[i]
-                i += 1
-            if self.closed:
-                raise AssertionError("stream closed while waiting")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"timeout; last: {[m['event'] for m in self.msgs[-8:]]}")
-            self.new.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.new.wait(), left)
+        try:
+            return await next_match(self.msgs, self.new, pred, start, timeout,
+                                    closed=lambda: self.closed)
+        except NoMatch as e:
+            if e.closed:
+                raise AssertionError("stream closed while waiting") from None
+            raise AssertionError(f"timeout; last: {[m['event'] for m in self.msgs[-8:]]}") \
+                from None
 
     def marks(self, start: int = 0) -> list[str]:
         return [m["mark"]["name"] for m in self.msgs[start:] if m["event"] == "mark"]

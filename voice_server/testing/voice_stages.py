@@ -21,6 +21,8 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.speak import SpeakExecutor
 
+from .stages import Countdown
+
 REPLY = ("Hello there, this is the first part of my answer. "
          "And here comes a second sentence that never gets spoken. "
          "Then a third one for good measure.")
@@ -88,11 +90,9 @@ class FailAfterFirstChunk(SpeakExecutor):
         return out
 
 
-class CountedThinker(ARExecutor):
+class CountedThinker(Countdown):
     def __init__(self, step_ms: float = 20.0, **args) -> None:
-        super().__init__(**args)
-        self.step_ms = float(step_ms)
-        self.left: dict[int, int] = {}
+        super().__init__(step_ms=step_ms, **args)
 
     def prefill(self, item: WorkItem) -> None:
         n = 5
@@ -107,14 +107,5 @@ class CountedThinker(ARExecutor):
                 break
         self.left[item.request_id] = n
 
-    def step(self, request_ids: list[int]) -> dict:
-        if self.step_ms:
-            time.sleep(self.step_ms / 1000)
-        out = {}
-        for rid in request_ids:
-            self.left[rid] -= 1
-            out[rid] = StepResult(chunk="word ", finished=self.left[rid] <= 0)
-        return out
-
-    def release(self, request_id: int) -> None:
-        self.left.pop(request_id, None)
+    def chunk(self) -> str:
+        return "word "

@@ -361,6 +361,18 @@ class HttpApi:
                     turn.abort("client_disconnected")
                     raise ClientDisconnect() from None
 
+    async def _first_ok_event(self, request: Request, turn: _Turn):
+        """The runtime's first event, or the HTTP error it means (before the first
+        byte a failure is a status); a client that leaves aborts the turn."""
+        try:
+            first = await self._first_event(request, turn)
+        except BaseException:
+            turn.abort("client_disconnected")
+            raise
+        if first.kind in ("error", "cancelled"):
+            raise runtime_error(first)
+        return first
+
     def _deadline(self) -> float | None:
         v = _setting(self.settings, "response_deadline_s")
         return float(v) if v else None
@@ -433,12 +445,10 @@ class HttpApi:
             for i, part in enumerate(parts):
                 await h.send(part if i == len(parts) - 1 else part + " ")
             await h.end_input()
-            first = await self._first_event(request, turn)
         except BaseException:
             turn.abort("client_disconnected")
             raise
-        if first.kind in ("error", "cancelled"):
-            raise runtime_error(first)
+        first = await self._first_ok_event(request, turn)
 
         resampler: dict = {}
 
@@ -590,13 +600,7 @@ class HttpApi:
                 max_tokens = 64
         h = await p.submit(payload, entry="think", route=["think"], deadline_s=self._deadline())
         turn = _Turn(p, h)
-        try:
-            first = await self._first_event(request, turn)
-        except BaseException:
-            turn.abort("client_disconnected")
-            raise
-        if first.kind in ("error", "cancelled"):
-            raise runtime_error(first)
+        first = await self._first_ok_event(request, turn)
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         headers = {"X-Request-Id": str(turn.rid), "Cache-Control": "no-cache"}

@@ -40,7 +40,7 @@ from ..session.config import apply_session_update
 from ..session.errors import ClientError
 from ..settings import ServerSettings
 from .access import Refusal, admit_session, bearer_token
-from .ws_reader import read_websocket
+from .ws_reader import read_websocket, until_first
 
 log = logging.getLogger("voice_server.transports.realtime_ws")
 
@@ -122,14 +122,7 @@ class RealtimeEndpoint:
         try:
             await runner.start()
             ticket.release()  # the registered runner counts itself now
-            reader = asyncio.ensure_future(self._read(ws, runner))
-            closed = asyncio.ensure_future(runner.wait_closed())
-            await asyncio.wait({reader, closed}, return_when=asyncio.FIRST_COMPLETED)
-            for t in (reader, closed):
-                if not t.done():
-                    t.cancel()
-                    with contextlib.suppress(BaseException):
-                        await t
+            await until_first(self._read(ws, runner), runner.wait_closed())
         finally:
             try:
                 await runner.close()

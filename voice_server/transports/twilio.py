@@ -78,7 +78,7 @@ from ..session import Session, SessionSettings
 from ..settings import ServerSettings
 from .access import AdmissionTicket, admit, bearer_token, host_of, is_loopback, key_matches, \
     origin_allowed
-from .ws_reader import read_websocket
+from .ws_reader import read_websocket, until_first
 
 log = logging.getLogger("voice_server.transports.twilio")
 
@@ -448,16 +448,9 @@ class TwilioCall:
     # ------------------------------------------------------------------ run
     async def run(self) -> None:
         self._sender = asyncio.ensure_future(self._send_loop())
-        reader = asyncio.ensure_future(self._read())
-        ended = asyncio.ensure_future(self.ended.wait())
         try:
-            await asyncio.wait({reader, ended}, return_when=asyncio.FIRST_COMPLETED)
+            await until_first(self._read(), self.ended.wait())
         finally:
-            for t in (reader, ended):
-                if not t.done():
-                    t.cancel()
-                    with contextlib.suppress(BaseException):
-                        await t
             try:
                 if self.runner is not None:
                     await self.runner.close()

@@ -15,6 +15,8 @@ the session (the session core reports every client mistake itself).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import logging
 from typing import Awaitable, Callable, Optional, Union
@@ -55,4 +57,19 @@ async def read_websocket(ws: WebSocket, on_text: TextHandler, on_bytes: BytesHan
             return
 
 
-__all__ = ["read_websocket"]
+async def until_first(*aws: Awaitable) -> None:
+    """Run ``aws`` side by side until the first one ends (the client's reader,
+    or the session's own end), then cancel and wait for the others - also when
+    this call itself is cancelled."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t
+
+
+__all__ = ["read_websocket", "until_first"]

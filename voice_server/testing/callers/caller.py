@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from ..audio import FRAME_MS, RATE, flite_pcm
+from ..events import NoMatch, next_match
 from .base import CallerTransport, RealtimeWSTransport
 
 SILENCE_WINDOW_MS = 500  # the session's default server-VAD silence_duration_ms
@@ -115,20 +116,11 @@ class Caller:
             self.new.set()
 
     async def wait(self, pred, start: int, timeout: float = 60.0) -> tuple[int, dict]:
-        end = time.monotonic() + timeout
-        i = start
-        while True:
-            while i < len(self.events):
-                if pred(self.events[i]):
-                    return i, self.events[i]
-                i += 1
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"caller: no matching event; last "
-                                   f"{[e['type'] for e in self.events[-8:]]}")
-            self.new.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.new.wait(), left)
+        try:
+            return await next_match(self.events, self.new, pred, start, timeout)
+        except NoMatch:
+            raise TimeoutError(f"caller: no matching event; last "
+                               f"{[e['type'] for e in self.events[-8:]]}") from None
 
 
 def audio_delta(e: dict) -> bool:

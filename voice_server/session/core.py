@@ -82,6 +82,16 @@ the audio/transcript sent - or, when ``playback_progress`` told us what was
 heard, is truncated to that (``conversation.item.truncated`` follows).
 ``response.cancel`` does the same with ``client_cancelled`` (no flush: per
 the WebRTC API, ``output_audio_buffer.clear`` cuts the audio).
+In stream mode, speech_started after a reply finished generating but while
+it is still playing (``playback_progress`` has not reached its end) flushes
+it and truncates the item to what was heard, as ``output_audio_buffer.clear``
+does (playback.py); the phone network and the WebRTC track hold seconds of
+audio, so without this the caller would be talked over.
+
+Where the code is: client_handlers.py (client events), turns.py (input audio,
+listen events, barge-in trigger), responses.py (response lifecycle),
+playback.py (playback position, flush, truncation); this module holds the
+facade, the session's start, timers and end.
 """
 
 from __future__ import annotations

@@ -44,7 +44,10 @@ Authentication of the stream: a valid ``Authorization: Bearer KEY`` (server
 API keys), or - when ``twilio_auth_token`` is configured - a valid
 ``X-Twilio-Signature`` on the upgrade request (Twilio signs the stream URL).
 With neither API keys nor a token configured the endpoint is open (the server
-then only binds loopback).  The TwiML endpoint checks ``X-Twilio-Signature``
+then only binds loopback).  As on every transport
+(:mod:`voice_server.transports.access`), a request with a browser ``Origin``
+must pass the Origin policy, and the stream takes one of the ``max_sessions``
+places from the upgrade until its call ends (before ``start`` too).  The TwiML endpoint checks ``X-Twilio-Signature``
 (HMAC-SHA1 over the full URL + sorted POST params) when a token is configured
 and answers 403 when it does not match.
 """

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from typing import TYPE_CHECKING
 
-from voice_server.settings import ServerSettings
+if TYPE_CHECKING:  # importing the harness package stays light (stage processes import
+    from voice_server.settings import ServerSettings  # voice_server.testing.stages)
 
 
 class ServerThread:

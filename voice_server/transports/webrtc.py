@@ -28,7 +28,7 @@ Media and events:
 
 * The client's microphone track (Opus, decoded by aiortc, 48 kHz) goes to
   ``Session.input_audio`` (the session resamples it).
-* One audio track back: :class:`voice_server.webrtc_audio.PacedAudioTrack`,
+* One audio track back: :class:`voice_server.transports.webrtc_audio.PacedAudioTrack`,
   paced in real time (20 ms frames); the session runs with
   ``audio_out_mode="stream"``: ``AudioOut`` fills the track's queue,
   ``FlushAudio`` (barge-in, ``output_audio_buffer.clear``) empties it at once,
@@ -51,7 +51,7 @@ Media and events:
 ICE: ``ServerSettings.ice_servers`` (default none - aiortc's public STUN
 default is never used) and ``ice_hosts`` (env ``VOICE_AGENT_ICE_HOSTS``): the
 exact host addresses to offer, e.g. ``127.0.0.1`` on a loopback-only host
-(see :mod:`voice_server.webrtc_ice`).  The answer carries all candidates
+(see :mod:`voice_server.transports.webrtc_ice`).  The answer carries all candidates
 (no trickle ICE).
 """
 

@@ -305,7 +305,7 @@ class Harness:
         A, B, C = await self.sessions([64, 64, 24])
         rids = await self.start_long([A, B])
         mB = B.mark()
-        runner_rids = await self.srv.acall(lambda: list(self.srv.runner(A.sid)._live))
+        runner_rids = await self.srv.acall(lambda: self.srv.runner(A.sid).live_request_ids)
         t0 = time.monotonic()
         A.reset()
         measured = None

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-from benchmarks.report import write_json
+from voice_server.testing.report import write_json
 from runtime.executor import WorkItem
 from runtime.models.listen import ListenExecutor
 from voice_server.testing.speech_corpus import RATE, Clip, CorpusUnavailable, human_clips, phone_line

@@ -1,39 +1,11 @@
-"""Executors for the runtime benchmark (stand-ins for models, not for the runtime)."""
+"""Executors for the GPU check (benchmarks/gpu_check.py): CUDA tensors across
+processes.  The runtime benchmark's stand-ins are in voice_server.testing.stages."""
 
 from __future__ import annotations
 
 import time
 
-from runtime.executor import ARExecutor, BatchExecutor, StepResult, WorkItem
-
-
-class Identity(BatchExecutor):
-    def execute(self, items: list[WorkItem]) -> list:
-        return [it.payload for it in items]
-
-
-class Stamper(ARExecutor):
-    """Emits payload['n'] chunks, each carrying the monotonic time it was produced."""
-
-    def __init__(self, step_ms: float = 0.0, **args) -> None:
-        super().__init__(**args)
-        self.step_ms = step_ms
-        self.left: dict[int, int] = {}
-
-    def prefill(self, item: WorkItem) -> None:
-        self.left[item.request_id] = int((item.payload or {}).get("n", 10))
-
-    def step(self, request_ids: list[int]) -> dict:
-        if self.step_ms:
-            time.sleep(self.step_ms / 1000)
-        out = {}
-        for rid in request_ids:
-            self.left[rid] -= 1
-            out[rid] = StepResult(chunk=time.monotonic(), finished=self.left[rid] <= 0)
-        return out
-
-    def release(self, request_id: int) -> None:
-        self.left.pop(request_id, None)
+from runtime.executor import BatchExecutor, WorkItem
 
 
 class CudaMaker(BatchExecutor):

@@ -36,10 +36,10 @@ import time
 
 import numpy as np
 
-from benchmarks.realtime_bench import (INTERRUPT, QUESTIONS, STORY, Caller, RealtimeWSTransport,
-                                       flite_pcm)
-from benchmarks.report import pct, write_json
-from benchmarks.server_process import RunningServer, ServerProcess
+from voice_server.testing.callers.base import RealtimeWSTransport
+from voice_server.testing.callers.caller import Caller, load_speech
+from voice_server.testing.report import pct, write_json
+from voice_server.testing.server_process import RunningServer, ServerProcess
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -161,8 +161,7 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
 
 
 async def main_async(a) -> dict:
-    speech = {"q": [flite_pcm(q) for q in QUESTIONS], "story": flite_pcm(STORY),
-              "interrupt": flite_pcm(INTERRUPT)}
+    speech = load_speech()
     speech = {k: [trim(p) for p in v] if isinstance(v, list) else trim(v) for k, v in speech.items()}
     proc = None
     if a.url:

@@ -23,11 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.report import pct, write_json  # noqa: E402
-from runtime.executor import WorkItem  # noqa: E402
-from runtime.models.llama_cpp_thinker import LlamaCppThinker  # noqa: E402
+from voice_server.testing.report import pct, write_json
+from runtime.executor import WorkItem
+from runtime.models.llama_cpp_thinker import LlamaCppThinker
 
 QUESTIONS = [
     "Hi, my name is {name}. What can you help me with?",

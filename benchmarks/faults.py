@@ -1,11 +1,11 @@
 """Fault harness: faults injected while simulated callers talk to a real server.
 
-The server runs in-process (uvicorn on 127.0.0.1, tests/server/conftest.py's
-ServerThread) on the real voice-cpu pipeline, with each executor wrapped by a
-one-shot trigger (benchmarks/fault_stages.py: real models, a fault only when
+The server runs in-process (uvicorn on 127.0.0.1,
+:class:`voice_server.testing.ServerThread`) on the real voice-cpu pipeline, with each executor wrapped by a
+one-shot trigger (voice_server/testing/fault_stages.py: real models, a fault only when
 the harness drops a trigger file).  The only config change is the think
 stage's ``deadline_s`` (8 s instead of 120 s) so a stall ends in seconds.
-Callers are benchmarks/realtime_bench.py's: real WebSockets, flite speech in
+Callers are :class:`voice_server.testing.callers.Sess`: real WebSockets, flite speech in
 20 ms frames in real time, silence between turns.
 
 Faults, one scenario each, with 3 fresh sessions (A, B, C):
@@ -42,8 +42,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
-import struct
 import sys
 import tempfile
 import time
@@ -51,12 +49,11 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from voice_server.testing.audio import flite_pcm, silence
+from voice_server.testing.callers import QUESTIONS, STORY, Sess
+from voice_server.testing.report import write_json
 
-from benchmarks.report import write_json  # noqa: E402
-from benchmarks.realtime_bench import (QUESTIONS, STORY, Caller,  # noqa: E402
-                                       RealtimeWSTransport, flite_pcm, zeros)
+ROOT = Path(__file__).resolve().parent.parent
 
 KEY = "faults-key"
 THINK_DEADLINE_S = 8.0
@@ -70,84 +67,15 @@ TASK_SLACK = 2
 
 def fault_config() -> dict:
     cfg = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
-    wrap = {"listen": "benchmarks.fault_stages:FaultListen",
-            "think": "benchmarks.fault_stages:FaultThinker",
-            "speak": "benchmarks.fault_stages:FaultSpeak"}
+    wrap = {"listen": "voice_server.testing.fault_stages:FaultListen",
+            "think": "voice_server.testing.fault_stages:FaultThinker",
+            "speak": "voice_server.testing.fault_stages:FaultSpeak"}
     for st in cfg["stages"]:
         st["executor"] = wrap[st["name"]]
         if st["name"] == "think":
             st["deadline_s"] = THINK_DEADLINE_S
     cfg["name"] = "voice-cpu-faults"
     return cfg
-
-
-def audio_delta(e: dict) -> bool:
-    return e["type"] == "response.output_audio.delta"
-
-
-class Sess:
-    """One simulated caller (realtime_bench.Caller) plus helpers."""
-
-    def __init__(self, url: str, speech: dict, name: str) -> None:
-        self.t = RealtimeWSTransport(url, KEY)
-        self.c = Caller(self.t, speech)
-        self.name = name
-        self.sid = None
-        self.tasks: list = []
-
-    async def open(self, max_tokens: int) -> "Sess":
-        await self.t.connect()
-        self.tasks = [asyncio.ensure_future(self.c.reader()), asyncio.ensure_future(self.c.mic())]
-        _, ev = await self.c.wait(lambda e: e["type"] == "session.created", 0, 20)
-        self.sid = ev["session"]["id"]
-        await self.set_tokens(max_tokens)
-        return self
-
-    async def set_tokens(self, n: int) -> None:
-        await self.t.send_event({"type": "session.update",
-                                 "session": {"type": "realtime", "max_output_tokens": n}})
-
-    def mark(self) -> int:
-        return len(self.c.events)
-
-    async def first_audio(self, n: int, timeout: float = 40) -> dict:
-        return (await self.c.wait(audio_delta, n, timeout))[1]
-
-    async def done_of(self, rid: str, n: int, timeout: float = 40) -> dict:
-        return (await self.c.wait(lambda e: e["type"] == "response.done"
-                                  and e["response"]["id"] == rid, n, timeout))[1]
-
-    async def next_done(self, n: int, timeout: float = 40) -> dict:
-        return (await self.c.wait(lambda e: e["type"] == "response.done", n, timeout))[1]
-
-    def error_after(self, n: int, code: str | None = None) -> dict | None:
-        for e in self.c.events[n:]:
-            if e["type"] == "error" and (code is None or e["error"].get("code") == code):
-                return e
-        return None
-
-    async def turn(self, pcm, timeout: float = 40) -> dict:
-        n = self.mark()
-        self.c.say(pcm)
-        return await self.next_done(n, timeout)
-
-    async def close(self, graceful: bool = True) -> None:
-        for x in self.tasks:
-            x.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        if graceful:
-            await self.t.close()
-        else:
-            self.t._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self.t._reader
-
-    def reset(self) -> None:
-        """Vanish without a close frame: RST the TCP connection."""
-        tr = self.t.ws.transport
-        sock = tr.get_extra_info("socket")
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        tr.abort()
 
 
 class Harness:
@@ -251,7 +179,7 @@ class Harness:
     async def sessions(self, tokens: list[int]) -> list[Sess]:
         out = []
         for i, n in enumerate(tokens):
-            out.append(await Sess(self.url, self.speech, "ABC"[i]).open(n))
+            out.append(await Sess(self.url, self.speech, "ABC"[i], KEY).open(n))
         return out
 
     async def start_long(self, ss: list[Sess]) -> dict:
@@ -377,7 +305,7 @@ class Harness:
         A, B, C = await self.sessions([64, 64, 24])
         rids = await self.start_long([A, B])
         mB = B.mark()
-        runner_rids = await self.srv.acall(lambda: list(self.srv.runner(A.sid)._live))
+        runner_rids = await self.srv.acall(lambda: self.srv.runner(A.sid).live_request_ids)
         t0 = time.monotonic()
         A.reset()
         measured = None
@@ -457,12 +385,12 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="comma list of scenario names")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "faults.json"))
     a = ap.parse_args(argv)
-    from tests.server.conftest import ServerThread
+    from voice_server.testing import ServerThread
     from voice_server.settings import ServerSettings
 
     t_all = time.monotonic()
     speech = {"q": [flite_pcm(q) for q in QUESTIONS], "story": flite_pcm(STORY)}
-    speech["interrupt"] = zeros(100)
+    speech["interrupt"] = silence(100)
     with tempfile.TemporaryDirectory(prefix="va-faults-") as d:
         os.environ["VA_FAULT_DIR"] = d  # inherited by the stage processes
         Path(d, "listen.slow_start").write_text(str(SLOW_START_S))

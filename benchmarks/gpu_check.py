@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.report import write_json
+from voice_server.testing.report import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_ENV = "VOICE_AGENT_SGLANG_MODEL"

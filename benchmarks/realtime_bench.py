@@ -13,206 +13,40 @@ continuous silence between turns, as real clients do) and measures:
 At 1, 4, 8, 16 concurrent sessions (``--quick``: 1 and 4, fewer turns).
 Prints a table; writes benchmarks/results/realtime.json.
 
-    python benchmarks/realtime_bench.py --quick
+    python -m benchmarks.realtime_bench --quick
     python benchmarks/realtime_bench.py --url ws://127.0.0.1:8000/v1/realtime --key K
 
-The caller talks through a :class:`CallerTransport`: ``ws`` (OpenAI Realtime
-WebSocket), ``twilio`` (Media Streams, benchmarks/callers_twilio.py);
-``--transport ws,twilio`` runs them side by side (interleaved per level).
+The caller (:class:`voice_server.testing.callers.Caller`) talks through a
+transport: ``ws`` (OpenAI Realtime WebSocket), ``twilio`` (Media Streams),
+``webrtc``, ``ws-pcmu``; ``--transport ws,twilio`` runs them side by side
+(interleaved per level).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import json
 import os
-import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
-import numpy as np
+from voice_server.settings import ServerSettings
+from voice_server.testing import ServerThread
+from voice_server.testing.callers import (SILENCE_WINDOW_MS, Caller, RealtimeWSTransport,
+                                          load_speech)
+from voice_server.testing.callers.twilio import RealtimeWSPcmuTransport, TwilioCallerTransport
+from voice_server.testing.callers.webrtc import WebRTCTransport  # aiortc loaded lazily
+from voice_server.testing.report import pct, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from benchmarks.caller_transport import CallerTransport  # noqa: E402
-from benchmarks.report import pct, write_json  # noqa: E402
-from voice_server.audio_codec import resample  # noqa: E402
+TRANSPORTS = {"ws": RealtimeWSTransport, "twilio": TwilioCallerTransport,
+              "ws-pcmu": RealtimeWSPcmuTransport, "webrtc": WebRTCTransport}
 
-RATE = 24000
-FRAME_MS = 20
-SILENCE_WINDOW_MS = 500  # the session's default server-VAD silence_duration_ms
-
-QUESTIONS = ["what is the capital of france", "what is two plus two",
-             "what color is the sky", "how are you today"]
-STORY = "tell me a long story about a dragon"
-INTERRUPT = "stop and tell me the time"
-
-
-def flite_pcm(text: str) -> np.ndarray:
-    import subprocess
-    import tempfile
-    import wave
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "s.wav")
-        subprocess.run(["flite", "-voice", "slt", "-t", text, "-o", path], check=True,
-                       capture_output=True, timeout=60)
-        with wave.open(path, "rb") as w:
-            sr = w.getframerate()
-            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
-    return resample(pcm, sr, RATE)
-
-
-def zeros(ms: float) -> np.ndarray:
-    return np.zeros(int(RATE * ms / 1000), dtype=np.int16)
-
-
-# ---------------------------------------------------------------- transports
-
-class RealtimeWSTransport(CallerTransport):
-    def __init__(self, url: str, key: str | None) -> None:
-        self.url, self.key = url, key
-        self.q: asyncio.Queue = asyncio.Queue()
-
-    async def connect(self) -> None:
-        import websockets
-        headers = {"Authorization": f"Bearer {self.key}"} if self.key else {}
-        self.ws = await websockets.connect(self.url + "?model=bench", additional_headers=headers,
-                                           max_size=None)
-        self._reader = asyncio.ensure_future(self._read())
-
-    async def _read(self) -> None:
-        with contextlib.suppress(Exception):
-            async for m in self.ws:
-                ev = json.loads(m)
-                ev["_t"] = time.monotonic()
-                self.q.put_nowait(ev)
-
-    async def send_audio(self, pcm24k: np.ndarray) -> None:
-        await self.ws.send(json.dumps({"type": "input_audio_buffer.append",
-                                       "audio": base64.b64encode(pcm24k.tobytes()).decode()}))
-
-    async def send_event(self, ev: dict) -> None:
-        await self.ws.send(json.dumps(ev))
-
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self.ws.close()
-        self._reader.cancel()
-        with contextlib.suppress(BaseException):
-            await self._reader
-
-
-TRANSPORTS = {"ws": RealtimeWSTransport}
-from benchmarks.callers_twilio import RealtimeWSPcmuTransport, TwilioCallerTransport  # noqa
-TRANSPORTS.update({"twilio": TwilioCallerTransport, "ws-pcmu": RealtimeWSPcmuTransport})
-
-
-from benchmarks.callers_webrtc import WebRTCTransport  # noqa: E402  (aiortc loaded lazily)
-TRANSPORTS["webrtc"] = WebRTCTransport
 
 # ------------------------------------------------------------------- caller
-
-def _settle(f: asyncio.Future, t: float) -> None:
-    if not f.done():  # a waiter that gave up (wait_for timeout) cancelled it
-        f.set_result(t)
-
-
-class Caller:
-    """One simulated caller: a mic task streaming in real time, and an event reader."""
-
-    def __init__(self, transport: CallerTransport, speech: dict) -> None:
-        self.t = transport
-        self.speech = speech
-        self.mic_queue: asyncio.Queue = asyncio.Queue()
-        self.events: list[dict] = []
-        self.new = asyncio.Event()
-        self.late = 0
-        self.done_ids: set[str] = set()
-
-    async def mic(self) -> None:
-        """Real-time pacing: one 20 ms frame per tick, silence when nothing queued.
-
-        If sending fails, every start/end mark still pending gets the exception:
-        a caller awaiting the end of its utterance must not wait forever."""
-        marks: list = []
-        try:
-            await self._mic(marks)
-        except BaseException as exc:
-            pending = [f for _, f in marks]
-            while not self.mic_queue.empty():
-                pending += [f for _, f in self.mic_queue.get_nowait()[1]]
-            err = exc if isinstance(exc, Exception) else ConnectionError("mic stopped")
-            for f in pending:
-                if not f.done():
-                    f.set_exception(err)
-            raise
-
-    async def _mic(self, marks: list) -> None:
-        n = RATE * FRAME_MS // 1000
-        t0 = time.monotonic()
-        k = 0
-        cur = np.zeros(0, np.int16)
-        while True:
-            if cur.size == 0 and not self.mic_queue.empty():
-                cur, queued = self.mic_queue.get_nowait()
-                marks[:] = queued
-            if cur.size:
-                frame, cur = cur[:n], cur[n:]
-                if marks and marks[0][0] == "start":
-                    _settle(marks.pop(0)[1], time.monotonic())
-            else:
-                frame = np.zeros(n, np.int16)
-            await self.t.send_audio(frame)
-            if cur.size == 0 and marks and marks[0][0] == "end":
-                _settle(marks.pop(0)[1], time.monotonic())
-            k += 1
-            delay = t0 + k * FRAME_MS / 1000 - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif delay < -1.0:  # fell far behind (overloaded client): resync
-                t0, k = time.monotonic(), 0
-
-    def say(self, pcm: np.ndarray) -> tuple[asyncio.Future, asyncio.Future]:
-        loop = asyncio.get_running_loop()
-        start, end = loop.create_future(), loop.create_future()
-        self.mic_queue.put_nowait((pcm, [("start", start), ("end", end)]))
-        return start, end
-
-    async def reader(self) -> None:
-        while True:
-            ev = await self.t.next_event(3600)
-            if ev is None:
-                continue
-            self.events.append(ev)
-            if ev["type"] == "response.done":
-                self.done_ids.add(ev["response"]["id"])
-            elif ev["type"] == "response.output_audio.delta" and \
-                    ev.get("_late", ev["response_id"] in self.done_ids):  # _late: played audio
-                self.late += 1
-            self.new.set()
-
-    async def wait(self, pred, start: int, timeout: float = 60.0) -> tuple[int, dict]:
-        end = time.monotonic() + timeout
-        i = start
-        while True:
-            while i < len(self.events):
-                if pred(self.events[i]):
-                    return i, self.events[i]
-                i += 1
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"caller: no matching event; last "
-                                   f"{[e['type'] for e in self.events[-8:]]}")
-            self.new.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.new.wait(), left)
-
 
 async def run_caller(make_transport, speech: dict, turns: int, barge: bool, res: dict) -> None:
     t = make_transport()
@@ -294,63 +128,6 @@ async def run_level(make_transport, speech: dict, sessions: int, turns: int) -> 
     return out
 
 
-# ------------------------------------------------------------------- server
-
-class _Server:
-    """The voice server in-process (uvicorn on a thread), bound to 127.0.0.1."""
-
-    def __init__(self, config: str, key: str, max_sessions: int) -> None:
-        from voice_server.settings import ServerSettings
-        self.config = config
-        self.settings = ServerSettings(api_keys=[key], max_sessions=max_sessions,
-                                       ice_hosts=["127.0.0.1"])  # WebRTC over loopback
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.ready = threading.Event()
-        self.err: BaseException | None = None
-        self.server = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001
-            self.err = exc
-            self.ready.set()
-
-    async def _main(self) -> None:
-        import uvicorn
-        from runtime.pipeline import Pipeline
-        from voice_server.app import build_app, uvicorn_config
-        p = await Pipeline.start(self.config)
-        try:
-            app = build_app(p, self.settings)
-            self.server = uvicorn.Server(uvicorn_config(app, self.settings, "127.0.0.1",
-                                                        self.port))
-            self.server.install_signal_handlers = lambda: None
-            task = asyncio.ensure_future(self.server.serve(sockets=[self.sock]))
-            while not self.server.started and not task.done():
-                await asyncio.sleep(0.02)
-            self.ready.set()
-            await task
-        finally:
-            await p.close()
-
-    def __enter__(self):
-        self.thread.start()
-        self.ready.wait(180)
-        if self.err or not self.ready.is_set():
-            raise RuntimeError(f"server did not start: {self.err!r}")
-        return self
-
-    def __exit__(self, *a):
-        if self.server is not None:
-            self.server.should_exit = True
-        self.thread.join(60)
-        self.sock.close()
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 and 4 sessions, 2 turns each")
@@ -370,15 +147,16 @@ def main(argv=None) -> int:
         ([1, 4] if a.quick else [1, 4, 8, 16])
     turns = a.turns or (2 if a.quick else 3)
 
-    speech = {"q": [flite_pcm(q) for q in QUESTIONS], "story": flite_pcm(STORY),
-              "interrupt": flite_pcm(INTERRUPT)}
+    speech = load_speech()
     key = a.key or "bench-key"
     with contextlib.ExitStack() as stack:
         if a.url:
             url = a.url
         else:
-            srv = stack.enter_context(_Server(a.config, key, max(levels) + 2))
-            url = f"ws://127.0.0.1:{srv.port}/v1/realtime"
+            settings = ServerSettings(api_keys=[key], max_sessions=max(levels) + 2,
+                                      ice_hosts=["127.0.0.1"])  # WebRTC over loopback
+            srv = stack.enter_context(ServerThread(a.config, settings))
+            url = srv.url
         by = {t: {"transport": t, "silence_window_ms": SILENCE_WINDOW_MS,
                   "turns_per_session": turns, "sessions": {}} for t in names}
         for n in levels:  # transports interleaved per level: same conditions for each

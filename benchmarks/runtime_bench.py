@@ -22,10 +22,8 @@ import numpy as np
 import zmq
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.report import pct, write_json  # noqa: E402
-from runtime.pipeline import Pipeline  # noqa: E402
+from voice_server.testing.report import pct, write_json
+from runtime.pipeline import Pipeline
 
 SIZES = {"4KB": 4 << 10, "1MB": 1 << 20, "4MB": 4 << 20, "16MB": 16 << 20}
 TARGETS = {"latency_4KB_p50_ms": 0.5, "latency_16MB_p50_ms": 12.0, "throughput_c32_rps": 1000.0,
@@ -41,20 +39,20 @@ def ms(xs: list[float], *qs: int) -> dict:
 
 
 def identity_pipeline(step_ms: float = 0.0) -> dict:
-    mid = ({"name": "b", "executor": "benchmarks.bench_stages:Stamper", "scheduler": "ar",
+    mid = ({"name": "b", "executor": "voice_server.testing.stages:Stamper", "scheduler": "ar",
             "args": {"step_ms": step_ms}} if step_ms else
-           {"name": "b", "executor": "benchmarks.bench_stages:Identity", "max_batch": 64})
+           {"name": "b", "executor": "voice_server.testing.stages:Identity", "max_batch": 64})
     return {"name": "runtime-bench",
-            "stages": [{"name": "a", "executor": "benchmarks.bench_stages:Identity", "max_batch": 64},
+            "stages": [{"name": "a", "executor": "voice_server.testing.stages:Identity", "max_batch": 64},
                        mid,
-                       {"name": "c", "executor": "benchmarks.bench_stages:Identity", "max_batch": 64}],
+                       {"name": "c", "executor": "voice_server.testing.stages:Identity", "max_batch": 64}],
             "edges": [{"from": "a", "to": "b", "kind": "stream"}, {"from": "b", "to": "c", "kind": "stream"}]}
 
 
 def stream_pipeline() -> dict:
     return {"name": "stream-bench",
-            "stages": [{"name": "a", "executor": "benchmarks.bench_stages:Identity"},
-                       {"name": "gen", "executor": "benchmarks.bench_stages:Stamper", "scheduler": "ar",
+            "stages": [{"name": "a", "executor": "voice_server.testing.stages:Identity"},
+                       {"name": "gen", "executor": "voice_server.testing.stages:Stamper", "scheduler": "ar",
                         "max_batch": 64}],
             "edges": [{"from": "a", "to": "gen", "kind": "stream"}]}
 

@@ -1,8 +1,9 @@
 """Soak: simulated callers with random barge-ins, cancels and reconnects for N minutes.
 
 A real server (``voice-agent serve`` in its own process on 127.0.0.1, the real
-configs/voice-cpu.yaml pipeline; benchmarks/server_process.py) and C callers (default 8; benchmarks/realtime_bench.py's caller:
-flite speech in 20 ms frames in real time over real WebSockets).  Each caller
+configs/voice-cpu.yaml pipeline; voice_server.testing.server_process) and C
+callers (default 8; voice_server.testing.callers.Sess: flite speech in 20 ms
+frames in real time over real WebSockets).  Each caller
 loops over random actions: a spoken turn (weight 5), a barge-in (speech over
 a long reply, 2), ``response.cancel`` mid-reply (2), a disconnect mid-reply
 (1; half with a close frame, half a TCP reset) followed by a reconnect.
@@ -32,13 +33,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from voice_server.testing.callers import SILENCE_WINDOW_MS, Sess, audio_delta, load_speech
+from voice_server.testing.report import pct, write_json
 
-from benchmarks.faults import Sess, audio_delta  # noqa: E402
-from benchmarks.realtime_bench import (INTERRUPT, QUESTIONS, SILENCE_WINDOW_MS, STORY,  # noqa: E402
-                                       flite_pcm)
-from benchmarks.report import pct, write_json  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 KEY = "soak-key"
 ACTION_TIMEOUT_S = 150.0  # an action's own waits are 60 s each; this is the backstop
@@ -154,8 +152,7 @@ class Soak:
         first = True
         while time.monotonic() < self.end:
             act = "open"
-            s = Sess(self.srv.url, self.speech, f"c{i}")
-            s.t.key = KEY
+            s = Sess(self.srv.url, self.speech, f"c{i}", KEY)
             try:
                 await asyncio.wait_for(s.open(24), 60)
                 if not first:
@@ -213,8 +210,7 @@ class Soak:
         is what the soak is for: memory that time, not load, adds."""
         async def one(i):
             await asyncio.sleep(i * 0.3)
-            s = Sess(self.srv.url, self.speech, f"warm{i}")
-            s.t.key = KEY
+            s = Sess(self.srv.url, self.speech, f"warm{i}", KEY)
             await s.open(24)
             await s.turn(self.speech["q"][i % len(self.speech["q"])], 90)
             await s.close()
@@ -279,16 +275,11 @@ class Soak:
                 "coordinator_counters": left["counters"], "exception_samples": self.samples}
 
 
-def load_speech() -> dict:
-    return {"q": [flite_pcm(q) for q in QUESTIONS], "story": flite_pcm(STORY),
-            "interrupt": flite_pcm(INTERRUPT)}
-
-
 def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None = None,
              url: str | None = None, warmup_s: float = 60.0) -> dict:
     """Start a server (or use the one at ``url``, http://host:port, started with
     VOICE_AGENT_API_KEYS=soak-key), soak it, stop it; returns the report."""
-    from benchmarks.server_process import RunningServer, ServerProcess
+    from voice_server.testing.server_process import RunningServer, ServerProcess
     speech = load_speech()
     if url:
         srv = RunningServer(url)

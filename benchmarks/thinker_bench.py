@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.report import write_json  # noqa: E402
-from runtime.executor import WorkItem  # noqa: E402
-from runtime.models.chat import render_template  # noqa: E402
-from runtime.models.gguf_requant import requantized  # noqa: E402
-from runtime.models.llama_cpp_thinker import LlamaCppThinker  # noqa: E402
-from runtime.models.model_files import smollm2_gguf  # noqa: E402
-from runtime.models.request import DEFAULT_SYSTEM_PROMPT  # noqa: E402
+from voice_server.testing.report import write_json
+from runtime.executor import WorkItem
+from runtime.models.chat import render_template
+from runtime.models.gguf_requant import requantized
+from runtime.models.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.model_files import smollm2_gguf
+from runtime.models.request import DEFAULT_SYSTEM_PROMPT
 
 SAMPLING = dict(temperature=0.25, top_p=0.9, repeat_penalty=1.2)
 

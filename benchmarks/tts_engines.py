@@ -17,17 +17,14 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import wave
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.report import write_json  # noqa: E402
-from runtime.models.speak import make_synthesizer  # noqa: E402
+from voice_server.testing.report import write_json
+from runtime.models.speak import make_synthesizer
 
 SENTENCES = [
     "Paris is the capital of France.",

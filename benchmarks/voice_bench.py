@@ -45,11 +45,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.report import write_json  # noqa: E402
-from benchmarks.report import pct as _pct  # noqa: E402
-from runtime.pipeline import Pipeline  # noqa: E402
+from voice_server.testing.report import write_json
+from voice_server.testing.report import pct as _pct
+from runtime.pipeline import Pipeline
 
 
 def pct(xs: list[float | None], q: float) -> float | None:

@@ -23,7 +23,7 @@ Auth, checked before anything else:
   ``VOICE_AGENT_ADMIN_KEYS=k1,k2`` -- separate from the API keys: an API key
   lets a caller talk to the agent, an admin key lets it see everybody's
   sessions.  Sent as ``Authorization: Bearer KEY``; compared in constant time
-  (``hmac.compare_digest`` against every key).
+  (:func:`voice_server.transports.access.key_matches`).
 * With admin keys configured: no key or an unknown one -> 401; a valid API key
   that is not an admin key -> 403.
 * With NO admin key configured the endpoints answer only when the connection
@@ -34,15 +34,14 @@ Auth, checked before anything else:
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import os
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .sessions import registry_for
+from .session_registry import registry_for
+from .transports.access import bearer_token, is_loopback, key_matches
 
 
 def _err(status: int, code: str, message: str, headers: dict | None = None) -> JSONResponse:
@@ -51,44 +50,23 @@ def _err(status: int, code: str, message: str, headers: dict | None = None) -> J
                         status_code=status, headers=headers)
 
 
-def _matches(key: str, keys) -> bool:
-    ok = False
-    kb = key.encode()
-    for k in keys:  # no early exit: the same work whichever key matches
-        ok |= hmac.compare_digest(kb, str(k).encode())
-    return ok
-
-
-def _loopback(addr: str | None) -> bool:
-    if not addr:
-        return False
-    if addr == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def check_admin(request: Request, settings) -> JSONResponse | None:
     """None when the caller may use the admin endpoints, else the error response."""
     admin_keys = list(getattr(settings, "admin_keys", None) or [])
     if not admin_keys:
         server = request.scope.get("server") or (None, None)
-        if _loopback(server[0]):
+        if is_loopback(server[0]):
             return None
         return _err(403, "admin_disabled",
                     "Admin endpoints are disabled: no admin key is configured "
                     "(VOICE_AGENT_ADMIN_KEYS) and the server is not bound to loopback.")
-    auth = request.headers.get("authorization") or ""
-    scheme, _, key = auth.partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key:
+    key = bearer_token(request.headers)
+    if not key:
         return _err(401, "missing_admin_key", "Send 'Authorization: Bearer ADMIN_KEY'.",
                     {"WWW-Authenticate": "Bearer"})
-    if _matches(key, admin_keys):
+    if key_matches(key, admin_keys):
         return None
-    if _matches(key, getattr(settings, "api_keys", None) or []):
+    if key_matches(key, getattr(settings, "api_keys", None) or []):
         return _err(403, "admin_key_required", "This key is not an admin key.")
     return _err(401, "invalid_admin_key", "Incorrect admin key.", {"WWW-Authenticate": "Bearer"})
 

@@ -2,7 +2,8 @@
 
     app = build_app(pipeline, settings)      # routes: /v1/realtime (WebSocket),
                                              # /v1/telephony/twilio (+ /twiml),
-                                             # voice_server.http_api routes if present,
+                                             # /v1/realtime/calls (WebRTC),
+                                             # voice_server.transports.http_api routes,
                                              # /metrics (voice_server.metrics),
                                              # /v1/sessions, /v1/requests/{id} (.admin),
                                              # web_demo/ as static files at /
@@ -36,11 +37,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from . import admin, metrics
-from .realtime_ws import realtime_route
-from .sessions import DrainGate, install_signal_drain
-from .webrtc import webrtc_routes
-from .settings import LOOPBACK_HOSTS, ServerSettings
-from .twilio import twilio_routes
+from .drain import DrainGate, install_signal_drain
+from .settings import ServerSettings
+from .transports import http_api
+from .transports.access import is_loopback
+from .transports.client_secrets import ClientSecretStore
+from .transports.realtime_ws import realtime_route
+from .transports.twilio import twilio_routes
+from .transports.webrtc import webrtc_routes
 
 log = logging.getLogger("voice_server.app")
 
@@ -69,20 +73,17 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     """The ASGI app over a started Pipeline.  ``close_pipeline``: the lifespan
     closes it at shutdown (``serve`` passes True)."""
     settings = settings or ServerSettings()
+    # one store: a secret minted on /v1/realtime/client_secrets opens a WebSocket
+    # session or a WebRTC call, once
+    client_secrets = ClientSecretStore(default_ttl_s=settings.client_secret_ttl_s)
     ws_route, endpoint = realtime_route(pipeline, settings)
+    endpoint.secrets = client_secrets
     routes: list[Any] = [ws_route]
-    tw_routes, tw_endpoint = twilio_routes(pipeline, settings, peers=[endpoint])
+    tw_routes, tw_endpoint = twilio_routes(pipeline, settings)
     routes += tw_routes
-    try:
-        from . import http_api  # another part of the server; optional here
-    except ImportError as exc:
-        if getattr(exc, "name", None) not in ("voice_server.http_api", None):
-            raise  # http_api exists but is broken: say so
-        http_api = None
-    if http_api is not None:
-        routes += list(http_api.routes(pipeline, settings))
+    routes += list(http_api.routes(pipeline, settings))
     routes += metrics.routes(pipeline, settings) + admin.routes(pipeline, settings)
-    rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, realtime=endpoint)
+    rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, client_secrets)
     routes += rtc_routes
     demo = _demo_dir(settings)
     if (demo / "index.html").exists():
@@ -107,8 +108,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.pipeline = pipeline
     app.state.webrtc = rtc_endpoint
-    app.state.client_secrets = rtc_endpoint.secrets  # shared by every transport's auth
-    endpoint.secrets = rtc_endpoint.secrets  # the WebSocket accepts ek_... secrets too
+    app.state.client_secrets = client_secrets
     app.state.settings = settings
     app.state.realtime = endpoint
     app.state.twilio = tw_endpoint
@@ -130,7 +130,7 @@ def cors_middleware(origins: list[str]) -> Middleware:
 
 def check_bind(host: str, settings: ServerSettings) -> None:
     """Refuse a non-loopback bind without an API key (raises SystemExit)."""
-    if not settings.auth_required and host not in LOOPBACK_HOSTS:
+    if not settings.auth_required and not is_loopback(host):
         raise SystemExit(
             f"refusing to listen on {host!r} without an API key: anyone who can reach it could "
             "use the server. Set VOICE_AGENT_API_KEYS=key1[,key2] (or extra.server.api_keys in "
@@ -139,11 +139,11 @@ def check_bind(host: str, settings: ServerSettings) -> None:
 
 def uvicorn_config(app, settings: ServerSettings, host: str, port: int, **kw):
     """uvicorn's Config for the app.  WebSockets use
-    :class:`voice_server.ws_protocol.ExplainingWebSocketProtocol` (uvicorn's
+    :class:`voice_server.third_party_patches.ExplainingWebSocketProtocol` (uvicorn's
     own sans-I/O protocol, which also sends a ``message_too_large`` error
     event before the 1009 close of a message above ``ws_max_message_bytes``)."""
     import uvicorn
-    from .ws_protocol import ExplainingWebSocketProtocol
+    from .third_party_patches import ExplainingWebSocketProtocol
     kw.setdefault("ws", ExplainingWebSocketProtocol)
     return uvicorn.Config(app, host=host, port=port, log_level=kw.pop("log_level", "warning"),
                           ws_max_size=settings.ws_max_message_bytes, ws_ping_interval=20.0,
@@ -155,7 +155,7 @@ async def serve(config_path: str | os.PathLike, host: str = "127.0.0.1", port: i
                 ready_file=None, log_json: bool | None = None) -> None:
     """Start the pipeline and serve until SIGINT/SIGTERM; prints one line when ready.
 
-    SIGTERM/SIGINT drain first (voice_server.sessions.drain): new sessions and
+    SIGTERM/SIGINT drain first (voice_server.drain.drain): new sessions and
     requests get 503, sessions get an ``error`` (server_shutting_down), running
     turns get ``settings.drain_grace_s``, the rest is cancelled, sessions close
     with 1001; then the pipeline closes and serve returns.  A second signal

@@ -56,7 +56,7 @@ Sessions per transport.  The label ``transport`` is ``"websocket"``,
 ``"webrtc"`` or ``"twilio"``.  A transport that drives a
 :class:`voice_server.runner.SessionRunner` only passes
 ``SessionRunner(..., transport="webrtc")``: the runner registers the session
-(:mod:`voice_server.sessions`) which calls :func:`session_opened` /
+(:mod:`voice_server.session_registry`) which calls :func:`session_opened` /
 :func:`session_closed` itself.  A transport that does not use a runner calls
 the two functions directly, once each per session::
 

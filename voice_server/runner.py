@@ -8,7 +8,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
                            send_audio=None, flush_audio=None, on_close=None,
                            transport="websocket")   # label: websocket | webrtc | twilio
     await runner.start()                  # session.created, listen stream, timers;
-                                          # registers in voice_server.sessions (+ metrics)
+                                          # registers in voice_server.session_registry (+ metrics)
     runner.client_event(text)             # one JSON client event (sync)
     runner.reject_client_frame(code, msg) # a frame the transport could not hand over
                                           # (binary, oversized): error, rate limited
@@ -43,7 +43,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
 
-from . import sessions as _sessions
+from . import session_registry as _registry
 from .logs import bind_ids
 from .metrics import TurnTimer
 from .session import (AudioOut, CancelResponse, Close, ConfigureListen, FeedListen, FlushAudio,
@@ -145,7 +145,7 @@ class SessionRunner:
     # ------------------------------------------------------------------ public
     async def start(self) -> None:
         bind_ids(session_id=self.session.session_id)  # log lines of this session's tasks
-        _sessions.register(self)
+        _registry.register(self)
         self._spawn(self._writer(), "writer")
         self._spawn(self._listen_writer(), "listen-writer")
         self._spawn(self._ticker(), "ticker")
@@ -184,6 +184,20 @@ class SessionRunner:
     @property
     def live_request_ids(self) -> list[int]:
         return list(self._live)
+
+    @property
+    def live_requests(self) -> dict[int, str]:
+        """Request id -> what it is (``listen``, ``response``, ``transcribe``): a copy."""
+        return dict(self._live)
+
+    @property
+    def response_pending_submit(self) -> bool:
+        """A response was started by the session but is not in the pipeline yet."""
+        return bool(self._responses) and not self._live
+
+    @property
+    def closing(self) -> bool:
+        return self.closed or self._closing is not None
 
     async def wait_closed(self) -> None:
         await self._done.wait()
@@ -426,14 +440,7 @@ class SessionRunner:
             f"Speech input failed: {err.get('message', '')}".strip())))
         # an utterance that was being spoken gets an (empty) end, so nothing waits forever
         s = self.session
-        if getattr(s, "_speech_item", None) is not None:
-            pos = int(s.input_ms)
-            self.dispatch(s.listen_event({"type": "speech_stopped", "audio_end_ms": pos},
-                                         self.clock()))
-        for _ in range(len(getattr(s, "_awaiting_final", ()))):
-            pos = int(s.input_ms)
-            self.dispatch(s.listen_event({"type": "final", "text": "", "audio_start_ms": pos,
-                                          "audio_end_ms": pos}, self.clock()))
+        self.dispatch(s.listen_lost(self.clock()))
         if self._listen is not lst:
             return
         self._listen_failures += 1
@@ -578,7 +585,7 @@ class SessionRunner:
                     await self._on_close(*self.close_code)
         finally:
             self.closed = True
-            _sessions.unregister(self)
+            _registry.unregister(self)
             self._done.set()
 
     # ------------------------------------------------------------------ drain
@@ -591,8 +598,7 @@ class SessionRunner:
         """End of a drain: cancel the active response (its response.done goes out), close."""
         if not self.closed and self._closing is None:
             # the session core's own cancel path: CancelResponse + response.done (cancelled)
-            self.dispatch(self.session._cancel_active(
-                "server_shutting_down", self.clock(), flush=True))
+            self.dispatch(self.session.cancel_response("server_shutting_down", self.clock()))
             if self.close_code is None:
                 self.close_code = (code, reason)  # close() lets the events out, then closes
         await self.close()

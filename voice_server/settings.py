@@ -8,7 +8,8 @@ under ``extra.server:``::
         api_keys: []                 # or env VOICE_AGENT_API_KEYS=k1,k2
         admin_keys: []               # /v1/sessions, /v1/requests/{id}; env VOICE_AGENT_ADMIN_KEYS
         drain_grace_s: 10            # SIGTERM: running turns may finish this long
-        allowed_origins: []          # browser Origins; [] = same host / loopback only
+        allowed_origins: []          # browser Origins; [] = same host / loopback pages only,
+                                     # with or without a key (transports.access)
         max_sessions: 32
         instructions: ""             # "" = the thinker's own system prompt
         voice: alloy
@@ -25,7 +26,7 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 
 Limits (defaults): WebSocket message ``ws_max_message_bytes`` 16 MiB (bigger:
 an ``error`` event ``message_too_large``, then the protocol layer closes with
-1009; voice_server.ws_protocol), WebRTC ``oai-events`` message
+1009; voice_server.third_party_patches), WebRTC ``oai-events`` message
 ``datachannel_max_message_bytes`` 256 KiB (bigger: ``message_too_large``, the
 call goes on), ``max_sessions`` 32 (503 before the upgrade), and
 ServerLimits: ``max_append_b64_bytes`` 15 MiB, ``max_buffered_input_s`` 120,
@@ -42,8 +43,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .session.config import ServerLimits
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
 
 class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="ignore")
@@ -51,7 +50,7 @@ class ServerSettings(BaseModel):
     api_keys: list[str] = Field(default_factory=list)
     # admin endpoints (voice_server.admin); none configured: loopback-bound servers only
     admin_keys: list[str] = Field(default_factory=list)
-    drain_grace_s: float = Field(10.0, ge=0)  # graceful drain on SIGTERM (voice_server.sessions)
+    drain_grace_s: float = Field(10.0, ge=0)  # graceful drain on SIGTERM (voice_server.drain)
     allowed_origins: list[str] = Field(default_factory=list)
     max_sessions: int = Field(32, ge=1)
     # session defaults
@@ -60,7 +59,7 @@ class ServerSettings(BaseModel):
     voice: str = "alloy"
     max_output_tokens: Optional[int] = Field(None, ge=1)
     limits: ServerLimits = ServerLimits()
-    # WebRTC (voice_server.webrtc): STUN/TURN servers ("stun:h:p" or {"urls", "username",
+    # WebRTC (voice_server.transports.webrtc): STUN/TURN servers ("stun:h:p" or {"urls", "username",
     # "credential"}; [] = host candidates only, never aiortc's public STUN default), the
     # exact host addresses to offer ([] = aioice's choice, which never includes 127.0.0.1;
     # env VOICE_AGENT_ICE_HOSTS=127.0.0.1), and the client secrets' default lifetime
@@ -82,7 +81,7 @@ class ServerSettings(BaseModel):
     # buffers a message whole before handing it over.)
     datachannel_max_message_bytes: int = Field(256 * 1024, ge=1024)
     web_demo_dir: Optional[str] = None
-    # telephony (voice_server.twilio): <Stream url> in the TwiML (None: from the Host
+    # telephony (voice_server.transports.twilio): <Stream url> in the TwiML (None: from the Host
     # header) and the account auth token that checks X-Twilio-Signature (None: no check)
     twilio_stream_url: Optional[str] = None
     twilio_auth_token: Optional[str] = None
@@ -139,4 +138,4 @@ class ServerSettings(BaseModel):
         return cls.model_validate(data)
 
 
-__all__ = ["ServerSettings", "LOOPBACK_HOSTS"]
+__all__ = ["ServerSettings"]

@@ -2,7 +2,7 @@
 (the Debian binary, driven by Playwright) with a fake microphone that plays a
 WAV generated at test time, against the real server in-process.
 
-The servers are tests/server/conftest.py's ServerThread (uvicorn on
+The servers are voice_server.testing.ServerThread (uvicorn on
 127.0.0.1, a free port, the real CPU pipeline).  Skips cleanly when Chromium
 or Playwright is missing.
 """
@@ -19,8 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.server.audio_helpers import flite_pcm
-from tests.server.conftest import API_KEY, ROOT, ServerThread
+from voice_server.testing import ServerThread
+from voice_server.testing.audio import flite_pcm
+from tests.server.conftest import API_KEY, ROOT
 from voice_server.settings import ServerSettings
 from tests.requirements import missing
 

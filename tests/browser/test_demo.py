@@ -12,7 +12,6 @@ tests check before they rely on it.
 
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -195,11 +194,6 @@ def test_pipeline_failure_shows_error_and_next_turn_works(demo_fault_server, lau
 
 # ------------------------------------------------------------------ (4) WebRTC
 
-HAVE_WEBRTC = importlib.util.find_spec("voice_server.webrtc") is not None
-
-
-@pytest.mark.skipif(not HAVE_WEBRTC, reason="voice_server.webrtc (POST /v1/realtime/calls) "
-                    "is not there yet")
 def test_webrtc_turn(demo_server, launch):
     q = speech(Q1)
     b = launch([silence(LEAD_MS), q, silence(9000)])

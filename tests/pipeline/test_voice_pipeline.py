@@ -25,7 +25,7 @@ from runtime.models.pocketsphinx_asr import StreamingRecognizer
 from voice_server.testing.speech_corpus import human_clips, phone_line
 from voice_server.testing.wer import wer as corpus_text_wer
 from tests.pipeline.conftest import CONFIG, ROOT, wer
-from voice_server.http_api import routes
+from voice_server.transports.http_api import routes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

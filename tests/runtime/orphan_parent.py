@@ -11,8 +11,8 @@ from tests.runtime.conftest import linear
 
 
 async def main() -> None:
-    p = await Pipeline.start(linear({"name": "a", "executor": "tests.stages:Echo"},
-                                    {"name": "b", "executor": "tests.stages:Echo"}))
+    p = await Pipeline.start(linear({"name": "a", "executor": "voice_server.testing.stages:Echo"},
+                                    {"name": "b", "executor": "voice_server.testing.stages:Echo"}))
     h = await p.submit(np.ones(1 << 18, np.float32))  # leave shared memory in the pools
     await h.result()
     pids = [pr["pid"] for pr in p.snapshot()["processes"].values()]

@@ -7,14 +7,14 @@ import numpy as np
 
 from tests.runtime.conftest import linear, settle
 
-COUNTER = "tests.stages:Counter"
+COUNTER = "voice_server.testing.stages:Counter"
 
 
 def three_stage(step_ms=2.0, **extra):
-    return linear({"name": "a", "executor": "tests.stages:Echo"},
+    return linear({"name": "a", "executor": "voice_server.testing.stages:Echo"},
                   {"name": "gen", "executor": COUNTER, "scheduler": "ar", "max_batch": 64,
                    "args": {"step_ms": step_ms}},
-                  {"name": "c", "executor": "tests.stages:Doubler", "scheduler": "chunk"}, **extra)
+                  {"name": "c", "executor": "voice_server.testing.stages:Doubler", "scheduler": "chunk"}, **extra)
 
 
 async def drain(h):
@@ -71,9 +71,9 @@ async def test_abort_mid_step_discards_the_step_and_acks_within_a_step(start):
 
 
 async def test_abort_while_payload_in_flight_frees_buffers(start):
-    p = await start(linear({"name": "a", "executor": "tests.stages:Echo", "args": {"copy": True}},
-                           {"name": "b", "executor": "tests.stages:Echo", "args": {"copy": True, "sleep_ms": 3}},
-                           {"name": "c", "executor": "tests.stages:Echo"}))
+    p = await start(linear({"name": "a", "executor": "voice_server.testing.stages:Echo", "args": {"copy": True}},
+                           {"name": "b", "executor": "voice_server.testing.stages:Echo", "args": {"copy": True, "sleep_ms": 3}},
+                           {"name": "c", "executor": "voice_server.testing.stages:Echo"}))
     tasks_before = len(asyncio.all_tasks())
     x = np.ones(1 << 18, np.float32)  # 1 MB: travels through shared memory
     rng = random.Random(1)

@@ -4,8 +4,8 @@ import pytest
 
 from runtime.config import ConfigError, load_config, parse_config
 
-GOOD = {"stages": [{"name": "a", "executor": "tests.stages:Echo"},
-                   {"name": "b", "executor": "tests.stages:Echo"}],
+GOOD = {"stages": [{"name": "a", "executor": "voice_server.testing.stages:Echo"},
+                   {"name": "b", "executor": "voice_server.testing.stages:Echo"}],
         "edges": [{"from": "a", "to": "b"}]}
 
 
@@ -29,7 +29,7 @@ def test_good_config_places_each_stage_alone():
     (lambda c: c["stages"][1].update(max_batch="many"), "stages[1].max_batch"),
     (lambda c: c["stages"][1].update(scheduler="magic"), "stages[1].scheduler"),
     (lambda c: c["stages"][1].update(colour="red"), "stages[1].colour"),
-    (lambda c: c["stages"].append({"name": "a", "executor": "tests.stages:Echo"}), "duplicate stage names"),
+    (lambda c: c["stages"].append({"name": "a", "executor": "voice_server.testing.stages:Echo"}), "duplicate stage names"),
     (lambda c: c.update(placement={"groups": [{"name": "g", "stages": ["a", "q"]}]}), "unknown stage 'q'"),
     (lambda c: c.update(placement={"groups": [{"name": "g", "stages": ["a"]}, {"name": "h", "stages": ["a"]}]}),
      "already placed"),

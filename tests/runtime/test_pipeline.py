@@ -11,7 +11,7 @@ from runtime.config import ConfigError
 from runtime.supervisor import StageStartError
 from tests.runtime.conftest import linear, pid_alive, settle
 
-ECHO = "tests.stages:Echo"
+ECHO = "voice_server.testing.stages:Echo"
 
 
 def stage(name, executor=ECHO, **kw):
@@ -20,8 +20,8 @@ def stage(name, executor=ECHO, **kw):
 
 async def test_three_stage_stream_edge_streams_while_upstream_produces(start):
     cfg = linear(stage("a"),
-                 stage("count", "tests.stages:Counter", scheduler="ar", args={"step_ms": 15}),
-                 stage("double", "tests.stages:Doubler", scheduler="chunk"))
+                 stage("count", "voice_server.testing.stages:Counter", scheduler="ar", args={"step_ms": 15}),
+                 stage("double", "voice_server.testing.stages:Doubler", scheduler="chunk"))
     p = await start(cfg)
     h = await p.submit({"start": 1, "n": 8})
     first = await h.next_event(timeout=10)
@@ -39,7 +39,7 @@ async def test_three_stage_stream_edge_streams_while_upstream_produces(start):
 async def test_finished_requests_keep_no_payloads(start):
     """The coordinator remembers the last finished requests for /v1/requests/{id};
     an unread reply's chunks and the request's params must not live on with them."""
-    p = await start(linear(stage("count", "tests.stages:Counter", scheduler="ar",
+    p = await start(linear(stage("count", "voice_server.testing.stages:Counter", scheduler="ar",
                                  args={"step_ms": 5})))
     h = await p.submit({"start": 1, "n": 6, "blob": "x" * 100_000})
     await h.next_event(timeout=10)
@@ -55,10 +55,10 @@ async def test_finished_requests_keep_no_payloads(start):
 
 
 async def test_fan_out_and_fan_in(start):
-    cfg = {"stages": [stage("src", "tests.stages:Tag", args={"tag": "s"}),
-                      stage("left", "tests.stages:Tag", args={"tag": "l"}),
-                      stage("right", "tests.stages:Tag", args={"tag": "r"}),
-                      stage("join", "tests.stages:Tag", args={"tag": "j"})],
+    cfg = {"stages": [stage("src", "voice_server.testing.stages:Tag", args={"tag": "s"}),
+                      stage("left", "voice_server.testing.stages:Tag", args={"tag": "l"}),
+                      stage("right", "voice_server.testing.stages:Tag", args={"tag": "r"}),
+                      stage("join", "voice_server.testing.stages:Tag", args={"tag": "j"})],
            "edges": [{"from": "src", "to": "left", "kind": "final"}, {"from": "src", "to": "right", "kind": "final"},
                      {"from": "left", "to": "join", "kind": "final"}, {"from": "right", "to": "join", "kind": "final"}]}
     p = await start(cfg)
@@ -83,7 +83,7 @@ async def _run_mixed(p):
 
 
 async def test_fused_and_separate_placement_give_identical_results(start):
-    base = linear(stage("a"), stage("b", "tests.stages:Doubler", scheduler="chunk"), stage("c"))
+    base = linear(stage("a"), stage("b", "voice_server.testing.stages:Doubler", scheduler="chunk"), stage("c"))
     separate = await start(base)
     fused_cfg = dict(base, placement={"groups": [{"name": "all", "stages": ["a", "b", "c"]}]})
     fused = await start(fused_cfg)
@@ -134,7 +134,7 @@ async def test_whole_batch_exception_is_isolated_to_the_culprit(start):
 
 
 async def test_ar_oom_mid_generation_spares_batch_mates(start):
-    p = await start(linear(stage("count", "tests.stages:Counter", scheduler="ar", max_batch=8)))
+    p = await start(linear(stage("count", "voice_server.testing.stages:Counter", scheduler="ar", max_batch=8)))
     good = [await p.submit({"start": 0, "n": 6}) for _ in range(3)]
     bad = await p.submit({"start": 0, "n": 6, "fail_at": 3})
     oom_prefill = await p.submit({"fail_prefill": True})
@@ -163,14 +163,14 @@ async def test_deadlines_end_hung_requests_with_timeout(start):
 
 
 async def test_stage_deadline_fails_a_stuck_stream(start):
-    p = await start(linear(stage("d", "tests.stages:Doubler", scheduler="chunk", deadline_s=0.3)))
+    p = await start(linear(stage("d", "voice_server.testing.stages:Doubler", scheduler="chunk", deadline_s=0.3)))
     h = await p.submit(1, stream_input=True)
     term, chunks = await h.result()  # input never ends: the stage's own deadline ends it
     assert term.kind == "error" and term.error.code.value == "timeout" and term.error.stage == "d"
 
 
 async def test_streaming_input(start):
-    p = await start(linear(stage("d", "tests.stages:Doubler", scheduler="chunk")))
+    p = await start(linear(stage("d", "voice_server.testing.stages:Doubler", scheduler="chunk")))
     h = await p.submit(None, stream_input=True)
     for i in range(5):
         await h.send(i)
@@ -180,7 +180,7 @@ async def test_streaming_input(start):
 
 
 async def test_chunk_scheduler_small_first_slice_then_larger(start):
-    p = await start(linear(stage("d", "tests.stages:Doubler", scheduler="chunk", first_chunk=10, chunk_size=40)))
+    p = await start(linear(stage("d", "voice_server.testing.stages:Doubler", scheduler="chunk", first_chunk=10, chunk_size=40)))
     h = await p.submit(None, stream_input=True)
     for _ in range(5):
         await h.send(np.ones(25, np.int16))
@@ -192,8 +192,8 @@ async def test_chunk_scheduler_small_first_slice_then_larger(start):
 
 async def test_killed_stage_fails_only_its_requests_and_comes_back(start):
     cfg = linear(stage("a"),
-                 stage("mid", "tests.stages:Counter", scheduler="ar", args={"step_ms": 20}),
-                 stage("c", "tests.stages:Doubler", scheduler="chunk"),
+                 stage("mid", "voice_server.testing.stages:Counter", scheduler="ar", args={"step_ms": 20}),
+                 stage("c", "voice_server.testing.stages:Doubler", scheduler="chunk"),
                  placement={"groups": [{"name": "mid", "stages": ["mid"], "replicas": 2}]})
     p = await start(cfg)
     handles = {}
@@ -247,7 +247,7 @@ async def test_input_buffer_of_a_killed_stage_comes_back(start):
 
 
 async def test_failed_start_names_the_stage_and_leaves_nothing(start):
-    cfg = linear(stage("ok"), stage("broken", "tests.stages:Crash"))
+    cfg = linear(stage("ok"), stage("broken", "voice_server.testing.stages:Crash"))
     before = set(os.listdir("/dev/shm"))
     with pytest.raises(StageStartError, match="broken.*cannot load"):
         await start(cfg)
@@ -278,7 +278,7 @@ async def test_a_malformed_message_fails_its_request_not_the_stage(start):
 
     from runtime import wire
 
-    p = await start(linear(stage("d", "tests.stages:Doubler", scheduler="chunk")))
+    p = await start(linear(stage("d", "voice_server.testing.stages:Doubler", scheduler="chunk")))
     h = await p.submit(None, stream_input=True)
     pid = p.snapshot()["processes"]["d/0"]["pid"]
     ctx = zmq.Context()
@@ -300,7 +300,7 @@ async def test_tcp_with_curve_admits_only_the_pipelines_own_keys(start):
 
     from runtime import wire
 
-    cfg = linear(stage("d", "tests.stages:Doubler", scheduler="chunk"),
+    cfg = linear(stage("d", "voice_server.testing.stages:Doubler", scheduler="chunk"),
                  control={"transport": "tcp", "curve": True})
     p = await start(cfg)
     assert p.curve is not None

@@ -1,115 +1,20 @@
-"""One real voice server (configs/voice-cpu.yaml) for the whole tests/server run.
-
-uvicorn runs in-process on a background thread with its own event loop, bound
-to 127.0.0.1 on a free port; the models load once.  Tests talk to it over real
-WebSockets from their own loops.  ``server.call(coro_fn)`` runs a coroutine
-function on the server's loop (to read the pipeline or a session runner).
+"""One real voice server (configs/voice-cpu.yaml) for the whole tests/server run:
+a :class:`voice_server.testing.ServerThread` (uvicorn on a background thread,
+127.0.0.1, a free port; the models load once).  Tests talk to it over real
+sockets from their own loops; ``server.call(fn)`` runs on the server's loop.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import socket
-import threading
 from pathlib import Path
 
 import pytest
 
 from voice_server.settings import ServerSettings
+from voice_server.testing import TEST_API_KEY, ServerThread
 
 ROOT = Path(__file__).resolve().parents[2]
-API_KEY = "test-key-123"
-
-
-class ServerThread:
-    def __init__(self, config: str, settings: ServerSettings) -> None:
-        self.config = config
-        self.settings = settings
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.url = f"ws://127.0.0.1:{self.port}/v1/realtime"
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.app = None
-        self.pipeline = None
-        self.server = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="voice-server", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001
-            self._error = exc
-            self._ready.set()
-
-    async def _main(self) -> None:
-        import uvicorn
-        from runtime.pipeline import Pipeline
-        from voice_server.app import build_app, uvicorn_config
-
-        self.loop = asyncio.get_running_loop()
-        self.pipeline = await Pipeline.start(self.config)
-        try:
-            self.app = build_app(self.pipeline, self.settings)
-            self.server = uvicorn.Server(uvicorn_config(self.app, self.settings, "127.0.0.1",
-                                                        self.port))
-            self.server.install_signal_handlers = lambda: None  # not the main thread
-            task = asyncio.ensure_future(self.server.serve(sockets=[self.sock]))
-            while not self.server.started and not task.done():
-                await asyncio.sleep(0.02)
-            self._ready.set()
-            await task
-        finally:
-            await self.pipeline.close()
-
-    def start(self, timeout: float = 120.0) -> "ServerThread":
-        self.thread.start()
-        if not self._ready.wait(timeout) or self._error is not None:
-            raise RuntimeError(f"server did not start: {self._error!r}")
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.should_exit = True
-        self.thread.join(60)
-        self.sock.close()
-
-    def call(self, fn, *args, timeout: float = 30.0):
-        """Run ``fn(*args)`` (a coroutine function or plain function) on the server loop."""
-        async def run():
-            r = fn(*args)
-            if asyncio.iscoroutine(r):
-                r = await r
-            return r
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(timeout)
-
-    async def acall(self, fn, *args, timeout: float = 30.0):
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
-            _wrap(fn, *args), self.loop))
-
-    def runner(self, session_id: str):
-        return self.app.state.realtime.runners.get(session_id)
-
-    async def settled(self, timeout: float = 10.0) -> dict:
-        """Wait until the pipeline holds no request anywhere; return the last snapshot."""
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            snap = await self.acall(self.pipeline.snapshot)
-            busy = snap["live_requests"] or any(p["held"] for p in snap["processes"].values())
-            if not busy or asyncio.get_running_loop().time() > deadline:
-                return snap
-            await asyncio.sleep(0.1)
-
-
-async def _wrap(fn, *args):
-    r = fn(*args)
-    if asyncio.iscoroutine(r):
-        r = await r
-    return r
+API_KEY = TEST_API_KEY
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,8 @@ import contextlib
 import numpy as np
 import pytest
 
-from .audio_helpers import flite_pcm, silence, frames
-from .client import RTClient
+from voice_server.testing.audio import flite_pcm, silence, frames
+from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY
 
 pytestmark = pytest.mark.timeout(120)

@@ -31,7 +31,7 @@ import psutil
 import pytest
 import websockets
 
-from .client import RTClient
+from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY
 from .test_realtime_ws import text_turn
 

@@ -18,7 +18,7 @@ import websockets
 from voice_server.app import build_app
 from voice_server.settings import ServerSettings
 
-from .client import RTClient
+from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY
 from .test_realtime_ws import text_turn
 
@@ -27,16 +27,20 @@ pytestmark = pytest.mark.timeout(60)
 
 @contextlib.contextmanager
 def limited(server, limits: dict | None = None, **settings):
-    ep = server.app.state.realtime
-    old = ep.settings
-    upd = dict(settings)
-    if limits:
-        upd["limits"] = old.limits.model_copy(update=limits)
-    ep.settings = old.model_copy(update=upd)
+    """The settings of the session transports (WebSocket, WebRTC, Twilio)
+    changed for the duration; yields the WebSocket's."""
+    eps = [server.app.state.realtime, server.app.state.webrtc, server.app.state.twilio]
+    olds = [ep.settings for ep in eps]
+    for ep, old in zip(eps, olds):
+        upd = dict(settings)
+        if limits:
+            upd["limits"] = old.limits.model_copy(update=limits)
+        ep.settings = old.model_copy(update=upd)
     try:
-        yield ep.settings
+        yield eps[0].settings
     finally:
-        ep.settings = old
+        for ep, old in zip(eps, olds):
+            ep.settings = old
 
 
 def http_base(server) -> str:
@@ -180,7 +184,8 @@ async def test_binary_frame_flood_is_rate_limited(server):
         await c.close()
 
 
-async def test_max_sessions_503_counts_every_transport(server):
+async def test_max_sessions_503_on_the_websocket_keeps_the_client_secret(server):
+    """(Every transport together: test_webrtc.py.)"""
     keep = []
     try:
         with limited(server, max_sessions=2):
@@ -261,9 +266,43 @@ async def test_ws_origin_allow_list(server):
             await c.wait("session.created")
         finally:
             await c.close()
-        with pytest.raises(websockets.exceptions.InvalidStatus) as ei:
-            await RTClient.connect(server.url, origin="https://evil.example")
-        assert ei.value.response.status_code == 403
+        for origin in ("https://evil.example", f"http://127.0.0.1:{server.port}"):
+            with pytest.raises(websockets.exceptions.InvalidStatus) as ei:  # key or not
+                await RTClient.connect(server.url, origin=origin)
+            assert ei.value.response.status_code == 403
+
+
+async def test_origin_policy_holds_with_a_key_on_every_transport(server):
+    """No allow-list configured: a browser page on another site is refused
+    even when it holds a valid API key, on every transport; a page served by
+    this server, and a client that sends no Origin, are let in."""
+    evil = {"Origin": "https://evil.example", "Authorization": f"Bearer {API_KEY}"}
+    base = http_base(server)
+    with pytest.raises(websockets.exceptions.InvalidStatus) as ei:
+        await RTClient.connect(server.url, origin="https://evil.example")
+    assert ei.value.response.status_code == 403
+    with pytest.raises(websockets.exceptions.InvalidStatus) as ei:
+        await websockets.connect(f"ws://127.0.0.1:{server.port}/v1/telephony/twilio",
+                                 additional_headers=evil)
+    assert ei.value.response.status_code == 403
+    async with httpx.AsyncClient(timeout=10) as h:
+        r = await h.post(base + "/v1/realtime/calls", content="v=0\r\n",
+                         headers={**evil, "Content-Type": "application/sdp"})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
+        r = await h.post(base + "/v1/realtime/client_secrets", headers=evil, json={})
+        assert r.status_code == 403
+        r = await h.get(base + "/v1/models", headers=evil)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "origin_not_allowed"
+        same = {"Origin": base, "Authorization": f"Bearer {API_KEY}"}
+        assert (await h.get(base + "/v1/models", headers=same)).status_code == 200
+        r = await h.post(base + "/v1/realtime/client_secrets", headers=same, json={})
+        assert r.status_code == 200
+    for origin in (base, f"http://localhost:{server.port}", None):
+        c = await RTClient.connect(server.url, origin=origin)
+        try:
+            await c.wait("session.created")
+        finally:
+            await c.close()
 
 
 async def test_cors_default_none_and_configured(server):
@@ -271,6 +310,7 @@ async def test_cors_default_none_and_configured(server):
     async with httpx.AsyncClient(timeout=10) as h:
         r = await h.get(base + "/v1/models", headers={"Origin": "https://evil.example",
                                                       "Authorization": f"Bearer {API_KEY}"})
+        assert r.status_code == 403  # the Origin policy (test above)
         assert "access-control-allow-origin" not in r.headers  # same-origin only
         r = await h.options(base + "/v1/models", headers={
             "Origin": "https://evil.example", "Access-Control-Request-Method": "GET"})

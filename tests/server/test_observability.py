@@ -28,8 +28,8 @@ from voice_server.logs import (JsonFormatter, TextFormatter, bind_ids, configure
                                reset_ids)
 from voice_server.settings import ServerSettings
 
-from .audio_helpers import flite_pcm, silence, stream_realtime
-from .client import RTClient
+from voice_server.testing.audio import flite_pcm, silence, stream_realtime
+from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY, ROOT
 
 pytestmark = pytest.mark.timeout(120)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import websockets
 
-from .audio_helpers import append_event, flite_pcm, silence, stream_realtime
-from .client import RTClient
+from voice_server.testing.audio import flite_pcm, silence, stream_realtime
+from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY
 
 pytestmark = pytest.mark.timeout(120)
@@ -326,8 +326,7 @@ async def test_auth(server):
         assert ev["type"] == "session.created" and ev["session"]["model"] == "m"
     finally:
         await ws.close()
-    # a foreign browser Origin is allowed when the key authenticates it, the HTTP
-    # side of the app is up, and the static demo is served at /
+    # the HTTP side of the app is up, and the static demo is served at /
     async with httpx.AsyncClient() as h:
         r = await h.get(f"http://127.0.0.1:{server.port}/")
         assert r.status_code == 200 and "<html" in r.text.lower()

@@ -1,5 +1,5 @@
 """The OpenAI-style WebRTC endpoint (POST /v1/realtime/calls) on the real CPU
-pipeline, driven by a Python aiortc client (tests/server/rtc_client.py):
+pipeline, driven by a Python aiortc client (voice_server/testing/rtc_client.py):
 flite speech goes up as an Opus mic track, events travel on ``oai-events``,
 the agent's voice comes back on the remote track.
 
@@ -14,17 +14,24 @@ interface is ever tried, run it in a network namespace with loopback only::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
 import httpx
 import pytest
+import websockets
 
 from voice_server.settings import ServerSettings
 
-from .audio_helpers import flite_pcm
-from .conftest import API_KEY, ROOT, ServerThread
-from .rtc_client import RTCClient
+from voice_server.testing.audio import flite_pcm
+from voice_server.testing import ServerThread
+
+from .conftest import API_KEY, ROOT
+from voice_server.session_registry import registry_for
+from voice_server.testing.realtime_client import RTClient
+from voice_server.testing.rtc_client import RTCClient
+from voice_server.testing.twilio_client import TwilioClient
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -281,3 +288,85 @@ async def test_oversized_and_undecodable_channel_messages(rtc_server):
     finally:
         await c.close()
     await no_live_calls(rtc_server)
+
+
+@contextlib.contextmanager
+def every_transport(srv, **update):
+    """Settings changed on the WebSocket, WebRTC and Twilio endpoints at once
+    (each new session reads them when it is admitted)."""
+    eps = [srv.app.state.realtime, srv.app.state.webrtc, srv.app.state.twilio]
+    old = [ep.settings for ep in eps]
+    for ep in eps:
+        ep.settings = ep.settings.model_copy(update=update)
+    try:
+        yield
+    finally:
+        for ep, o in zip(eps, old):
+            ep.settings = o
+
+
+async def places_taken(srv) -> int:
+    """Live sessions of every transport plus handshakes holding a place."""
+    def count() -> int:
+        reg = registry_for(srv.pipeline)
+        return len(reg) + reg.pending
+    return await srv.acall(count)
+
+
+async def wait_places(srv, n: int, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while await places_taken(srv) != n:
+        assert time.monotonic() < end, f"places taken: {await places_taken(srv)}, want {n}"
+        await asyncio.sleep(0.05)
+
+
+async def test_max_sessions_counts_websocket_webrtc_and_twilio_together(rtc_server):
+    """One WebSocket session, one WebRTC call and one Twilio stream fill
+    max_sessions=3; a fourth is refused with 503 on each transport, and a
+    client secret offered to the refused WebRTC call is not spent."""
+    srv = rtc_server
+    base_ws = f"ws://127.0.0.1:{srv.port}"
+    await wait_places(srv, 0)
+    opened: list = []
+    with every_transport(srv, max_sessions=3):
+        try:
+            rtc = await connect(srv)
+            opened.append(rtc)
+            await rtc.wait("session.created", 10)
+            ws = await RTClient.connect(srv.url, key=API_KEY)
+            opened.append(ws)
+            await ws.wait("session.created")
+            tw = await TwilioClient.connect(base_ws, headers={"Authorization": f"Bearer {API_KEY}"})
+            opened.append(tw)
+            await wait_places(srv, 3)
+
+            with pytest.raises(websockets.InvalidStatus) as ei:
+                await RTClient.connect(srv.url, key=API_KEY)
+            assert ei.value.response.status_code == 503
+            assert b"server_busy" in ei.value.response.body
+            with pytest.raises(websockets.InvalidStatus) as ei:
+                await websockets.connect(base_ws + "/v1/telephony/twilio", additional_headers={
+                    "Authorization": f"Bearer {API_KEY}"})
+            assert ei.value.response.status_code == 503
+            with pytest.raises(PermissionError, match="503"):
+                await RTCClient.connect(srv.base, API_KEY)
+
+            async with httpx.AsyncClient(timeout=10) as h:
+                r = await h.post(srv.base + "/v1/realtime/client_secrets",
+                                 headers={"Authorization": f"Bearer {API_KEY}"}, json={})
+            secret = r.json()["value"]
+            with pytest.raises(PermissionError, match="503"):
+                await RTCClient.connect(srv.base, secret)
+
+            await tw.stop()  # the phone call ends: one place frees
+            await asyncio.wait_for(tw.ws.wait_closed(), 10)
+            await wait_places(srv, 2)
+            c = await connect(srv, token=secret)  # the refused call's secret still works
+            opened.append(c)
+            await c.wait("session.created", 10)
+        finally:
+            for c in opened:
+                with contextlib.suppress(Exception):
+                    await c.close()
+    await no_live_calls(srv)
+    await wait_places(srv, 0)

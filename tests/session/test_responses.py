@@ -286,3 +286,72 @@ def test_never_a_delta_after_response_done_random_interleavings():
                     assert c.response_id not in done_ids
                 if isinstance(c, StartResponse):
                     rid = c.response_id
+
+
+def test_barge_in_over_a_finished_reply_still_playing_flushes_and_truncates():
+    """Stream mode (WebRTC, Twilio): the reply finished generating but only
+    its first 300 ms were heard; the caller talks over it -> the rest is
+    flushed and the item truncated to what was heard, in the same call."""
+    s = new_session("stream")
+    rid = _start(s)
+    item_id = of(s.response_chunk(rid, "speak", speak("one two three four", 1000), 1),
+                 AudioOut)[0].item_id
+    events(s.response_finished(rid, "completed", None, 2))
+    assert s.active_response_id is None
+    events(s.playback_progress(item_id, 300, 3))
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 3000}, 4)
+    assert not of(cmds, CancelResponse)  # nothing is generating any more
+    assert of(cmds, FlushAudio)[0].item_id == item_id
+    assert types(cmds) == ["input_audio_buffer.speech_started", "conversation.item.truncated",
+                           "output_audio_buffer.cleared"]
+    assert one(cmds, "conversation.item.truncated")["audio_end_ms"] == 300
+    assert one(cmds, "output_audio_buffer.cleared")["response_id"] == rid
+    # once cleared, more speech does not clear again
+    events(s.listen_event({"type": "speech_stopped", "audio_end_ms": 3500}, 5))
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 4000}, 6)
+    assert not of(cmds, FlushAudio)
+
+
+def test_speech_after_a_reply_has_played_out_flushes_nothing():
+    s = new_session("stream")
+    rid = _start(s)
+    item_id = of(s.response_chunk(rid, "speak", speak("hi", 400), 1), AudioOut)[0].item_id
+    events(s.response_finished(rid, "completed", None, 2))
+    assert types(s.playback_progress(item_id, 400, 3)) == ["output_audio_buffer.stopped"]
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 3000}, 4)
+    assert types(cmds) == ["input_audio_buffer.speech_started"] and not of(cmds, FlushAudio)
+
+
+def test_events_mode_never_flushes_a_finished_reply():
+    s = new_session()
+    rid = _start(s)
+    events(s.response_chunk(rid, "speak", speak("hi", 400), 1))
+    events(s.response_finished(rid, "completed", None, 2))
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 3000}, 4)
+    assert types(cmds) == ["input_audio_buffer.speech_started"] and not of(cmds, FlushAudio)
+
+
+def test_cancel_response_on_the_servers_behalf():
+    s = new_session("stream")
+    assert s.cancel_response("server_shutting_down", 0) == []
+    rid = _start(s)
+    events(s.response_chunk(rid, "speak", speak("hi", 400), 1))
+    cmds = s.cancel_response("server_shutting_down", 2)
+    assert of(cmds, CancelResponse)[0].response_id == rid and of(cmds, FlushAudio)
+    # the drain's reason is this server's own (not an SDK literal): read it unvalidated
+    done = [c.event for c in cmds if getattr(c, "event", {}).get("type") == "response.done"]
+    assert len(done) == 1 and done[0]["response"]["status"] == "cancelled"
+    assert done[0]["response"]["status_details"]["reason"] == "server_shutting_down"
+
+
+def test_listen_lost_ends_the_utterance_and_answers_pending_finals():
+    s = new_session()
+    events(s.listen_event({"type": "speech_started", "audio_start_ms": 100}, 0))
+    assert s.user_speaking
+    cmds = s.listen_lost(1)
+    assert not s.user_speaking
+    assert types(cmds)[:2] == ["input_audio_buffer.speech_stopped",
+                               "input_audio_buffer.committed"]
+    assert "conversation.item.input_audio_transcription.completed" in types(cmds)
+    assert not of(cmds, StartResponse)  # an empty transcript starts no response
+    assert s.listen_lost(2) == []

@@ -5,7 +5,7 @@
 callable returning one (or None while it is not up), so an app that starts the
 pipeline in its lifespan can hand in ``lambda: app.state.pipeline``.
 
-Error rules (DESIGN.md section 6):
+Error rules (docs/CONCEPTS.md, "Errors"):
 
 * Before the first byte an error is a real HTTP status with an OpenAI-style
   body ``{"error": {"message", "type", "code", "param"}}``.  To make that
@@ -49,6 +49,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .access import bearer_token, key_matches, origin_allowed
+
 log = logging.getLogger(__name__)
 
 SPEECH_FORMATS = ("pcm", "wav")
@@ -71,6 +73,7 @@ STATUS_OF = {
 
 DEFAULTS = {
     "api_keys": None,               # None: env VOICE_AGENT_API_KEYS
+    "allowed_origins": None,        # None: same host / loopback pages only
     "model": "voice-agent",
     "max_body_bytes": 1 << 20,
     "max_speech_chars": 4096,
@@ -276,15 +279,21 @@ class HttpApi:
         return p
 
     def _check_auth(self, request: Request) -> None:
+        """The Origin policy and the key, as on every transport
+        (:mod:`voice_server.transports.access`); ``api-key`` is accepted as
+        well as ``Authorization: Bearer`` (Azure-style clients)."""
+        origins = _setting(self.settings, "allowed_origins") or []
+        if not origin_allowed(request.headers.get("origin"), request.headers.get("host"), origins):
+            raise ApiError(403, "this Origin may not use the server (VOICE_AGENT_ALLOWED_ORIGINS)",
+                           code="origin_not_allowed")
         keys = _api_keys(self.settings)
         if not keys:
             return
-        auth = request.headers.get("authorization", "")
-        token = auth[7:].strip() if auth.lower().startswith("bearer ") else request.headers.get("api-key", "")
+        token = bearer_token(request.headers) or request.headers.get("api-key", "").strip()
         if not token:
             raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
                            "authentication_error", "missing_api_key")
-        if token not in keys:
+        if not key_matches(token, keys):
             raise ApiError(401, "invalid API key", "authentication_error", "invalid_api_key")
 
     async def _json(self, request: Request) -> dict:
@@ -351,6 +360,18 @@ class HttpApi:
                 if await request.is_disconnected():
                     turn.abort("client_disconnected")
                     raise ClientDisconnect() from None
+
+    async def _first_ok_event(self, request: Request, turn: _Turn):
+        """The runtime's first event, or the HTTP error it means (before the first
+        byte a failure is a status); a client that leaves aborts the turn."""
+        try:
+            first = await self._first_event(request, turn)
+        except BaseException:
+            turn.abort("client_disconnected")
+            raise
+        if first.kind in ("error", "cancelled"):
+            raise runtime_error(first)
+        return first
 
     def _deadline(self) -> float | None:
         v = _setting(self.settings, "response_deadline_s")
@@ -424,12 +445,10 @@ class HttpApi:
             for i, part in enumerate(parts):
                 await h.send(part if i == len(parts) - 1 else part + " ")
             await h.end_input()
-            first = await self._first_event(request, turn)
         except BaseException:
             turn.abort("client_disconnected")
             raise
-        if first.kind in ("error", "cancelled"):
-            raise runtime_error(first)
+        first = await self._first_ok_event(request, turn)
 
         resampler: dict = {}
 
@@ -581,13 +600,7 @@ class HttpApi:
                 max_tokens = 64
         h = await p.submit(payload, entry="think", route=["think"], deadline_s=self._deadline())
         turn = _Turn(p, h)
-        try:
-            first = await self._first_event(request, turn)
-        except BaseException:
-            turn.abort("client_disconnected")
-            raise
-        if first.kind in ("error", "cancelled"):
-            raise runtime_error(first)
+        first = await self._first_ok_event(request, turn)
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         headers = {"X-Request-Id": str(turn.rid), "Cache-Control": "no-cache"}

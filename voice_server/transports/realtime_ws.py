@@ -9,11 +9,14 @@ Before the upgrade is accepted, problems are HTTP statuses:
 After it, every problem is an ``error`` event and the session stays open -
 binary frames included (rejected through the session core, so they count
 against its rate limit) - except a message above ``ws_max_message_bytes``:
-an ``error`` ``message_too_large``, then close 1009 (voice_server.ws_protocol).
+an ``error`` ``message_too_large``, then close 1009
+(voice_server.third_party_patches).
 
 Auth: ``Authorization: Bearer KEY``, or for browsers the subprotocols
 ``realtime`` + ``openai-insecure-api-key.KEY`` (``realtime`` is echoed when
-offered).  Keys come from :class:`voice_server.settings.ServerSettings`.
+offered).  Keys come from :class:`voice_server.settings.ServerSettings`;
+Origin, keys, client secrets and ``max_sessions`` are judged by
+:func:`voice_server.transports.access.admit_session`, as on every transport.
 A client secret ``ek_...`` (``POST /v1/realtime/client_secrets``) works in
 either place instead of a key: single-use, expiring; its session config and
 session id apply to the session (401 ``invalid_client_secret`` otherwise).
@@ -23,66 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import secrets
-from urllib.parse import urlsplit
 
 from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
-from .client_secrets import is_client_secret
-from .runner import RunnerOptions, SessionRunner
-from .session import Session, SessionSettings
-from .session.config import apply_session_update
-from .session.errors import ClientError
-from .settings import LOOPBACK_HOSTS, ServerSettings
-from .ws_reader import read_websocket
+from ..runner import RunnerOptions, SessionRunner
+from ..session import Session, SessionSettings
+from ..session.config import apply_session_update
+from ..session.errors import ClientError
+from ..settings import ServerSettings
+from .access import Refusal, admit_session, bearer_token
+from .ws_reader import read_websocket, until_first
 
-log = logging.getLogger("voice_server.realtime_ws")
+log = logging.getLogger("voice_server.transports.realtime_ws")
 
 KEY_PROTOCOL_PREFIX = "openai-insecure-api-key."
-
-
-def _bearer(headers) -> str | None:
-    auth = headers.get("authorization")
-    if not auth:
-        return None
-    scheme, _, value = auth.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return value.strip() or None
-
-
-def _key_ok(key: str | None, keys: list[str]) -> bool:
-    if key is None:
-        return False
-    ok = False
-    for k in keys:  # no early exit: constant work per key
-        ok |= hmac.compare_digest(key.encode(), k.encode())
-    return ok
-
-
-def origin_allowed(origin: str | None, host_header: str | None, settings: ServerSettings) -> bool:
-    if origin is None:
-        return True  # not a browser
-    allowed = settings.allowed_origins
-    if "*" in allowed:
-        return True
-    if allowed:
-        return origin.rstrip("/") in {o.rstrip("/") for o in allowed}
-    if settings.auth_required:
-        return True  # the key authenticates the caller
-    # no key: only pages served from this host or from loopback may connect
-    o = urlsplit(origin)
-    host = (o.hostname or "").lower()
-    if host in LOOPBACK_HOSTS:
-        return True
-    if host_header:
-        return host == (urlsplit("//" + host_header).hostname or "").lower()
-    return False
 
 
 class RealtimeEndpoint:
@@ -92,22 +54,13 @@ class RealtimeEndpoint:
         self.pipeline = pipeline
         self.settings = settings
         self.runners: dict[str, SessionRunner] = {}
-        self._pending = 0  # accepted upgrades not yet registered
         self.secrets = None  # ClientSecretStore (build_app: app.state.client_secrets)
 
-    def _busy(self) -> bool:
-        """max_sessions counts the sessions of every transport (the pipeline's registry)."""
-        from .sessions import registry_for
-        n = max(len(registry_for(self.pipeline)), len(self.runners)) + self._pending
-        return n >= self.settings.max_sessions
-
-    async def _deny(self, ws: WebSocket, status: int, code: str, message: str,
-                    headers: dict | None = None) -> None:
-        body = {"error": {"type": "invalid_request_error", "code": code, "message": message,
-                          "param": None}}
+    async def _deny(self, ws: WebSocket, refusal: Refusal) -> None:
         try:
-            await ws.send_denial_response(JSONResponse(body, status_code=status,
-                                                       headers=headers))
+            await ws.send_denial_response(JSONResponse(refusal.body(),
+                                                       status_code=refusal.status,
+                                                       headers=refusal.headers))
         except RuntimeError:  # server without the denial-response extension: plain 403
             await ws.close(1008)
 
@@ -118,47 +71,29 @@ class RealtimeEndpoint:
     async def handle(self, ws: WebSocket) -> None:
         s = self.settings
         offered = list(ws.scope.get("subprotocols") or [])
-        if not origin_allowed(ws.headers.get("origin"), ws.headers.get("host"), s):
-            await ws.close(1008)  # before accept: HTTP 403
-            return
-        key = _bearer(ws.headers)
+        key = bearer_token(ws.headers)
         if key is None:
             key = next((p[len(KEY_PROTOCOL_PREFIX):] for p in offered
                         if p.startswith(KEY_PROTOCOL_PREFIX)), None)
-        secret = None
-        if is_client_secret(key):  # single-use ek_... (POST /v1/realtime/client_secrets)
-            if self._busy():  # do not burn the secret on a refusal
-                await self._deny(ws, 503, "server_busy",
-                                 f"Too many sessions ({s.max_sessions}); try again later.",
-                                 {"Retry-After": "5"})
-                return
-            store = self.secrets
-            if store is None:
-                store = getattr(getattr(ws.scope.get("app"), "state", None), "client_secrets",
-                                None)
-            secret = store.consume(key) if store is not None else None
-            if secret is None:
-                await self._deny(ws, 401, "invalid_client_secret",
-                                 "The client secret is unknown, expired or already used.",
-                                 {"WWW-Authenticate": "Bearer"})
-                return
-        elif s.auth_required:
-            if not _key_ok(key, s.api_keys):
-                await self._deny(ws, 401, "invalid_api_key",
-                                 "Missing or incorrect API key. Send 'Authorization: Bearer "
-                                 "KEY' or the subprotocol 'openai-insecure-api-key.KEY'.",
-                                 {"WWW-Authenticate": "Bearer"})
-                return
-        if self._busy():
-            await self._deny(ws, 503, "server_busy",
-                             f"Too many sessions ({s.max_sessions}); try again later.",
-                             {"Retry-After": "5"})
+        store = self.secrets
+        if store is None:
+            store = getattr(getattr(ws.scope.get("app"), "state", None), "client_secrets", None)
+        try:  # before accept: HTTP statuses (403 Origin, 401 key/secret, 503 busy)
+            admitted = admit_session(self.pipeline, s, origin=ws.headers.get("origin"),
+                                     host=ws.headers.get("host"), key=key, secrets=store)
+        except Refusal as refusal:
+            await self._deny(ws, refusal)
             return
-        self._pending += 1
+        try:
+            await self._run(ws, admitted.secret, offered, admitted.ticket)
+        finally:
+            admitted.ticket.release()
+
+    async def _run(self, ws: WebSocket, secret, offered: list, ticket) -> None:
+        s = self.settings
         try:
             await ws.accept(subprotocol="realtime" if "realtime" in offered else None)
         except Exception:  # noqa: BLE001 - client vanished during the handshake
-            self._pending -= 1
             return
         model = ws.query_params.get("model") or s.model
         dialect = "beta" if "realtime=v1" in (ws.headers.get("openai-beta") or "") else "ga"
@@ -184,17 +119,10 @@ class RealtimeEndpoint:
         runner = SessionRunner(session, self.pipeline, send_event, on_close=on_close,
                                options=RunnerOptions.from_settings(s), transport="websocket")
         self.runners[session.session_id] = runner
-        self._pending -= 1
         try:
             await runner.start()
-            reader = asyncio.ensure_future(self._read(ws, runner))
-            closed = asyncio.ensure_future(runner.wait_closed())
-            await asyncio.wait({reader, closed}, return_when=asyncio.FIRST_COMPLETED)
-            for t in (reader, closed):
-                if not t.done():
-                    t.cancel()
-                    with contextlib.suppress(BaseException):
-                        await t
+            ticket.release()  # the registered runner counts itself now
+            await until_first(self._read(ws, runner), runner.wait_closed())
         finally:
             try:
                 await runner.close()
@@ -225,4 +153,4 @@ def realtime_route(pipeline, settings: ServerSettings,
     return WebSocketRoute(path, ep), ep
 
 
-__all__ = ["RealtimeEndpoint", "realtime_route", "origin_allowed"]
+__all__ = ["RealtimeEndpoint", "realtime_route", "KEY_PROTOCOL_PREFIX"]

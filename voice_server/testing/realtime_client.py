@@ -1,5 +1,5 @@
-"""A minimal Realtime test client over `websockets`: collects every server
-event and lets a test wait for one that matches."""
+"""A minimal Realtime client over ``websockets``: collects every server event
+and lets a test wait for one that matches (:class:`RTClient`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 
 import websockets
 
-from .conftest import API_KEY
+from . import TEST_API_KEY
+from .events import NoMatch, next_match
 
 
 class RTClient:
@@ -22,7 +23,7 @@ class RTClient:
         self.closed: BaseException | None = None
 
     @classmethod
-    async def connect(cls, url: str, key: str | None = API_KEY, **kw) -> "RTClient":
+    async def connect(cls, url: str, key: str | None = TEST_API_KEY, **kw) -> "RTClient":
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         ws = await websockets.connect(url + "?model=test", additional_headers=headers,
                                       max_size=None, **kw)
@@ -45,26 +46,15 @@ class RTClient:
 
     async def wait(self, type_: str, pred=None, timeout: float = 20.0, start: int = 0) -> dict:
         """First event (index >= start) of this type matching pred."""
-        deadline = time.monotonic() + timeout
-        i = start
-        while True:
-            while i < len(self.events):
-                ev = self.events[i]
-                i += 1
-                if ev["type"] == type_ and (pred is None or pred(ev)):
-                    return ev
-            if self.closed is not None and i >= len(self.events):
-                raise AssertionError(f"connection closed waiting for {type_}: "
-                                     f"{[e['type'] for e in self.events[-10:]]}")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"timeout waiting for {type_}; last events: "
-                                     f"{[e['type'] for e in self.events[-15:]]}")
-            self._new.clear()
-            try:
-                await asyncio.wait_for(self._new.wait(), left)
-            except asyncio.TimeoutError:
-                pass
+        try:
+            return (await next_match(
+                self.events, self._new,
+                lambda ev: ev["type"] == type_ and (pred is None or pred(ev)), start, timeout,
+                closed=lambda: self.closed is not None))[1]
+        except NoMatch as e:
+            what = "connection closed" if e.closed else "timeout"
+            raise AssertionError(f"{what} waiting for {type_}; last events: "
+                                 f"{[e['type'] for e in self.events[-15:]]}") from None
 
     def index(self, ev: dict) -> int:
         return next(i for i, e in enumerate(self.events) if e is ev)

@@ -18,15 +18,17 @@ Signalling (HTTP, JSON errors shaped like OpenAI's
   sends it instead of the real key (``Authorization: Bearer ek_...``) and gets
   the session configured at mint time.
 
-Auth is the WebSocket's: ``Authorization: Bearer KEY`` with a configured key,
-or a live client secret (the only way a browser should authenticate when keys
-are configured).  Minting requires the real key.
+Auth is the WebSocket's (:mod:`voice_server.transports.access`):
+``Authorization: Bearer KEY`` with a configured key, or a live client secret
+(the only way a browser should authenticate when keys are configured), which
+is spent only when the call gets a place (a 503 leaves it usable).  Minting
+requires the real key.
 
 Media and events:
 
 * The client's microphone track (Opus, decoded by aiortc, 48 kHz) goes to
   ``Session.input_audio`` (the session resamples it).
-* One audio track back: :class:`voice_server.webrtc_audio.PacedAudioTrack`,
+* One audio track back: :class:`voice_server.transports.webrtc_audio.PacedAudioTrack`,
   paced in real time (20 ms frames); the session runs with
   ``audio_out_mode="stream"``: ``AudioOut`` fills the track's queue,
   ``FlushAudio`` (barge-in, ``output_audio_buffer.clear``) empties it at once,
@@ -39,7 +41,8 @@ Media and events:
   binary data that is not UTF-8 gets an ``error`` (``message_too_large``,
   ``invalid_json``) through the session core (rate limited like events) and
   the call goes on; so does a text message that is not valid UTF-8
-  (:func:`guard_text_decoding`: aiortc would otherwise end the call).
+  (:func:`voice_server.third_party_patches.guard_text_decoding`: aiortc would
+  otherwise end the call).
   Server events produced before the channel opens are held (bounded) and
   sent when it opens, so ``session.created`` is always the first.
 * A peer connection that fails or closes, a DELETE, or a session ``Close``
@@ -48,7 +51,7 @@ Media and events:
 ICE: ``ServerSettings.ice_servers`` (default none - aiortc's public STUN
 default is never used) and ``ice_hosts`` (env ``VOICE_AGENT_ICE_HOSTS``): the
 exact host addresses to offer, e.g. ``127.0.0.1`` on a loopback-only host
-(see :mod:`voice_server.webrtc_ice`).  The answer carries all candidates
+(see :mod:`voice_server.transports.webrtc_ice`).  The answer carries all candidates
 (no trickle ICE).
 """
 
@@ -66,18 +69,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..runner import RunnerOptions, SessionRunner
+from ..session import Session, SessionSettings
+from ..session.config import apply_session_update, session_to_wire
+from ..session.errors import ClientError
+from ..settings import ServerSettings
+from ..third_party_patches import guard_text_decoding, low_latency_audio_receiver, offered_hosts
+from .access import (KEY_HELP, Admitted, Refusal, admit_session, bearer_token, key_matches,
+                     origin_allowed, origin_refusal)
 from .client_secrets import ClientSecretStore, is_client_secret
-from .realtime_ws import _bearer, _key_ok, origin_allowed
-from .runner import RunnerOptions, SessionRunner
-from .session import Session, SessionSettings
-from .session.config import apply_session_update, session_to_wire
-from .session.errors import ClientError
-from .settings import ServerSettings
 from .webrtc_audio import PacedAudioTrack, frame_to_mono
-from .webrtc_ice import (low_latency_audio_receiver, offered_hosts, parse_hosts,
-                         rtc_configuration)
+from .webrtc_ice import parse_hosts, rtc_configuration
 
-log = logging.getLogger("voice_server.webrtc")
+log = logging.getLogger("voice_server.transports.webrtc")
 
 EVENTS_LABEL = "oai-events"
 MAX_SDP_BYTES = 64 * 1024
@@ -92,43 +96,16 @@ def _error(status: int, code: str, message: str, type_: str = "invalid_request_e
                                    "param": param}}, status_code=status, headers=headers)
 
 
+def _refused(refusal: Refusal) -> JSONResponse:
+    return JSONResponse(refusal.body(), status_code=refusal.status, headers=refusal.headers)
+
+
 def _utf8_size(msg: str | bytes) -> int:
     """Bytes of a data-channel message as it was on the wire (aiortc hands
     text messages over decoded)."""
     if isinstance(msg, str):
         return len(msg.encode("utf-8", "surrogatepass"))
     return len(msg)
-
-
-def guard_text_decoding(sctp) -> bool:
-    """Hand a data-channel text message that is not valid UTF-8 over as bytes.
-
-    aiortc decodes text messages (string PPID) inside its SCTP receive path;
-    a UnicodeDecodeError there goes up through the DTLS transport's receive
-    task and ends it - the client could kill its own call with one bad
-    message, with no error event.  Re-tagged as binary, the message reaches
-    :meth:`Call.on_channel_message`, which rejects it (``invalid_json``) and
-    the call goes on.  aiortc has no hook for this, so it wraps a private
-    method of this one transport: returns False (and changes nothing) when
-    this aiortc version lays it out differently.
-    """
-    try:
-        from aiortc.rtcsctptransport import WEBRTC_BINARY, WEBRTC_STRING
-        original = sctp._receive
-    except (ImportError, AttributeError) as exc:
-        log.warning("data-channel UTF-8 guard not applied: %r", exc)
-        return False
-
-    async def receive(stream_id: int, pp_id: int, data: bytes) -> None:
-        if pp_id == WEBRTC_STRING:
-            try:
-                data.decode("utf-8")
-            except UnicodeDecodeError:
-                pp_id = WEBRTC_BINARY
-        await original(stream_id, pp_id, data)
-
-    sctp._receive = receive
-    return True
 
 
 class Call:
@@ -306,55 +283,35 @@ class Call:
 
 
 class WebRTCEndpoint:
-    def __init__(self, pipeline, settings: ServerSettings, realtime=None,
-                 secrets_store: ClientSecretStore | None = None) -> None:
+    def __init__(self, pipeline, settings: ServerSettings,
+                 secrets_store: ClientSecretStore) -> None:
         self.pipeline = pipeline
         self.settings = settings
-        self.realtime = realtime  # the WebSocket endpoint: sessions count together
-        self.secrets = secrets_store or ClientSecretStore(
-            default_ttl_s=getattr(settings, "client_secret_ttl_s", 60.0))
+        self.secrets = secrets_store  # shared with the WebSocket (app.state.client_secrets)
         self.ice_hosts = parse_hosts(settings.ice_hosts)  # ValueError: not IP literals
         self.calls: dict[str, Call] = {}
-        self._pending = 0
 
     # ----------------------------------------------------------------- auth
     def _check_origin(self, request: Request) -> JSONResponse | None:
         if not origin_allowed(request.headers.get("origin"), request.headers.get("host"),
-                              self.settings):
-            return _error(403, "origin_not_allowed", "This Origin may not use the server.")
+                              self.settings.allowed_origins):
+            return _refused(origin_refusal())
         return None
 
-    def _auth(self, request: Request, allow_secret: bool):
-        """-> (ok, client_secret or None, error response)."""
-        key = _bearer(request.headers)
-        if allow_secret and is_client_secret(key):
-            sec = self.secrets.consume(key)
-            if sec is None:
-                return False, None, _error(401, "invalid_client_secret",
-                                           "The client secret is unknown, expired or already "
-                                           "used.", headers={"WWW-Authenticate": "Bearer"})
-            return True, sec, None
-        if not self.settings.auth_required or _key_ok(key, self.settings.api_keys):
-            return True, None, None
-        return False, None, _error(401, "invalid_api_key", "Missing or incorrect API key. Send "
-                                   "'Authorization: Bearer KEY' (or a client secret ek_...).",
-                                   headers={"WWW-Authenticate": "Bearer"})
-
-    def _live_sessions(self) -> int:
-        """Sessions of every transport (the per-pipeline registry) + handshakes in flight."""
-        from .sessions import registry_for
-        n = max(len(registry_for(self.pipeline)), len(self.calls)) + self._pending
-        if self.realtime is not None:
-            n += getattr(self.realtime, "_pending", 0)
-        return n
+    def _key_error(self, request: Request) -> JSONResponse | None:
+        """The real key (no client secret): None when it is good or none is needed."""
+        s = self.settings
+        if not s.auth_required or key_matches(bearer_token(request.headers), s.api_keys):
+            return None
+        return _error(401, "invalid_api_key", KEY_HELP, headers={"WWW-Authenticate": "Bearer"})
 
     # --------------------------------------------------------- client secret
     async def client_secrets(self, request: Request) -> Response:
         bad = self._check_origin(request)
         if bad is not None:
             return bad
-        ok, _, err = self._auth(request, allow_secret=False)
-        if not ok:
+        err = self._key_error(request)
+        if err is not None:
             return err
         body: Any = {}
         raw = await request.body()
@@ -407,9 +364,9 @@ class WebRTCEndpoint:
         if ctype.startswith("multipart/"):
             return _error(415, "unsupported_content_type", "Send the SDP offer as the body "
                           "with Content-Type: application/sdp.")
-        if not is_client_secret(_bearer(request.headers)):
-            ok, _, err = self._auth(request, allow_secret=False)
-            if not ok:
+        if not is_client_secret(bearer_token(request.headers)):
+            err = self._key_error(request)  # a bad key is a 401 whatever the body
+            if err is not None:
                 return err
         raw = b""
         async for chunk in request.stream():
@@ -424,24 +381,24 @@ class WebRTCEndpoint:
         if not sdp.lstrip().startswith("v=0"):
             return _error(400, "invalid_offer", "The body is not an SDP offer (it must start "
                           "with 'v=0').")
-        # a client secret is burnt only by a plausible offer
-        ok, secret, err = self._auth(request, allow_secret=True)
-        if not ok:
-            return err
-        if self._live_sessions() >= self.settings.max_sessions:
-            return _error(503, "server_busy", f"Too many sessions ({self.settings.max_sessions})"
-                          "; try again later.", type_="server_error",
-                          headers={"Retry-After": "5"})
-        self._pending += 1
+        # a client secret is spent only by a plausible offer that got a place
         try:
-            return await self._answer(request, sdp, secret)
+            admitted = admit_session(self.pipeline, self.settings,
+                                     origin=request.headers.get("origin"),
+                                     host=request.headers.get("host"),
+                                     key=bearer_token(request.headers), secrets=self.secrets)
+        except Refusal as refusal:
+            return _refused(refusal)
+        try:
+            return await self._answer(request, sdp, admitted)
         finally:
-            self._pending -= 1
+            admitted.ticket.release()
 
-    async def _answer(self, request: Request, sdp: str, secret) -> Response:
+    async def _answer(self, request: Request, sdp: str, admitted: Admitted) -> Response:
         from aiortc import RTCPeerConnection, RTCSessionDescription
 
         s = self.settings
+        secret = admitted.secret
         sess_cfg = dict(secret.session) if secret is not None else {}
         session_id = sess_cfg.pop("_session_id", None) or "sess_" + secrets.token_hex(10)
         config = self._base_config(request.query_params.get("model"))
@@ -492,6 +449,7 @@ class WebRTCEndpoint:
         call.runner = runner
         self.calls[call_id] = call
         await runner.start()
+        admitted.ticket.release()  # the registered runner counts itself now
         call.spawn(call.watch_connect(), "connect-watch")
         call.spawn(self._watch_runner(call), "runner-watch")
         if pc.connectionState in ("failed", "closed"):
@@ -525,10 +483,9 @@ class _BadOffer(Exception):
     pass
 
 
-def webrtc_routes(pipeline, settings: ServerSettings, realtime=None,
-                  secrets_store: ClientSecretStore | None = None) \
+def webrtc_routes(pipeline, settings: ServerSettings, secrets_store: ClientSecretStore) \
         -> tuple[list[Route], WebRTCEndpoint]:
-    ep = WebRTCEndpoint(pipeline, settings, realtime, secrets_store)
+    ep = WebRTCEndpoint(pipeline, settings, secrets_store)
     routes = [
         Route("/v1/realtime/calls", ep.create_call, methods=["POST"]),
         Route("/v1/realtime/calls/{call_id}", ep.delete_call, methods=["DELETE"]),

@@ -7,14 +7,13 @@
 * events: the ``oai-events`` data channel, JSON both ways.
 
 Loopback-only: ICE with no STUN server (``RTCConfiguration(iceServers=[])``)
-and host candidates on 127.0.0.1 (``voice_server.webrtc_ice.offered_hosts``),
+and host candidates on 127.0.0.1 (``voice_server.third_party_patches.offered_hosts``),
 matching a server run with ``VOICE_AGENT_ICE_HOSTS=127.0.0.1``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 
@@ -24,12 +23,34 @@ from aiortc import RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from voice_server.audio_codec import resample
-from voice_server.webrtc_audio import FramePacer, audio_frame, frame_to_mono
-from voice_server.webrtc_ice import low_latency_audio_receiver, offered_hosts, rtc_configuration
+from voice_server.transports.webrtc_audio import FramePacer, audio_frame, frame_to_mono
+from voice_server.third_party_patches import low_latency_audio_receiver, offered_hosts
+from voice_server.transports.webrtc_ice import rtc_configuration
+
+from .events import NoMatch, next_match
 
 RATE = 48000
 FRAME = RATE // 50
 AUDIBLE = 200  # peak above this: speech, not Opus noise on silence
+
+
+async def offer_call(pc, base_url: str, token: str | None,
+                     timeout: float = 20.0) -> httpx.Response:
+    """Offer ``pc`` (host candidates on 127.0.0.1 only) with ``POST
+    /v1/realtime/calls``; on 201 the answer is applied.  Returns the response,
+    whatever its status, for the caller to judge."""
+    offer = await pc.createOffer()
+    with offered_hosts(["127.0.0.1"]):
+        await pc.setLocalDescription(offer)
+    headers = {"Content-Type": "application/sdp"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    async with httpx.AsyncClient(timeout=timeout) as h:
+        r = await h.post(base_url.rstrip("/") + "/v1/realtime/calls",
+                         content=pc.localDescription.sdp, headers=headers)
+    if r.status_code == 201:
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=r.text, type="answer"))
+    return r
 
 
 class MicTrack(MediaStreamTrack):
@@ -107,20 +128,11 @@ class RTCClient:
         tr = pc.addTransceiver(self.mic, direction="sendrecv")
         if self.low_latency:
             low_latency_audio_receiver(tr.receiver)
-        offer = await pc.createOffer()
-        with offered_hosts(["127.0.0.1"]):
-            await pc.setLocalDescription(offer)
-        headers = {"Content-Type": "application/sdp"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        async with httpx.AsyncClient(timeout=20) as h:
-            r = await h.post(self.base_url + "/v1/realtime/calls", content=pc.localDescription.sdp,
-                             headers=headers)
+        r = await offer_call(pc, self.base_url, self.token)
         self.status = r.status_code
         if r.status_code != 201:
             raise PermissionError(f"{r.status_code} {r.text}")
         self.location = r.headers.get("location")
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=r.text, type="answer"))
 
     async def _read(self, track) -> None:
         while True:
@@ -145,19 +157,10 @@ class RTCClient:
         if isinstance(pred, str):
             name = pred
             pred = lambda e: e["type"] == name  # noqa: E731
-        end = time.monotonic() + timeout
-        i = start
-        while True:
-            while i < len(self.events):
-                if pred(self.events[i]):
-                    return self.events[i]
-                i += 1
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no matching event; got {self.types()[-20:]}")
-            self.new.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.new.wait(), left)
+        try:
+            return (await next_match(self.events, self.new, pred, start, timeout))[1]
+        except NoMatch:
+            raise TimeoutError(f"no matching event; got {self.types()[-20:]}") from None
 
     # --------------------------------------------------------------- audio
     def audible(self, t0: float = 0.0, t1: float = float("inf")) -> list[float]:

@@ -1,7 +1,7 @@
 """The one receive loop of the server's WebSocket transports.
 
-``/v1/realtime`` (:mod:`voice_server.realtime_ws`) and the Twilio media
-stream (:mod:`voice_server.twilio`) read their socket the same way: receive,
+``/v1/realtime`` (:mod:`voice_server.transports.realtime_ws`) and the Twilio media
+stream (:mod:`voice_server.transports.twilio`) read their socket the same way: receive,
 a disconnect ends the loop, a text frame goes to the transport's handler, a
 binary frame is rejected (neither protocol has binary messages).  Keeping
 that loop in one place keeps the two from drifting apart - e.g. one of them
@@ -15,13 +15,15 @@ the session (the session core reports every client mistake itself).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import logging
 from typing import Awaitable, Callable, Optional, Union
 
 from starlette.websockets import WebSocket
 
-log = logging.getLogger("voice_server.ws_reader")
+log = logging.getLogger("voice_server.transports.ws_reader")
 
 TextHandler = Callable[[str], Union[Awaitable[None], None]]
 BytesHandler = Callable[[bytes], None]
@@ -55,4 +57,19 @@ async def read_websocket(ws: WebSocket, on_text: TextHandler, on_bytes: BytesHan
             return
 
 
-__all__ = ["read_websocket"]
+async def until_first(*aws: Awaitable) -> None:
+    """Run ``aws`` side by side until the first one ends (the client's reader,
+    or the session's own end), then cancel and wait for the others - also when
+    this call itself is cancelled."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            if not t.done():
+                t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t
+
+
+__all__ = ["read_websocket", "until_first"]

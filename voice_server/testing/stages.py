@@ -1,4 +1,7 @@
-"""Test doubles of models (not of the runtime): tiny executors with known behaviour."""
+"""Stand-ins for models (never for the runtime): tiny executors with known
+behaviour, for the runtime's tests (Echo, Tag, Counter, Doubler, Crash) and
+its benchmark (Identity, Stamper).  Referenced from pipeline configs as
+``voice_server.testing.stages:NAME``."""
 
 from __future__ import annotations
 
@@ -138,3 +141,44 @@ class Crash(BatchExecutor):
 
     def load(self) -> None:
         raise RuntimeError("test: this stage cannot load")
+
+
+class Identity(BatchExecutor):
+    def execute(self, items: list[WorkItem]) -> list:
+        return [it.payload for it in items]
+
+
+class Countdown(ARExecutor):
+    """An AR stand-in whose every request runs a set number of steps (set by
+    ``prefill`` in a subclass), one chunk (``chunk()``) per step, each step
+    sleeping ``step_ms``."""
+
+    def __init__(self, step_ms: float = 0.0, **args) -> None:
+        super().__init__(**args)
+        self.step_ms = float(step_ms)
+        self.left: dict[int, int] = {}
+
+    def chunk(self):
+        raise NotImplementedError
+
+    def step(self, request_ids: list[int]) -> dict:
+        if self.step_ms:
+            time.sleep(self.step_ms / 1000)
+        out = {}
+        for rid in request_ids:
+            self.left[rid] -= 1
+            out[rid] = StepResult(chunk=self.chunk(), finished=self.left[rid] <= 0)
+        return out
+
+    def release(self, request_id: int) -> None:
+        self.left.pop(request_id, None)
+
+
+class Stamper(Countdown):
+    """Emits payload['n'] chunks, each carrying the monotonic time it was produced."""
+
+    def prefill(self, item: WorkItem) -> None:
+        self.left[item.request_id] = int((item.payload or {}).get("n", 10))
+
+    def chunk(self) -> float:
+        return time.monotonic()

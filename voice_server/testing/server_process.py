@@ -1,4 +1,5 @@
-"""A ``voice-agent serve`` in a process of its own, for benchmarks that load it.
+"""A ``voice-agent serve`` in a process of its own, for benchmarks (and the soak
+test) that load it.
 
 Why not in-process: a soak measures the server's memory and file descriptors;
 callers running in the same process (holding every event they received) would
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (configs/ lives there)
 
 
 def free_port() -> int:

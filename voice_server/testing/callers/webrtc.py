@@ -17,7 +17,7 @@ its ``output_audio_buffer.cleared`` (audio that outlived a barge-in).
 
 ICE: no STUN server, host candidate 127.0.0.1 (the bench server binds
 loopback and is configured with ``ice_hosts=["127.0.0.1"]``).  Both ends use
-the low-latency receive buffer (``voice_server.webrtc_ice``).
+the low-latency receive buffer (``voice_server.third_party_patches``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from benchmarks.caller_transport import CallerTransport
+from .base import CallerTransport
 from voice_server.audio_codec import StreamResampler
 
 RATE = 48000
@@ -49,7 +49,7 @@ def http_base(url: str) -> str:
 
 def _mic_track_class():
     from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-    from voice_server.webrtc_audio import FramePacer, audio_frame
+    from voice_server.transports.webrtc_audio import FramePacer, audio_frame
 
     class QueueMicTrack(MediaStreamTrack):
         """Plays what was queued, in real time; silence when nothing is queued."""
@@ -93,11 +93,12 @@ class WebRTCTransport(CallerTransport):
         self.pc = None
 
     async def connect(self) -> None:
-        import httpx
-        from aiortc import RTCPeerConnection, RTCSessionDescription
-        from voice_server.webrtc_audio import frame_to_mono
-        from voice_server.webrtc_ice import (low_latency_audio_receiver, offered_hosts,
-                                             rtc_configuration)
+        from aiortc import RTCPeerConnection
+        from voice_server.third_party_patches import low_latency_audio_receiver
+        from voice_server.transports.webrtc_audio import frame_to_mono
+        from voice_server.transports.webrtc_ice import rtc_configuration
+
+        from ..rtc_client import offer_call
 
         self.pc = pc = RTCPeerConnection(rtc_configuration([]))
         self.mic = _mic_track_class()()
@@ -155,18 +156,9 @@ class WebRTCTransport(CallerTransport):
 
         tr = pc.addTransceiver(self.mic, direction="sendrecv")
         low_latency_audio_receiver(tr.receiver)
-        offer = await pc.createOffer()
-        with offered_hosts(["127.0.0.1"]):
-            await pc.setLocalDescription(offer)
-        headers = {"Content-Type": "application/sdp"}
-        if self.key:
-            headers["Authorization"] = f"Bearer {self.key}"
-        async with httpx.AsyncClient(timeout=30) as h:
-            r = await h.post(self.base + "/v1/realtime/calls", content=pc.localDescription.sdp,
-                             headers=headers)
+        r = await offer_call(pc, self.base, self.key, timeout=30)
         if r.status_code != 201:
             raise ConnectionError(f"POST /v1/realtime/calls: {r.status_code} {r.text[:200]}")
-        await pc.setRemoteDescription(RTCSessionDescription(sdp=r.text, type="answer"))
         await asyncio.wait_for(opened.wait(), 20)
 
     def _release(self, rid) -> None:

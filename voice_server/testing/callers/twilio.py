@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from benchmarks.caller_transport import CallerTransport
+from .base import CallerTransport, RealtimeWSTransport
 from voice_server.audio_codec import mulaw_encode
 
 IN_RATE = 24000
@@ -178,7 +178,6 @@ class RealtimeWSPcmuTransport:
     the narrowband input (VAD/ASR on telephone audio)."""
 
     def __init__(self, url: str, key: str | None) -> None:
-        from benchmarks.realtime_bench import RealtimeWSTransport
         self.inner = RealtimeWSTransport(url, key)
         self.dec = Decimator()
 

@@ -1,19 +1,27 @@
-"""Test doubles for the fault-injection server (tests/server/fault-pipeline.yaml).
+"""Stand-ins for the voice models, for servers whose reply a test must control
+(tests/server/fault-pipeline.yaml, tests/server/drain-pipeline.yaml).
 
 * :class:`ScriptedThinker` - an AR "thinker" that streams a fixed reply one
   word per step (no model: starts at once, costs no CPU).
 * :class:`FailAfterFirstChunk` - the real speak stage, except that every
   odd-numbered request it sees (1st, 3rd, ...) fails right after its first
   audio chunk was emitted, i.e. mid-stream, after the client heard audio.
+* :class:`CountedThinker` - a thinker whose reply length the client picks:
+  the last user message ``"words=N"`` makes the reply N words long, one word
+  per step of ``step_ms`` (so one server run can have a turn that ends inside
+  the drain's grace period and one that outlives it).
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.speak import SpeakExecutor
+
+from .stages import Countdown
 
 REPLY = ("Hello there, this is the first part of my answer. "
          "And here comes a second sentence that never gets spoken. "
@@ -80,3 +88,24 @@ class FailAfterFirstChunk(SpeakExecutor):
                     self.emitted[rid] = before + len(res)
             out.append(res)
         return out
+
+
+class CountedThinker(Countdown):
+    def __init__(self, step_ms: float = 20.0, **args) -> None:
+        super().__init__(step_ms=step_ms, **args)
+
+    def prefill(self, item: WorkItem) -> None:
+        n = 5
+        msgs = (item.payload or {}).get("messages") or []
+        for m in reversed(msgs):
+            c = m.get("content")
+            text = c if isinstance(c, str) else " ".join(
+                str(p.get("text", "")) for p in (c or []) if isinstance(p, dict))
+            hit = re.search(r"words=(\d+)", text or "")
+            if hit:
+                n = max(1, int(hit.group(1)))
+                break
+        self.left[item.request_id] = n
+
+    def chunk(self) -> str:
+        return "word "

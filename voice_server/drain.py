@@ -1,17 +1,6 @@
-"""The registry of live sessions, and the graceful drain that uses it.
+"""The graceful drain on SIGTERM / SIGINT, over the session registry.
 
-Every :class:`voice_server.runner.SessionRunner` registers itself when it
-starts and unregisters when it has closed (``SessionRunner.start`` /
-``close``), whatever the transport; the registry is per pipeline::
-
-    reg = registry_for(pipeline)
-    reg.list()          # [{"id", "transport", "state", "active_response_id", ...}, ...]
-    reg.draining        # True once a drain began: no new sessions or requests
-
-Registering also counts the session in the Prometheus gauges
-(:func:`voice_server.metrics.session_opened` / ``session_closed``).
-
-Drain (``voice_server.app.serve`` runs it on SIGTERM / SIGINT)::
+``voice_server.app.serve`` installs it (:func:`install_signal_drain`)::
 
     await drain(pipeline, grace_s=10)
 
@@ -37,104 +26,18 @@ import asyncio
 import contextlib
 import logging
 import time
-import weakref
-from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket
 
-from runtime.heap import HeapTrimmer
+from .session_registry import registry_for
 
-from . import metrics
-
-log = logging.getLogger("voice_server.sessions")
+log = logging.getLogger("voice_server.drain")
 
 SHUTDOWN_CODE = "server_shutting_down"
 SHUTDOWN_MESSAGE = "The server is shutting down; this session will be closed."
 
 
-_trimmer = HeapTrimmer(min_interval_s=30.0)
-
-
-class SessionRegistry:
-    def __init__(self) -> None:
-        self.runners: dict[str, Any] = {}
-        self.draining = False
-
-    def register(self, runner) -> None:
-        sid = runner.session.session_id
-        if sid in self.runners:
-            return
-        self.runners[sid] = runner
-        metrics.session_opened(getattr(runner, "transport", "other"))
-
-    def unregister(self, runner) -> None:
-        sid = runner.session.session_id
-        if self.runners.get(sid) is runner:
-            del self.runners[sid]
-            metrics.session_closed(getattr(runner, "transport", "other"))
-            # a closed session's buffers are free now; without a trim the server's
-            # RSS stays at its busiest moment (runtime.heap)
-            _trimmer.request()
-
-    def get(self, session_id: str):
-        return self.runners.get(session_id)
-
-    def __len__(self) -> int:
-        return len(self.runners)
-
-    def list(self) -> list[dict]:
-        return [describe(r) for r in list(self.runners.values())]
-
-
-_registries: "weakref.WeakKeyDictionary[Any, SessionRegistry]" = weakref.WeakKeyDictionary()
-_plain: dict[int, SessionRegistry] = {}  # pipelines that cannot be weakly referenced
-
-
-def registry_for(pipeline) -> SessionRegistry:
-    try:
-        reg = _registries.get(pipeline)
-        if reg is None:
-            reg = _registries[pipeline] = SessionRegistry()
-        return reg
-    except TypeError:
-        return _plain.setdefault(id(pipeline), SessionRegistry())
-
-
-def register(runner) -> None:
-    registry_for(runner.pipeline).register(runner)
-
-
-def unregister(runner) -> None:
-    registry_for(runner.pipeline).unregister(runner)
-
-
-def describe(runner) -> dict:
-    s = runner.session
-    if runner.closed or getattr(runner, "_closing", None) is not None:
-        state = "closing"
-    elif s.active_response_id is not None:
-        state = "responding"
-    elif getattr(s, "_speech_item", None) is not None:
-        state = "user_speaking"
-    else:
-        state = "idle"
-    if getattr(runner, "draining", False) and state != "closing":
-        state = "draining:" + state
-    started = getattr(runner, "started_at", None)
-    return {
-        "id": s.session_id,
-        "transport": getattr(runner, "transport", "other"),
-        "state": state,
-        "active_response_id": s.active_response_id,
-        "started_at": None if started is None else round(started, 3),
-        "age_s": None if started is None else round(time.time() - started, 3),
-        "live_requests": {str(rid): kind for rid, kind in list(runner._live.items())},
-        "model": getattr(s.settings, "model", None),
-    }
-
-
-# ----------------------------------------------------------------------------- drain
 class DrainGate:
     """ASGI middleware: while the registry is draining, new requests get 503."""
 
@@ -166,12 +69,12 @@ class DrainGate:
 
 def _busy(pipeline, runners: list) -> list[int]:
     """Request ids that are turns in progress (everything but sessions' listen streams)."""
-    listen = {rid for r in runners for rid, kind in list(r._live.items()) if kind == "listen"}
+    listen = {rid for r in runners for rid, kind in r.live_requests.items() if kind == "listen"}
     live = getattr(getattr(pipeline, "coordinator", None), "live", None)
     if live is None:
-        live = {rid: None for r in runners for rid in r._live}
+        live = {rid: None for r in runners for rid in r.live_requests}
     busy = [rid for rid in list(live) if rid not in listen]
-    busy += [1 for r in runners if r._responses and not r._live]  # about to submit
+    busy += [1 for r in runners if r.response_pending_submit]  # about to submit
     return busy
 
 
@@ -195,7 +98,7 @@ async def drain(pipeline, grace_s: float = 10.0, *, force: asyncio.Event | None 
     log.info("drain: %d session(s), %d turn(s) still running after %.1f s; closing",
              len(runners), len(left), time.monotonic() - t0)
     for r in runners:
-        if not getattr(r, "draining", False):  # opened while the drain began
+        if not r.draining:  # opened while the drain began
             r.begin_drain(SHUTDOWN_CODE, SHUTDOWN_MESSAGE)
     if runners:
         done, pending = await asyncio.wait(
@@ -252,5 +155,4 @@ def install_signal_drain(pipeline, grace_s: float, stop, signals=None):
     return remove
 
 
-__all__ = ["SessionRegistry", "install_signal_drain", "registry_for", "register", "unregister", "describe", "drain",
-           "DrainGate", "SHUTDOWN_CODE"]
+__all__ = ["install_signal_drain", "drain", "DrainGate", "SHUTDOWN_CODE"]

@@ -24,10 +24,9 @@ and :class:`SessionRunner` unchanged; this module only translates:
   has played: the echo becomes ``runner.playback_progress(item_id, ms)``, so
   the session knows what the caller heard and barge-in truncates to it.
 * ``FlushAudio`` (barge-in) -> every queued frame of the item is dropped and
-  ``clear`` is sent next.  The core flushes only an active response; when the
-  caller starts talking while a finished reply is still playing (unechoed
-  marks), the bridge sends the session ``output_audio_buffer.clear`` (same
-  FlushAudio + truncation to what was heard).  After a ``clear``, marks
+  ``clear`` is sent next.  The session core flushes an active response, and
+  also a finished reply that is still playing (the marks tell it what was
+  heard), so a caller who talks over it silences it.  After a ``clear``, marks
   outstanding at that moment are ignored when Twilio echoes them (they were
   cleared, not heard).  No ``media`` of the old reply follows the ``clear``.
 * ``stop`` or socket close -> ``runner.close()`` (aborts every request).
@@ -45,7 +44,10 @@ Authentication of the stream: a valid ``Authorization: Bearer KEY`` (server
 API keys), or - when ``twilio_auth_token`` is configured - a valid
 ``X-Twilio-Signature`` on the upgrade request (Twilio signs the stream URL).
 With neither API keys nor a token configured the endpoint is open (the server
-then only binds loopback).  The TwiML endpoint checks ``X-Twilio-Signature``
+then only binds loopback).  As on every transport
+(:mod:`voice_server.transports.access`), a request with a browser ``Origin``
+must pass the Origin policy, and the stream takes one of the ``max_sessions``
+places from the upgrade until its call ends (before ``start`` too).  The TwiML endpoint checks ``X-Twilio-Signature``
 (HMAC-SHA1 over the full URL + sorted POST params) when a token is configured
 and answers 403 when it does not match.
 """
@@ -73,14 +75,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
-from .audio_codec import StreamResampler, mulaw_decode, mulaw_encode
-from .realtime_ws import _bearer, _key_ok
-from .runner import RunnerOptions, SessionRunner
-from .session import Session, SessionSettings
-from .settings import LOOPBACK_HOSTS, ServerSettings
-from .ws_reader import read_websocket
+from ..audio_codec import StreamResampler, mulaw_decode, mulaw_encode
+from ..runner import RunnerOptions, SessionRunner
+from ..session import Session, SessionSettings
+from ..settings import ServerSettings
+from .access import AdmissionTicket, admit, bearer_token, host_of, is_loopback, key_matches, \
+    origin_allowed
+from .ws_reader import read_websocket, until_first
 
-log = logging.getLogger("voice_server.twilio")
+log = logging.getLogger("voice_server.transports.twilio")
 
 STREAM_PATH = "/v1/telephony/twilio"
 TWIML_PATH = "/v1/telephony/twilio/twiml"
@@ -129,11 +132,6 @@ def _url_variants(url: str) -> list[str]:
     return out
 
 
-def _is_loopback(host_header: str | None) -> bool:
-    host = (urlsplit("//" + (host_header or "")).hostname or "").lower()
-    return host in LOOPBACK_HOSTS
-
-
 def stream_url_for(settings: ServerSettings, host_header: str | None,
                    forwarded_proto: str | None = None) -> str:
     """The ``<Stream url>``: configured, else ``wss://<Host>/v1/telephony/twilio``
@@ -142,7 +140,7 @@ def stream_url_for(settings: ServerSettings, host_header: str | None,
         return settings.twilio_stream_url
     host = host_header or "localhost"
     proto = (forwarded_proto or "").split(",")[0].strip().lower()
-    scheme = "ws" if proto == "http" or (not proto and _is_loopback(host)) else "wss"
+    scheme = "ws" if proto == "http" or (not proto and is_loopback(host_of(host))) else "wss"
     return f"{scheme}://{host}{STREAM_PATH}"
 
 
@@ -164,9 +162,11 @@ class _ItemOut:
 class TwilioCall:
     """One Media Stream: the Twilio wire <-> a SessionRunner."""
 
-    def __init__(self, ws: WebSocket, endpoint: "TwilioEndpoint") -> None:
+    def __init__(self, ws: WebSocket, endpoint: "TwilioEndpoint",
+                 ticket: AdmissionTicket) -> None:
         self.ws = ws
         self.ep = endpoint
+        self.ticket = ticket  # our place among max_sessions until the runner registers
         self.settings = endpoint.settings
         self.stream_sid: str | None = None
         self.call_sid: str | None = None
@@ -259,6 +259,7 @@ class TwilioCall:
         log.info("twilio %s: call %s started (session %s)", self.stream_sid, self.call_sid,
                  self.session.session_id)
         await self.runner.start()
+        self.ticket.release()  # the registered runner counts itself now
         update = self._params_update(st.get("customParameters"))
         if update:
             self.runner.client_event({"type": "session.update",
@@ -414,20 +415,6 @@ class TwilioCall:
             n = self.errors_logged
             log.log(logging.WARNING if n <= 5 or n % 100 == 0 else logging.DEBUG,
                     "twilio %s: %s [%d errors so far]", self.stream_sid, ev.get("error"), n)
-        elif t == "input_audio_buffer.speech_started":
-            self._barge_in_on_playback()
-
-    def _barge_in_on_playback(self) -> None:
-        """The caller talks while a reply whose generation already finished is
-        still playing (Twilio holds seconds of it): the core only flushes an
-        active response, so ask it to clear the output buffer - FlushAudio,
-        truncation to what was heard - as a WebRTC client would."""
-        td = self.session.settings.turn_detection if self.session else None
-        playing = bool(self._outstanding) or any(k in ("media", "mark") for k, *_ in self._out)
-        if td is None or not td.interrupt_response or not playing or self.runner is None:
-            return
-        log.debug("twilio %s: caller talks over the playing reply: clear", self.stream_sid)
-        self.runner.client_event({"type": "output_audio_buffer.clear"})
 
     async def _send_loop(self) -> None:
         try:
@@ -464,20 +451,14 @@ class TwilioCall:
     # ------------------------------------------------------------------ run
     async def run(self) -> None:
         self._sender = asyncio.ensure_future(self._send_loop())
-        reader = asyncio.ensure_future(self._read())
-        ended = asyncio.ensure_future(self.ended.wait())
         try:
-            await asyncio.wait({reader, ended}, return_when=asyncio.FIRST_COMPLETED)
+            await until_first(self._read(), self.ended.wait())
         finally:
-            for t in (reader, ended):
-                if not t.done():
-                    t.cancel()
-                    with contextlib.suppress(BaseException):
-                        await t
             try:
                 if self.runner is not None:
                     await self.runner.close()
             finally:
+                self.ticket.release()
                 self._sender.cancel()
                 with contextlib.suppress(BaseException):
                     await self._sender
@@ -505,17 +486,15 @@ class TwilioCall:
 class TwilioEndpoint:
     """ASGI WebSocket endpoint for Media Streams; one per app."""
 
-    def __init__(self, pipeline, settings: ServerSettings, peers: Iterable = ()) -> None:
+    def __init__(self, pipeline, settings: ServerSettings) -> None:
         self.pipeline = pipeline
         self.settings = settings
-        self.peers = list(peers)  # other endpoints whose sessions count against max_sessions
         self.runners: dict[str, SessionRunner] = {}
         self.calls: dict[str, TwilioCall] = {}
-        self._pending = 0
 
     def _authorized(self, ws: WebSocket) -> bool:
         s = self.settings
-        if s.auth_required and _key_ok(_bearer(ws.headers), s.api_keys):
+        if s.auth_required and key_matches(bearer_token(ws.headers), s.api_keys):
             return True
         token = s.twilio_auth_token
         if token:
@@ -539,23 +518,25 @@ class TwilioEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         ws = WebSocket(scope, receive, send)
+        s = self.settings
+        if not origin_allowed(ws.headers.get("origin"), ws.headers.get("host"),
+                              s.allowed_origins):  # Twilio sends none; a browser page might
+            await self._deny(ws, 403, "forbidden: this Origin may not use the server")
+            return
         if not self._authorized(ws):
             log.warning("twilio: stream rejected (no valid API key or X-Twilio-Signature)")
             await self._deny(ws, 403, "forbidden: no valid API key or X-Twilio-Signature")
             return
-        busy = len(self.runners) + self._pending + sum(len(getattr(p, "runners", ()))
-                                                        for p in self.peers)
-        if busy >= self.settings.max_sessions:
+        ticket = admit(self.pipeline, s.max_sessions)  # every transport's sessions count
+        if ticket is None:
             await self._deny(ws, 503, "too many sessions")
             return
-        self._pending += 1
         try:
             await ws.accept()
         except Exception:  # noqa: BLE001 - gone during the handshake
+            ticket.release()
             return
-        finally:
-            self._pending -= 1
-        await TwilioCall(ws, self).run()
+        await TwilioCall(ws, self, ticket).run()
 
     async def close_all(self) -> None:
         for c in list(self.calls.values()):
@@ -597,11 +578,10 @@ def twiml_endpoint(settings: ServerSettings):
     return twiml
 
 
-def twilio_routes(pipeline, settings: ServerSettings, peers: Iterable = ()) \
-        -> tuple[list, TwilioEndpoint]:
+def twilio_routes(pipeline, settings: ServerSettings) -> tuple[list, TwilioEndpoint]:
     """``[WebSocketRoute(/v1/telephony/twilio), Route(POST /v1/telephony/twilio/twiml)]``
     and the endpoint (its ``close_all`` belongs in the app's shutdown)."""
-    ep = TwilioEndpoint(pipeline, settings, peers)
+    ep = TwilioEndpoint(pipeline, settings)
     return [WebSocketRoute(STREAM_PATH, ep),
             Route(TWIML_PATH, twiml_endpoint(settings), methods=["POST"])], ep
 

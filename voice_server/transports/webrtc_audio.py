@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .audio_codec import StreamResampler, low_latency_quality
+from ..audio_codec import StreamResampler, low_latency_quality
 
 OUT_RATE = 48000
 FRAME_MS = 20

@@ -1,0 +1,316 @@
+"""The session's answers to Realtime client events (``session.update``,
+``input_audio_buffer.*``, ``conversation.item.*``, ``response.create`` /
+``.cancel``): parse, check, and turn each into events and commands.  Part of
+:class:`voice_server.session.Session` (core.py), split out by section; it
+shares the session's state and never runs on its own."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from ..audio_codec import PCM, decode_wire_audio, resample
+from .client_events import ItemIn, decode_base64_audio, parse_client_event
+from .commands import Command, SendEvent, TranscribeBuffer
+from .errors import ClientError, from_validation_error
+from .config import _max_tokens, _modalities, apply_session_update
+from .input_buffer import RATE as LISTEN_RATE
+from .items import Content, Item
+
+
+class ClientEventHandlers:
+    def client_event(self, raw, now_ms: float) -> list[Command]:
+        if self.closed:
+            return []
+        out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        if not self._take_token(now_ms):
+            eid = raw.get("event_id") if isinstance(raw, dict) else None
+            out.append(self._rate_limited(eid if isinstance(eid, str) else None))
+            return out
+        try:
+            ev = parse_client_event(raw)
+        except ClientError as err:
+            out.append(self._client_error(err))
+            return out
+        handler = getattr(self, "_on_" + ev.type.replace(".", "_"))
+        try:
+            out += handler(ev, now_ms)
+        except ClientError as err:
+            err.event_id = ev.event_id
+            out.append(self._client_error(err))
+        return out
+
+    def reject_client_frame(self, code: str, message: str, now_ms: float) -> list[Command]:
+        """A client frame the transport could not even hand over as an event
+        (a binary WebSocket frame, a data-channel message that is not UTF-8 or
+        is too large): an ``error`` (``invalid_request_error``, ``code``) and
+        the session stays open.
+
+        It goes through the same accounting as :meth:`client_event` - it is
+        client traffic for the idle timeout and takes a rate token, so a flood
+        of rejected frames gets ``rate_limit_exceeded`` like a flood of events
+        - which a transport calling ``send_error`` itself would bypass."""
+        if self.closed:
+            return []
+        out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        if not self._take_token(now_ms):
+            out.append(self._rate_limited(None))
+        else:
+            out.append(self._error("invalid_request_error", code, message))
+        return out
+
+    def _rate_limited(self, cause: str | None) -> SendEvent:
+        return self._error("invalid_request_error", "rate_limit_exceeded",
+                           f"Too many client events: at most "
+                           f"{self.limits.max_client_events_per_s:g} per second (bursts "
+                           f"of {self.limits.client_events_burst}); this event was "
+                           "dropped.", None, cause)
+
+    def _on_session_update(self, ev, now_ms) -> list[Command]:
+        old = self.settings
+        self.settings = apply_session_update(old, ev.session, self.limits)
+        out: list[Command] = [self._send("session.updated", session=self._session_wire())]
+        if old.turn_detection is not None and self.settings.turn_detection is None:
+            self._buffer.clear()  # the PTT buffer starts empty
+        out += self._sync_listen(old)
+        return out
+
+    def _on_input_audio_buffer_append(self, ev, now_ms) -> list[Command]:
+        data = decode_base64_audio(ev.audio, "audio", self.limits.max_append_b64_bytes)
+        fmt = self.settings.input_format
+        if fmt.type == PCM and len(data) % 2:
+            raise ClientError("invalid_audio_length", "Invalid 'audio': PCM16 audio must have an "
+                              "even number of bytes.", "audio")
+        if not data:
+            return []
+        pcm = decode_wire_audio(data, fmt.type)
+        return self._ingest(pcm, fmt.sample_rate, now_ms)
+
+    def _on_input_audio_buffer_commit(self, ev, now_ms) -> list[Command]:
+        ms = self._buffer.duration_ms
+        if ms < self.limits.min_commit_ms:
+            raise ClientError("input_audio_buffer_commit_empty",
+                              f"Error committing input audio buffer: buffer too small. Expected "
+                              f"at least {self.limits.min_commit_ms:g}ms of audio, but buffer "
+                              f"only has {ms:.2f}ms of audio.")
+        pcm = self._buffer.take_all()
+        self._buffer_full_reported = False
+        item = Item(self.ids.new("item"), "user", [Content("input_audio")], status="in_progress")
+        prev = self.conversation.add(item)
+        self._pending_transcripts[item.id] = 0
+        return [self._send("input_audio_buffer.committed", previous_item_id=prev, item_id=item.id),
+                self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
+                TranscribeBuffer(item.id, pcm)]
+
+    def _on_input_audio_buffer_clear(self, ev, now_ms) -> list[Command]:
+        self._buffer.clear()
+        self._buffer_full_reported = False
+        return [self._send("input_audio_buffer.cleared")]
+
+    def _build_item(self, it: ItemIn, allow_transcribe: bool, param: str = "item"):
+        """ItemIn -> (Item, (content_index, pcm16k) | None).  No side effects."""
+        if it.type != "message":
+            raise ClientError("invalid_value", f"Invalid value for '{param}.type': {it.type!r}. "
+                              "Only 'message' items are supported.", f"{param}.type")
+        if it.role not in ("user", "assistant", "system"):
+            raise ClientError("invalid_value" if it.role is not None else
+                              "missing_required_parameter",
+                              f"Invalid value for '{param}.role': {it.role!r}. Supported values "
+                              "are: 'user', 'assistant', 'system'.", f"{param}.role")
+        allowed = {"user": {"input_text": "input_text", "text": "input_text",
+                            "input_audio": "input_audio"},
+                   "assistant": {"output_text": "output_text", "text": "output_text",
+                                 "output_audio": "output_audio", "audio": "output_audio"},
+                   "system": {"input_text": "input_text", "text": "input_text"}}[it.role]
+        content: list[Content] = []
+        transcribe = None
+        for i, c in enumerate(it.content):
+            p = f"{param}.content[{i}]"
+            kind = allowed.get(c.type)
+            if kind is None:
+                raise ClientError("invalid_value", f"Invalid value for '{p}.type': {c.type!r} "
+                                  f"for role {it.role!r}. Supported values are: "
+                                  f"{', '.join(repr(k) for k in allowed)}.", f"{p}.type")
+            if kind in ("input_text", "output_text"):
+                if c.text is None:
+                    raise ClientError("missing_required_parameter",
+                                      f"Missing required parameter: '{p}.text'.", f"{p}.text")
+                if len(c.text) > self.limits.max_item_text_chars:
+                    raise ClientError("string_above_max_length", f"Invalid '{p}.text': string "
+                                      "too long.", f"{p}.text")
+                content.append(Content(kind, text=c.text))
+                continue
+            if c.transcript is not None and len(c.transcript) > self.limits.max_item_text_chars:
+                raise ClientError("string_above_max_length", f"Invalid '{p}.transcript': "
+                                  "string too long.", f"{p}.transcript")
+            if kind == "input_audio" and c.transcript is None and c.audio:
+                if not allow_transcribe or transcribe is not None:
+                    raise ClientError("invalid_value", f"Invalid '{p}': input_audio needs a "
+                                      "transcript here.", f"{p}.transcript")
+                data = decode_base64_audio(c.audio, f"{p}.audio",
+                                           self.limits.max_append_b64_bytes)
+                fmt = self.settings.input_format
+                if fmt.type == PCM and len(data) % 2:
+                    raise ClientError("invalid_audio_length", f"Invalid '{p}.audio': PCM16 "
+                                      "audio must have an even number of bytes.", f"{p}.audio")
+                pcm = resample(decode_wire_audio(data, fmt.type), fmt.sample_rate, LISTEN_RATE)
+                transcribe = (i, pcm)
+                content.append(Content(kind, transcript=None))
+                continue
+            content.append(Content(kind, transcript=c.transcript or ""))
+        item_id = it.id or self.ids.new("item")
+        status = "in_progress" if transcribe else "completed"
+        return Item(item_id, it.role, content, status=status), transcribe
+
+    def _on_conversation_item_create(self, ev, now_ms) -> list[Command]:
+        if ev.item.id is not None and ev.item.id in self.conversation:
+            raise ClientError("invalid_value", f"Invalid 'item.id': an item with id "
+                              f"'{ev.item.id}' already exists.", "item.id")
+        if ev.previous_item_id is not None and ev.previous_item_id not in self.conversation:
+            raise ClientError("invalid_value", f"Invalid 'previous_item_id': no item with id "
+                              f"'{ev.previous_item_id}'.", "previous_item_id")
+        item, transcribe = self._build_item(ev.item, allow_transcribe=True)
+        prev = self.conversation.add(item, ev.previous_item_id)
+        out: list[Command] = [self._send("conversation.item.added", previous_item_id=prev,
+                                         item=item.wire())]
+        if transcribe is not None:
+            self._pending_transcripts[item.id] = transcribe[0]
+            out.append(TranscribeBuffer(item.id, transcribe[1]))
+        else:
+            out.append(self._send("conversation.item.done", previous_item_id=prev,
+                                  item=item.wire()))
+        return out
+
+    def _item_or_error(self, item_id: str) -> Item:
+        item = self.conversation.get(item_id)
+        if item is None:
+            raise ClientError("invalid_value", f"Invalid 'item_id': no item with id "
+                              f"'{item_id}'.", "item_id")
+        return item
+
+    def _find_item(self, item_id: str) -> Item | None:
+        item = self.conversation.get(item_id)
+        if item is None and self._active and self._active.item and \
+                self._active.item.id == item_id:
+            item = self._active.item
+        return item
+
+    def _on_conversation_item_truncate(self, ev, now_ms) -> list[Command]:
+        item = self._item_or_error(ev.item_id)
+        if item.role != "assistant" or ev.content_index >= len(item.content) or \
+                item.content[ev.content_index].type != "output_audio":
+            raise ClientError("invalid_value", "Invalid 'content_index': only assistant audio "
+                              "content can be truncated.", "content_index")
+        if ev.audio_end_ms > item.max_truncate_ms():
+            raise ClientError("invalid_value", f"Invalid 'audio_end_ms': audio content of "
+                              f"{item.max_truncate_ms()}ms is shorter than {ev.audio_end_ms}ms.",
+                              "audio_end_ms")
+        out: list[Command] = []
+        r = self._active
+        if r is not None and r.item is item:
+            # the client stopped playing this item: stop producing it
+            out += self._cancel_active("client_cancelled", now_ms, flush=False,
+                                       reason_cmd="item_truncated")
+        item.truncate(ev.audio_end_ms, ev.content_index)
+        out.append(self._send("conversation.item.truncated", item_id=item.id,
+                              content_index=ev.content_index, audio_end_ms=ev.audio_end_ms))
+        return out
+
+    def _on_conversation_item_delete(self, ev, now_ms) -> list[Command]:
+        item = self._item_or_error(ev.item_id)
+        if self._active is not None and self._active.item is item:
+            raise ClientError("invalid_value", "Invalid 'item_id': the item belongs to the "
+                              "response in progress; cancel it first.", "item_id")
+        self.conversation.delete(item.id)
+        out: list[Command] = [self._send("conversation.item.deleted", item_id=item.id)]
+        if item.id in self._awaiting_final:
+            self._awaiting_final.remove(item.id)
+        if self._pending_transcripts.pop(item.id, None) is not None:
+            out += self._maybe_start_waiting()
+        return out
+
+    def _on_conversation_item_retrieve(self, ev, now_ms) -> list[Command]:
+        item = self._item_or_error(ev.item_id)
+        return [self._send("conversation.item.retrieved", item=item.wire())]
+
+    def _on_response_create(self, ev, now_ms) -> list[Command]:
+        if self._active is not None:
+            raise ClientError("conversation_already_has_active_response",
+                              f"Conversation already has an active response in progress: "
+                              f"{self._active.id}. Wait until the response is finished before "
+                              "creating a new one.")
+        p = ev.response
+        s = self.settings
+        modalities = s.output_modalities
+        max_tokens = s.max_output_tokens
+        instructions = s.instructions
+        metadata = None
+        in_conv = True
+        input_messages = None
+        if p is not None:
+            if p.modalities is not None:
+                modalities = _modalities(p.modalities, "response.modalities")
+            if p.output_modalities is not None:
+                modalities = _modalities(p.output_modalities, "response.output_modalities")
+            for key in ("max_response_output_tokens", "max_output_tokens"):
+                v = getattr(p, key)
+                if v is not None:
+                    max_tokens = _max_tokens(v, f"response.{key}", self.limits)
+            if p.instructions is not None:
+                if len(p.instructions) > self.limits.max_instructions_chars:
+                    raise ClientError("string_above_max_length", "Invalid "
+                                      "'response.instructions': string too long. Expected at "
+                                      f"most {self.limits.max_instructions_chars} characters.",
+                                      "response.instructions")
+                instructions = p.instructions
+            if p.metadata is not None:
+                metadata = self._check_metadata(p.metadata)
+            if p.conversation not in (None, "auto", "none"):
+                raise ClientError("invalid_value", "Invalid 'response.conversation': supported "
+                                  "values are 'auto' and 'none'.", "response.conversation")
+            in_conv = p.conversation != "none"
+            if p.input is not None:
+                input_messages = self._input_messages(p.input)
+        return self._create_response(now_ms, ev.event_id, modalities, max_tokens,
+                                     instructions or None, metadata, in_conv, input_messages)
+
+    def _check_metadata(self, md: dict) -> dict:
+        lim = self.limits
+        if len(md) > lim.max_metadata_keys:
+            raise ClientError("invalid_value", f"Invalid 'response.metadata': at most "
+                              f"{lim.max_metadata_keys} keys.", "response.metadata")
+        for k, v in md.items():
+            if len(k) > lim.max_metadata_key_chars or len(v) > lim.max_metadata_value_chars:
+                raise ClientError("string_above_max_length", f"Invalid 'response.metadata': "
+                                  f"key or value too long ({k[:64]!r}).", "response.metadata")
+        return dict(md)
+
+    def _input_messages(self, items: list) -> list[dict]:
+        msgs = []
+        for i, raw in enumerate(items):
+            param = f"response.input[{i}]"
+            if raw.get("type") == "item_reference":
+                ref = self.conversation.get(raw.get("id")) if isinstance(raw.get("id"), str) \
+                    else None
+                if ref is None:
+                    raise ClientError("invalid_value", f"Invalid '{param}.id': no such item.",
+                                      f"{param}.id")
+                item = ref
+            else:
+                try:
+                    it = ItemIn.model_validate(raw)
+                except ValidationError as exc:
+                    raise from_validation_error(exc, param) from None
+                item, _ = self._build_item(it, allow_transcribe=False, param=param)
+            text = item.text()
+            if text:
+                msgs.append({"role": item.role, "content": text})
+        return msgs
+
+    def _on_response_cancel(self, ev, now_ms) -> list[Command]:
+        r = self._active
+        if r is None or (ev.response_id is not None and ev.response_id != r.id):
+            raise ClientError("response_cancel_not_active",
+                              "Cancellation failed: no active response found.")
+        return self._cancel_active("client_cancelled", now_ms, flush=False)

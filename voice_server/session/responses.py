@@ -1,0 +1,285 @@
+"""The response lifecycle: create, start (``StartResponse``), the thinker's
+text and the speaker's audio as events or ``AudioOut``, finish, fail and
+cancel (``CancelResponse`` + ``response.done``).  Part of
+:class:`voice_server.session.Session` (core.py), split out by section."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..audio_codec import StreamResampler, encode_wire_audio
+from .commands import AudioOut, CancelResponse, Command, FlushAudio, StartResponse
+from .items import Content, Item, Segment
+from .server_events import content_part, response_object, zero_usage
+
+
+_RUNTIME_ERROR_CODES = {"bad_input", "unsupported", "resource_exhausted", "timeout",
+                        "stage_unavailable", "cancelled", "internal"}
+
+
+@dataclass
+class _Response:
+    id: str
+    modalities: list
+    max_tokens: int | None
+    instructions: str | None
+    metadata: dict | None
+    in_conversation: bool
+    cause_event_id: str | None
+    output_format: Any
+    voice: str
+    input_messages: list | None = None
+    started: bool = False  # StartResponse emitted
+    done: bool = False
+    item: Item | None = None
+    text: str = ""  # output_text (text modality)
+    transcript: str = ""  # audio transcript sent
+    think_text: str = ""
+    seg_end_ms: float = 0.0
+    resampler: StreamResampler | None = None
+    out_samples: int = 0
+    first_audio_ms: float | None = None
+    buffer_started: bool = False
+    playback_stopped: bool = False
+
+    @property
+    def audio(self) -> bool:
+        return "audio" in self.modalities
+
+
+class Responses:
+    def _create_response(self, now_ms, cause, modalities, max_tokens, instructions,
+                         metadata, in_conv, input_messages) -> list[Command]:
+        s = self.settings
+        r = _Response(id=self.ids.new("resp"), modalities=list(modalities),
+                      max_tokens=max_tokens, instructions=instructions, metadata=metadata,
+                      in_conversation=in_conv, cause_event_id=cause,
+                      output_format=s.output_format, voice=s.voice,
+                      input_messages=input_messages)
+        self._active = r
+        self._unanswered = False
+        self._idle_deadline = None
+        out: list[Command] = [self._send("response.created",
+                                         response=self._response_wire(r, "in_progress"))]
+        if not (self._pending_transcripts and input_messages is None):
+            out.append(self._start_cmd(r))
+        return out
+
+    def _start_cmd(self, r: _Response) -> StartResponse:
+        r.started = True
+        msgs = r.input_messages if r.input_messages is not None else self.conversation.messages()
+        return StartResponse(r.id, msgs, list(r.modalities), r.max_tokens, r.instructions,
+                             r.metadata)
+
+    def _maybe_start_waiting(self) -> list[Command]:
+        r = self._active
+        if r is not None and not r.started and not r.done and not self._pending_transcripts:
+            return [self._start_cmd(r)]
+        return []
+
+    def _response_wire(self, r: _Response, status: str, details: dict | None = None,
+                       usage: dict | None = None) -> dict:
+        return response_object(
+            r.id, status, status_details=details,
+            output=[r.item.wire()] if r.item else [],
+            conversation_id=self.conversation_id if r.in_conversation else None,
+            modalities=r.modalities, max_output_tokens=r.max_tokens,
+            output_format=r.output_format.wire(), voice=r.voice, usage=usage,
+            metadata=r.metadata)
+
+    def _ensure_item(self, r: _Response) -> list[Command]:
+        if r.item is not None:
+            return []
+        kind = "output_audio" if r.audio else "output_text"
+        item = Item(self.ids.new("item"), "assistant",
+                    [Content(kind, text="" if kind == "output_text" else None,
+                             transcript="" if kind == "output_audio" else None)],
+                    status="in_progress", response_id=r.id)
+        r.item = item
+        out: list[Command] = [self._send("response.output_item.added", response_id=r.id,
+                                         output_index=0, item=item.wire())]
+        if r.in_conversation:
+            prev = self.conversation.add(item)
+            out.append(self._send("conversation.item.added", previous_item_id=prev,
+                                  item=item.wire()))
+        out.append(self._send("response.content_part.added", response_id=r.id, item_id=item.id,
+                              output_index=0, content_index=0,
+                              part=content_part("audio" if r.audio else "text", "")))
+        return out
+
+    def response_chunk(self, response_id: str, stage: str, payload, now_ms: float) \
+            -> list[Command]:
+        r = self._active
+        if self.closed or r is None or r.id != response_id or r.done or not r.started:
+            return []
+        if stage == "think":
+            if not isinstance(payload, str) or not payload:
+                return []
+            if r.audio:
+                r.think_text += payload
+                return []
+            out = self._ensure_item(r)
+            r.text += payload
+            r.item.content[0].text = r.text
+            out.append(self._send("response.output_text.delta", response_id=r.id,
+                                  item_id=r.item.id, output_index=0, content_index=0,
+                                  delta=payload))
+            return out
+        if stage == "speak":
+            if not r.audio or not isinstance(payload, dict):
+                return []
+            return self._speak(r, payload, now_ms)
+        return []
+
+    def _speak(self, r: _Response, payload: dict, now_ms: float) -> list[Command]:
+        audio = np.asarray(payload.get("audio", np.zeros(0, np.int16)))
+        if audio.dtype != np.int16:
+            audio = np.clip(np.round(audio.astype(np.float64) *
+                                     (32767.0 if audio.dtype.kind == "f" else 1.0)),
+                            -32768, 32767).astype(np.int16)
+        audio = audio.reshape(-1)
+        sr = int(payload.get("sample_rate", 16000))
+        text = str(payload.get("text") or "")
+        if audio.size == 0 and not text:
+            return []
+        out = self._ensure_item(r)
+        item = r.item
+        if text and r.transcript and not r.transcript[-1].isspace() and not text[0].isspace():
+            text = " " + text
+        dur = audio.size * 1000.0 / sr
+        item.segments.append(Segment(r.seg_end_ms, r.seg_end_ms + dur, text))
+        r.seg_end_ms += dur
+        if audio.size:
+            if r.first_audio_ms is None:
+                r.first_audio_ms = now_ms
+            if self.audio_out_mode == "stream":
+                if not r.buffer_started:
+                    r.buffer_started = True
+                    out.append(self._send("output_audio_buffer.started", response_id=r.id))
+                out.append(AudioOut(r.id, item.id, audio, sr))
+                item.audio_ms += dur
+            else:
+                out += self._audio_delta(r, audio, sr)
+        if text:
+            r.transcript += text
+            item.content[0].transcript = r.transcript
+            out.append(self._send("response.output_audio_transcript.delta", response_id=r.id,
+                                  item_id=item.id, output_index=0, content_index=0, delta=text))
+        self._last_audio = r
+        return out
+
+    def _audio_delta(self, r: _Response, audio: np.ndarray, sr: int,
+                     flush: bool = False) -> list[Command]:
+        fmt = r.output_format
+        out: list[Command] = []
+        pcm = np.zeros(0, np.int16)
+        if r.resampler is not None and (flush or r.resampler.in_rate != sr):
+            pcm = r.resampler.flush()  # tail of the previous rate
+        if not flush:
+            if r.resampler is None or r.resampler.in_rate != sr:
+                r.resampler = StreamResampler(sr, fmt.sample_rate)
+            pcm = np.concatenate([pcm, r.resampler.process(audio)])
+        if pcm.size == 0:
+            return out
+        r.out_samples += pcm.size
+        r.item.audio_ms = r.out_samples * 1000.0 / fmt.sample_rate
+        data = encode_wire_audio(pcm, fmt.type)
+        out.append(self._send("response.output_audio.delta", response_id=r.id, item_id=r.item.id,
+                              output_index=0, content_index=0,
+                              delta=base64.b64encode(data).decode("ascii")))
+        return out
+
+    def _done_events(self, r: _Response, status: str, details: dict | None,
+                     usage: dict | None) -> list[Command]:
+        """Close every open part of ``r`` and emit response.done (exactly once)."""
+        r.done = True
+        if self._active is r:
+            self._active = None
+        out: list[Command] = []
+        item = r.item
+        if item is not None:
+            common = dict(response_id=r.id, item_id=item.id, output_index=0, content_index=0)
+            if r.audio:
+                transcript = item.content[0].transcript or ""
+                out.append(self._send("response.output_audio.done", **common))
+                out.append(self._send("response.output_audio_transcript.done",
+                                      transcript=transcript, **common))
+                part = content_part("audio", transcript)
+            else:
+                out.append(self._send("response.output_text.done", text=r.text, **common))
+                part = content_part("text", r.text)
+            out.append(self._send("response.content_part.done", part=part, **common))
+            item.status = "completed" if status == "completed" else "incomplete"
+            out.append(self._send("response.output_item.done", response_id=r.id, output_index=0,
+                                  item=item.wire()))
+            if r.in_conversation and item.id in self.conversation:
+                out.append(self._send("conversation.item.done",
+                                      previous_item_id=self.conversation.previous_of(item.id),
+                                      item=item.wire()))
+        out.append(self._send("response.done", response=self._response_wire(
+            r, status, details, usage if usage is not None else zero_usage())))
+        return out
+
+    def _cancel_active(self, reason: str, now_ms: float, flush: bool,
+                       between: list | None = None, reason_cmd: str | None = None) \
+            -> list[Command]:
+        r = self._active
+        out: list[Command] = []
+        if r is None:
+            return list(between or [])
+        if r.started:
+            out.append(CancelResponse(r.id, reason_cmd or reason))
+        truncated_end = None
+        if flush and self.audio_out_mode == "stream" and r.item is not None and r.audio:
+            out.append(FlushAudio(r.item.id))
+            if r.buffer_started:
+                out.append(self._send("output_audio_buffer.cleared", response_id=r.id))
+            r.playback_stopped = True
+            if r.item.played_ms is not None and int(r.item.played_ms) < r.item.max_truncate_ms():
+                truncated_end = int(r.item.played_ms)
+                self._truncate_to_played(r, before_done=True)
+        out += list(between or [])
+        out += self._done_events(r, "cancelled", {"type": "cancelled", "reason": reason}, None)
+        if truncated_end is not None and r.in_conversation:
+            out.append(self._send("conversation.item.truncated", item_id=r.item.id,
+                                  content_index=0, audio_end_ms=truncated_end))
+        self._set_idle_deadline(r, now_ms)
+        return out
+
+    def response_finished(self, response_id: str, status: str, error: dict | None,
+                          now_ms: float, usage: dict | None = None) -> list[Command]:
+        r = self._active
+        if self.closed or r is None or r.id != response_id or r.done:
+            return []
+        out: list[Command] = []
+        if status == "completed":
+            if r.audio and r.item is not None and self.audio_out_mode == "events":
+                out += self._audio_delta(r, np.zeros(0, np.int16), 0, flush=True)
+            out += self._done_events(r, "completed", None, usage)
+        elif status == "cancelled":
+            out += self._done_events(r, "cancelled", {"type": "cancelled", "reason": None}, usage)
+        else:
+            err = error or {}
+            code = err.get("code") if err.get("code") in _RUNTIME_ERROR_CODES else "internal"
+            etype = "invalid_request_error" if code == "bad_input" else "server_error"
+            msg = str(err.get("message") or "The response failed.")
+            out.append(self._error(etype, code, msg, None, r.cause_event_id))
+            out += self._done_events(r, "failed", {"type": "failed",
+                                                   "error": {"type": etype, "code": code}}, usage)
+        self._set_idle_deadline(r, now_ms)
+        out += self._maybe_stop_playback(r)
+        return out
+
+    def _set_idle_deadline(self, r: _Response, now_ms: float) -> None:
+        td = self.settings.turn_detection
+        if td is None or not td.idle_timeout_ms:
+            self._idle_deadline = None
+            return
+        end = now_ms
+        if r.first_audio_ms is not None and r.item is not None:
+            end = max(end, r.first_audio_ms + r.item.audio_ms)
+        self._idle_deadline = end + td.idle_timeout_ms

@@ -1,0 +1,221 @@
+"""Turn taking: input audio onto the 16 kHz timeline, the listen stage's
+events (speech started / stopped, partial and final transcripts), barge-in,
+committing user items and the automatic response.  Part of
+:class:`voice_server.session.Session` (core.py), split out by section."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..audio_codec import StreamResampler, low_latency_quality
+from .commands import Command, FeedListen
+from .input_buffer import RATE as LISTEN_RATE
+from .items import Content, Item
+
+
+class Turns:
+    def input_audio(self, pcm: np.ndarray, sample_rate: int, now_ms: float) -> list[Command]:
+        if self.closed:
+            return []
+        pcm = np.asarray(pcm)
+        if pcm.dtype != np.int16:
+            raise TypeError("input_audio expects int16 PCM")
+        out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        out += self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
+        return out
+
+    def _take_token(self, now_ms: float) -> bool:
+        """Token bucket of ``ServerLimits.max_client_events_per_s``."""
+        rate = self.limits.max_client_events_per_s
+        if rate <= 0:
+            return True
+        burst = float(max(self.limits.client_events_burst, 1))
+        if self._tokens_ms is not None:
+            self._tokens = min(burst, self._tokens + max(now_ms - self._tokens_ms, 0.0) * rate
+                               / 1000.0)
+        self._tokens_ms = now_ms
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def _ingest(self, pcm: np.ndarray, rate: int, now_ms: float) -> list[Command]:
+        if self._in_resampler is None or self._in_resampler.in_rate != rate:
+            self._in_resampler = StreamResampler(rate, LISTEN_RATE,
+                                                 low_latency_quality(rate, LISTEN_RATE))
+        pcm16 = self._in_resampler.process(pcm)
+        if pcm16.size == 0:
+            return []
+        self._in_samples += pcm16.size
+        out: list[Command] = []
+        if self.settings.turn_detection is not None:
+            out.append(FeedListen(pcm16))
+            self._buffer.append(pcm16, self._in_samples, ring=True)
+        else:
+            ok = self._buffer.append(pcm16, self._in_samples, ring=False)
+            if not ok and not self._buffer_full_reported:
+                self._buffer_full_reported = True
+                out.append(self._error("invalid_request_error", "input_audio_buffer_full",
+                                       f"Input audio buffer is full ("
+                                       f"{self.limits.max_buffered_input_s:g}s); later audio "
+                                       "is dropped until commit or clear.", "audio"))
+        return out
+
+    @property
+    def input_ms(self) -> float:
+        """Position of the input timeline (ms of input audio received)."""
+        return self._in_samples * 1000.0 / LISTEN_RATE
+
+    def listen_event(self, ev: dict, now_ms: float) -> list[Command]:
+        if self.closed:
+            return []
+        out = self._ensure_started(now_ms)
+        t = ev.get("type")
+        vad = self.settings.turn_detection is not None
+        if t == "speech_started" and vad:
+            out += self._speech_started(int(ev.get("audio_start_ms", 0)), now_ms)
+        elif t == "partial" and vad:
+            out += self._partial_text(str(ev.get("text", "")))
+        elif t == "speech_stopped" and (vad or self._speech_item):
+            if self._speech_item is None:
+                return out  # stray stop
+            out += self._commit_speech(int(ev.get("audio_end_ms", 0)))
+        elif t == "final" and (vad or self._speech_item or self._awaiting_final):
+            out += self._final(str(ev.get("text", "")), int(ev.get("audio_start_ms", 0)),
+                               int(ev.get("audio_end_ms", 0)), now_ms)
+        return out
+
+    def listen_lost(self, now_ms: float) -> list[Command]:
+        """The listen stream failed: an utterance being spoken gets its end and
+        every utterance awaiting a transcript an empty final, so nothing waits
+        for a stage that will not answer (the runner opens a new stream)."""
+        out: list[Command] = []
+        if self._speech_item is not None:
+            out += self.listen_event({"type": "speech_stopped",
+                                      "audio_end_ms": int(self.input_ms)}, now_ms)
+        for _ in range(len(self._awaiting_final)):
+            pos = int(self.input_ms)
+            out += self.listen_event({"type": "final", "text": "", "audio_start_ms": pos,
+                                      "audio_end_ms": pos}, now_ms)
+        return out
+
+    def _speech_started(self, audio_start_ms: int, now_ms: float) -> list[Command]:
+        if self._speech_item is not None:
+            return []  # already in speech
+        self._speech_item = self.ids.new("item")
+        self._speech_start_ms = audio_start_ms
+        self._idle_deadline = None
+        started = self._send("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms,
+                             item_id=self._speech_item)
+        td = self.settings.turn_detection
+        if td is None or not td.interrupt_response:
+            return [started]
+        if self._active is not None:
+            return self._cancel_active("turn_detected", now_ms, flush=True, between=[started])
+        return [started] + self._interrupt_playback()
+
+    def _partial_text(self, text: str) -> list[Command]:
+        target = self._speech_item or (self._awaiting_final[0] if self._awaiting_final else None)
+        if target is None:
+            return []
+        self._partial[target] = text
+        if target in self.conversation:
+            return self._transcript_delta(target, text)
+        return []
+
+    def _transcript_delta(self, item_id: str, text: str) -> list[Command]:
+        sent = self._partial_sent.get(item_id, "")
+        if self.settings.transcription_model is None or not text.startswith(sent) \
+                or len(text) <= len(sent):
+            return []
+        self._partial_sent[item_id] = text
+        return [self._send("conversation.item.input_audio_transcription.delta", item_id=item_id,
+                           content_index=0, delta=text[len(sent):])]
+
+    def _commit_speech(self, audio_end_ms: int) -> list[Command]:
+        item_id = self._speech_item
+        self._speech_item = None
+        item = Item(item_id, "user", [Content("input_audio")], status="in_progress")
+        prev = self.conversation.add(item)
+        self._awaiting_final.append(item_id)
+        self._buffer.drop_until_ms(audio_end_ms)
+        out: list[Command] = [
+            self._send("input_audio_buffer.speech_stopped", audio_end_ms=audio_end_ms,
+                       item_id=item_id),
+            self._send("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id),
+            self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
+        ]
+        if self._partial.get(item_id):
+            out += self._transcript_delta(item_id, self._partial[item_id])
+        return out
+
+    def _final(self, text: str, start_ms: int, end_ms: int, now_ms: float) -> list[Command]:
+        out: list[Command] = []
+        if not self._awaiting_final:
+            if self._speech_item is None:
+                # a final with no speech events: synthesize them
+                out += self._speech_started(start_ms, now_ms)
+            out += self._commit_speech(end_ms)
+        item_id = self._awaiting_final.popleft()
+        self._partial.pop(item_id, None)
+        item = self.conversation.get(item_id)
+        if item is None:  # deleted meanwhile
+            self._partial_sent.pop(item_id, None)
+            return out
+        text = text.strip()
+        out += self._complete_transcript(item, 0, text, (end_ms - start_ms) / 1000.0)
+        if text:
+            self._unanswered = True
+        out += self._maybe_auto_respond(now_ms)
+        return out
+
+    def _complete_transcript(self, item: Item, content_index: int, text: str,
+                             seconds: float, error: dict | None = None) -> list[Command]:
+        out: list[Command] = []
+        on = self.settings.transcription_model is not None
+        if error is not None:
+            if on:
+                out.append(self._send(
+                    "conversation.item.input_audio_transcription.failed", item_id=item.id,
+                    content_index=content_index,
+                    error={"type": "server_error", "code": error.get("code", "internal"),
+                           "message": error.get("message", "transcription failed"),
+                           "param": None}))
+        else:
+            out += self._transcript_delta(item.id, text) if content_index == 0 else []
+            if on:
+                out.append(self._send(
+                    "conversation.item.input_audio_transcription.completed", item_id=item.id,
+                    content_index=content_index, transcript=text,
+                    usage={"type": "duration", "seconds": round(max(seconds, 0.0), 3)}))
+        self._partial_sent.pop(item.id, None)
+        item.content[content_index].transcript = text
+        item.status = "completed"
+        out.append(self._send("conversation.item.done",
+                              previous_item_id=self.conversation.previous_of(item.id),
+                              item=item.wire()))
+        return out
+
+    def _maybe_auto_respond(self, now_ms: float) -> list[Command]:
+        td = self.settings.turn_detection
+        if td is None or not td.create_response or not self._unanswered or \
+                self._speech_item is not None or self._awaiting_final or \
+                self._active is not None:
+            return []
+        s = self.settings
+        return self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
+                                     s.instructions or None, None, True, None)
+
+    def transcription_result(self, item_id: str, text: str | None, now_ms: float,
+                             error: dict | None = None) -> list[Command]:
+        if self.closed or item_id not in self._pending_transcripts:
+            return []
+        idx = self._pending_transcripts.pop(item_id)
+        item = self.conversation.get(item_id)
+        out: list[Command] = []
+        if item is not None:
+            secs = 0.0
+            out += self._complete_transcript(item, idx, (text or "").strip(), secs, error)
+        out += self._maybe_start_waiting()
+        return out

@@ -16,6 +16,7 @@ seed), so turns overlap the way real calls do.  Per level N (1, 2, 4, 6, 8):
 * ``vad_decision_ms``: the listen stage's own figure, chunk arrival ->
   speech_started/stopped emitted (p50/p99 of its last 4096 decisions, read at
   the end of the level);
+* ``rss_mb.<process>``: resident memory at the end of the level;
 * ``errors``: caller exceptions, failed responses and error events.
 
     .venv/bin/python -m benchmarks.capacity_bench                 # N = 1, 2, 4, 6, 8
@@ -57,6 +58,17 @@ def cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / CLK     # utime + stime
     except (OSError, IndexError, ValueError):
         return None
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
 
 
 def process_pids(rt: dict) -> dict[str, int]:
@@ -146,13 +158,14 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
         c1 = cpu_seconds(p)
         if c1 is not None and cpu0.get(k) is not None:
             cores[k] = round((c1 - cpu0[k]) / wall, 2)
+    rss = {k: rss_mb(p) for k, p in pids.items()}
     listen = listen_stats(await server.runtime())
     fa, bi = res["first_audio_ms"], res["barge_in_ms"]
     return {"callers": n, "turns": len(fa), "wall_s": round(wall, 1),
             "first_audio_ms": {"p50": pct(fa, 50), "p95": pct(fa, 95)},
             "barge_in_ms": {"p50": pct(bi, 50), "p95": pct(bi, 95)},
             "barge_not_cancelled": res["barge_not_cancelled"],
-            "cpu_cores": cores, "vad_decision_ms": listen.get("vad_decision_ms"),
+            "cpu_cores": cores, "rss_mb": rss, "vad_decision_ms": listen.get("vad_decision_ms"),
             "asr": listen.get("asr"), "speculative": {k: listen.get(k) for k in
                                                        ("speculative", "speculative_used",
                                                         "speculative_wasted")},

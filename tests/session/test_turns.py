@@ -23,7 +23,8 @@ def test_start_emits_session_created_and_configures_listen():
     assert sess["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
     cfg = of(cmds, ConfigureListen)
     assert cfg and cfg[0].params == {"threshold": 0.5, "silence_duration_ms": 500,
-                                     "prefix_padding_ms": 300, "min_speech_ms": 250}
+                                     "prefix_padding_ms": 300, "min_speech_ms": 250,
+                                     "turn_mode": "silence", "eagerness": "auto"}
     assert s.start(1) == []
 
 

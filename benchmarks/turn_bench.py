@@ -47,7 +47,7 @@ from voice_server.audio_codec import resample
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import Caller
 from voice_server.testing.report import pct, write_json
-from voice_server.testing.server_process import RunningServer, ServerProcess
+from voice_server.testing.server_process import served
 
 RATE = 24000
 VOICES = [("slt", 1.0), ("rms", 1.0), ("awb", 1.1), ("kal16", 0.95), ("slt", 1.15), ("rms", 0.9)]
@@ -163,15 +163,8 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict, repeat: int
 
 async def main_async(a) -> dict:
     sets = build_sets(a.seed)
-    proc = None
-    if a.url:
-        server: RunningServer = RunningServer(a.url)
-    else:
-        proc = ServerProcess(a.config)
-        proc.start()
-        server = proc
     modes: dict = {}
-    try:
+    async with served(a.config, a.url) as server:
         for mode in a.modes.split(","):
             modes[mode] = await run_mode(server.url, a.key, mode, sets, a.repeat)
             r = modes[mode]
@@ -182,10 +175,6 @@ async def main_async(a) -> dict:
             ex = p.get("stages", {}).get("listen", {}).get("executor")
             if ex:
                 modes["_listen_stats"] = {k: v for k, v in ex.items() if k.startswith("verdict")}
-    finally:
-        await server.aclose()
-        if proc is not None:
-            proc.stop()
     return modes
 
 

@@ -18,6 +18,11 @@ Output chunks (times in ms on the request's own input timeline)::
     {"type": "partial", "text": str}
     {"type": "speech_stopped", "audio_end_ms": int}
     {"type": "final", "text": str, "audio_start_ms": int, "audio_end_ms": int}
+
+and, while a pause may end the turn (Whisper only): ``{"type": "turn_likely_over",
+"text": str}`` when the speculative transcript is ready during the pause (the
+server may prepare its reply), and ``{"type": "turn_continues"}`` when the
+speaker then goes on (a prepared reply is to be dropped).
 """
 
 from __future__ import annotations
@@ -220,6 +225,7 @@ class _Stream:
         self.verdict: bool | None = None               # end-of-turn model, this silence run
         self.verdict_gen = 0
         self.verdicts = {"complete": 0, "incomplete": 0}
+        self.likely_over = False                       # turn_likely_over sent for this pause
 
     @staticmethod
     def _ms(samples: int) -> int:
@@ -237,6 +243,7 @@ class _Stream:
         self.utt.drop()            # a blip's words are not wanted (no-op after end())
         self.state = self.IDLE
         self.silence_start = None
+        self.likely_over = False
         self._forget_verdict()
         self.turn_audio.clear()
         self.paused = False
@@ -278,6 +285,9 @@ class _Stream:
             if self.silence_start is not None:
                 self.silence_start = None
                 self._forget_verdict()
+                if self.likely_over:
+                    self.likely_over = False
+                    out.append({"type": "turn_continues"})
                 if self.paused:
                     self.paused = False
                     self.utt.resume()
@@ -334,6 +344,11 @@ class _Stream:
         for ev in self.utt.result(tag, value):
             if ev["type"] == "partial" and self.state != self.SPEECH:
                 self.held_partial = ev["text"]    # not speech yet: say it once confirmed
+            elif ev["type"] == "turn_likely_over":
+                if self.state == self.SPEECH and self.silence_start is not None \
+                        and self.verdict is not False:
+                    self.likely_over = True
+                    out.append(ev)
             else:
                 out.append(ev)
         return out

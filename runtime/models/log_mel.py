@@ -61,6 +61,26 @@ def mel_filterbank(n_mels: int = N_MELS, n_fft: int = N_FFT,
     return weights
 
 
+@lru_cache(maxsize=1)
+def _sparse_filterbank() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The filterbank as (bins, weights, first entry of each band), its non-zeros only.
+
+    Each triangle spans a handful of neighbouring bins (391 non-zeros of
+    16,080), so summing those directly is a few hundred thousand products per
+    second of audio, and stays on the calling thread: a dense matrix product
+    goes to OpenBLAS, whose worker threads spin on a busy machine (measured
+    here: 30 ms of CPU for 4 x 8 s instead of 2 ms).
+    """
+    dense = mel_filterbank()
+    bins = [np.flatnonzero(row) for row in dense]
+    if any(b.size == 0 for b in bins):      # cannot happen with Whisper's sizes
+        raise ValueError("mel filterbank has an empty band")
+    cols = np.concatenate(bins)
+    weights = np.concatenate([row[b] for row, b in zip(dense, bins)])
+    starts = np.cumsum([0] + [b.size for b in bins[:-1]])
+    return cols, weights, starts
+
+
 @lru_cache(maxsize=4)
 def _hann(n: int) -> np.ndarray:
     # periodic (not symmetric) Hann, as torch.stft and Whisper use
@@ -88,7 +108,9 @@ def log_mel(audio: np.ndarray) -> np.ndarray:
     frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT, axis=-1)[..., ::HOP, :]
     frames = frames[..., : x.shape[-1] // HOP, :]
     power = np.abs(np.fft.rfft(frames * _hann(N_FFT), axis=-1)) ** 2   # (..., frames, bins)
-    mel = np.swapaxes(power @ mel_filterbank().T, -1, -2)             # (..., mels, frames)
+    cols, weights, starts = _sparse_filterbank()
+    mel = np.add.reduceat(power[..., cols] * weights, starts, axis=-1)  # (..., frames, mels)
+    mel = np.swapaxes(mel, -1, -2)
     logs = np.log10(np.maximum(mel, _POWER_FLOOR))
     loudest = logs.max(axis=(-2, -1), keepdims=True)
     logs = np.maximum(logs, loudest - _DYNAMIC_RANGE)

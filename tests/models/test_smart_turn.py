@@ -6,12 +6,14 @@ voice and the LibriVox clips of pocketsphinx-testdata):
 * Each turn ends with 0.2 s of silence, as when the listen stage asks after a
   short pause.  The model wants to hear the pause: flite's "what is the
   capital of france" with no silence after it scores 0.25, with 0.2 s 0.96.
-  And it should be asked early: after 0.5-1 s of silence even cut speech
-  drifts above 0.5 (0.5-0.9 for the cuts below).
+  And it should be asked early: the longer the silence, the more even cut
+  speech sounds finished (the cuts below: 0.3-0.5 after 0.5 s, 0.7-0.9
+  after 1 s).
 * A cut turn is a complete recording cut short, not a fragment synthesised on
   its own: flite speaks any text with a falling, final intonation, so its
-  "i would like to order a" scores 0.97, while the full pizza sentence cut
-  after "order a" scores 0.02 (cuts anywhere from 1.29 s to 1.67 s: <= 0.10).
+  "i would like to order a" scores 0.96 ("i need a" 0.96, "can you tell me
+  about the" 0.98), while the full pizza sentence cut after "order a" scores
+  0.02 (cuts anywhere from 1.29 s to 1.67 s: <= 0.10).
 * The human pair is one LibriVox sentence read in full (0.98) and cut in the
   middle of "made" (0.07; cuts from 3.4 s to 4.1 s all score <= 0.10).
 """
@@ -22,7 +24,8 @@ import numpy as np
 import pytest
 
 from runtime.errors import ErrorCode, StageError
-from runtime.models.smart_turn import THRESHOLD, WINDOW_SAMPLES, SmartTurn, last_window
+from runtime.models.smart_turn import (THRESHOLD, WINDOW_SAMPLES, SmartTurn, features,
+                                       last_window)
 from voice_server.testing.audio import flite_pcm
 from voice_server.testing.speech_corpus import human_clips
 
@@ -102,6 +105,21 @@ def test_long_turn_uses_only_its_last_8_seconds(model, human):
     noisy_start = long_turn.copy()
     noisy_start[: long_turn.size - WINDOW_SAMPLES] = 0.5
     assert model.probability(noisy_start) == pytest.approx(p, abs=1e-6)
+
+
+def test_loud_and_quiet_callers_look_the_same(model, human):
+    # the model was trained on waveforms scaled to unit variance; without that
+    # scaling the quiet copy of this complete sentence scores 0.15, not 0.97
+    turn = with_pause(human)
+    windows = np.stack([last_window(turn), last_window(turn * 0.05)])
+    loud, quiet = features(windows)
+    # (not exact: the variance's epsilon, 1e-7, is 1% of the quiet copy's)
+    np.testing.assert_allclose(quiet, loud, rtol=0, atol=5e-3)
+    # the int8 graph moves by a few hundredths on differences of 1e-6 in its
+    # input, so the probabilities are compared loosely
+    p_loud, p_quiet = model.probabilities([turn, turn * 0.05])
+    assert p_loud > THRESHOLD and p_quiet > THRESHOLD
+    assert p_quiet == pytest.approx(p_loud, abs=0.05)
 
 
 def test_last_window_keeps_the_end():

@@ -56,10 +56,15 @@ MIN_RATE, MAX_RATE = 4000, 384000
 # semantic_vad: how long to wait after the end-of-turn model's verdict, by
 # eagerness: (after "complete", after "incomplete") in ms.  People answer each
 # other within 200-300 ms; a thinking pause mid-sentence must not end the turn.
-EAGERNESS_WAIT_MS = {"high": (150.0, 1000.0), "medium": (200.0, 2000.0),
+EAGERNESS_WAIT_MS = {"high": (160.0, 1000.0), "medium": (200.0, 2000.0),
                      "low": (250.0, 3000.0), "auto": (200.0, 2000.0)}
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
+# Smart Turn needs a little silence after the words to hear a finished turn
+# (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
+# at 150 ms); asked later, cut speech starts to sound finished too.
+TURN_ASK_MS = 128.0
+SEMANTIC_PAUSE_MS = 96.0       # recognition starts sooner: the wait may be 150-250 ms
 
 DEFAULTS: dict[str, Any] = {
     "sample_rate": SAMPLE_RATE,
@@ -217,12 +222,13 @@ class _Stream:
         self.silence_start: int | None = None          # first sample of the current silent run
         self.held_partial: str | None = None           # partial seen before speech was confirmed
         self.utterances = 0
-        # semantic mode: recognise at silence onset, the wait may be only 150 ms
-        self.pause_ms = 0.0 if p.semantic else pause_ms   # silence before recognition starts
+        # silence before recognition starts (sooner in semantic mode: the wait is short)
+        self.pause_ms = min(pause_ms, SEMANTIC_PAUSE_MS) if p.semantic else pause_ms
         self.paused = False                            # recognition started for this silence
         self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * SAMPLE_RATE
                                                               // FRAME_SAMPLES))
         self.verdict: bool | None = None               # end-of-turn model, this silence run
+        self.asked = False                             # verdict asked for this silence run
         self.verdict_gen = 0
         self.verdicts = {"complete": 0, "incomplete": 0}
         self.likely_over = False                       # turn_likely_over sent for this pause
@@ -293,9 +299,11 @@ class _Stream:
                     self.utt.resume()
         elif self.silence_start is None:
             self.silence_start = start
-            if self.state == self.SPEECH and self.p.semantic and self.judge is not None:
-                self._ask_verdict()
         silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / SAMPLE_RATE
+        if self.state == self.SPEECH and self.p.semantic and self.judge is not None \
+                and self.silence_start is not None and not self.asked and silent_ms >= TURN_ASK_MS:
+            self.asked = True
+            self._ask_verdict()
         if self.state == self.SPEECH and not self.paused and self.silence_start is not None \
                 and silent_ms >= self.pause_ms:
             self.paused = True
@@ -331,6 +339,7 @@ class _Stream:
 
     def _forget_verdict(self) -> None:
         self.verdict = None
+        self.asked = False
         self.verdict_gen += 1          # a verdict still on its way is for a silence that ended
 
     # -- recognition results ------------------------------------------------

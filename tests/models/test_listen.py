@@ -168,7 +168,10 @@ def test_question_transcribed_with_ordered_events(ex, question):
     assert stopped["audio_end_ms"] + 500 <= t_stop <= stopped["audio_end_ms"] + 650
     partials = [(t, e) for t, e in events if e["type"] == "partial"]
     if ex.engine == "pocketsphinx":       # a streaming decoder: partials while speaking
-        assert partials and all(t_start <= t <= t_stop + 100 for t, _ in partials)
+        # (decoded on the recognition thread: in event order, between start and final)
+        order = [e["type"] for _, e in events]
+        idx = [i for i, k in enumerate(order) if k == "partial"]
+        assert idx and order.index("speech_started") < min(idx) and max(idx) < order.index("final")
         assert all(isinstance(e["text"], str) and e["text"] for _, e in partials)
     else:                                 # Whisper recognises whole segments
         assert partials == []
@@ -437,3 +440,68 @@ def test_vad_decisions_do_not_wait_for_recognition(question):
         slow.close()
     assert [(t, e) for t, e in got] == ref
     assert [e["type"] for e in finals] == ["final"] and wer(QUESTION, finals[0]["text"]) <= 0.2
+
+
+# ---- semantic end of turn (Smart Turn) ---------------------------------------------------
+
+def stream_judged(ex: ListenExecutor, audio: np.ndarray, params: dict) -> list[tuple[float, dict]]:
+    """Like stream(), but each end-of-turn verdict is awaited before the next chunk: the
+    timing then matches real time, where a verdict (~40 ms) beats the next 32 ms frames."""
+    rid = next(_rid)
+    params = {"sample_rate": SR, **params}
+    ex.open(rid, params)
+    s = ex._streams[rid]
+    events: list[tuple[float, dict]] = []
+    try:
+        for i in range(0, len(audio), 320):
+            [res] = ex.process([WorkItem(rid, audio[i:i + 320], params, final=i + 320 >= len(audio))])
+            t = (i + 320) / 16
+            events += [(t, e) for e in res]
+            deadline = time.monotonic() + 10
+            while True:
+                events += [(t, e) for r, evs in ex.collect() if r == rid for e in evs]
+                if not (s.asked and s.verdict is None) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.002)
+        events += [(len(audio) / 16, e) for e in drain(ex, rid)]
+    finally:
+        ex.release(rid)
+    return events
+
+
+def test_semantic_turn_ends_sooner_after_a_finished_sentence(whisper_ex, people):
+    clip = people[3]        # "had he married a more amiable woman ... than he was"
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), clip.audio, np.zeros(2 * SR, np.float32)])
+    waits = {}
+    for mode in ("silence", "semantic"):
+        events = stream_judged(whisper_ex, audio, {"turn_mode": mode})
+        (t_stop, stopped), = [(t, e) for t, e in events if e["type"] == "speech_stopped"]
+        waits[mode] = t_stop - stopped["audio_end_ms"]
+        assert [e["type"] for _, e in events if e["type"] != "turn_likely_over"] == \
+            ["speech_started", "speech_stopped", "final"]
+    assert waits["silence"] >= 500                 # the fixed window
+    assert waits["semantic"] <= 350, waits         # asked at 128 ms, "complete": 200 ms
+
+
+def test_semantic_turn_waits_through_a_pause_mid_sentence(whisper_ex, people):
+    """The same sentence, cut mid-word by a 700 ms pause: a fixed 500 ms window splits
+    it in two turns; the end-of-turn model hears it is unfinished and waits."""
+    clip = people[3]
+    cut = int(3.8 * SR)
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), clip.audio[:cut],
+                            np.zeros(int(0.7 * SR), np.float32), clip.audio[cut:],
+                            np.zeros(3 * SR, np.float32)])
+    finals = {}
+    for mode in ("silence", "semantic"):
+        events = stream_judged(whisper_ex, audio, {"turn_mode": mode})
+        finals[mode] = [e["text"] for _, e in events if e["type"] == "final"]
+    assert len(finals["silence"]) == 2, finals
+    assert len(finals["semantic"]) == 1 and wer(clip.text, finals["semantic"][0]) <= 0.2, finals
+    assert whisper_ex.stats()["verdict_incomplete"] >= 1
+
+
+def test_semantic_turn_parameters_are_checked(whisper_ex):
+    for params in ({"turn_mode": "psychic"}, {"turn_mode": "semantic", "eagerness": "eager"}):
+        with pytest.raises(StageError) as info:
+            whisper_ex.open(next(_rid), params)
+        assert info.value.code == ErrorCode.BAD_INPUT

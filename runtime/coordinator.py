@@ -412,6 +412,7 @@ class Coordinator:
             procs[f"{p.group}/{p.replica}"] = {
                 "pid": p.pid, "ready": p.ready, "restarts": p.restarts,
                 "heartbeat_age_ms": round((time.monotonic() - p.last_heartbeat) * 1000, 1),
+                "stats_reports": p.stats_reports,
                 "held": st.get("held", []), "pool": st.get("pool", {}),
                 "cuda_held": st.get("cuda_held", 0),  # CUDA IPC lends this process still keeps alive
                 "tombstones": st.get("tombstones", 0), "stages": st.get("stages", {}),

@@ -40,6 +40,7 @@ class Proc:
     last_heartbeat: float = 0.0
     restarts: int = 0
     stats: dict = field(default_factory=dict)
+    stats_reports: int = 0  # how many arrived: a reader waits for one newer than its question
     stderr_tail: list[str] = field(default_factory=list)
 
     @property
@@ -162,6 +163,7 @@ class Supervisor:
         p = self._sender(msg)
         if p is not None:
             p.stats = msg.report
+            p.stats_reports += 1
             p.last_heartbeat = time.monotonic()
 
     # ---- lifecycle ---------------------------------------------------------------------------

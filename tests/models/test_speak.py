@@ -78,9 +78,12 @@ def test_deltas_stream_clause_by_clause(speaker, recognizer):
     assert first["text"] == "Paris is the capital of France."
     assert " ".join(c["text"] for _, c in chunks) == REPLY
     heard = " ".join(transcribe(recognizer, c["audio"], c["sample_rate"]) for _, c in chunks)
-    shared = words(heard) & words(REPLY)
-    # espeak-ng is hard for pocketsphinx (TESTING.md: WER 0.6-0.8), flite is easy
-    assert len(shared) >= (5 if speaker.engine == "flite" else 1), heard
+    said = words(REPLY) - {"is", "the", "of", "it", "a"}  # paris capital france lovely city
+    heard_said = said & words(heard)
+    if speaker.engine == "flite":
+        assert len(heard_said) * 2 > len(said), (heard, heard_said)  # most of them
+    else:  # espeak-ng is hard for pocketsphinx (WER 0.6-0.8: it hears "the only city"),
+        assert heard_said, heard  # so one - but a content word, never a shared "the"
 
 
 def test_whole_text_as_list(speaker):

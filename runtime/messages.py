@@ -132,32 +132,32 @@ class Abort:
 
 
 @dataclass(slots=True)
-class Shutdown:
-    """Leave the loop and exit cleanly."""
+class _Signal:
+    """A message that is all tag, no fields."""
 
-    TAG: ClassVar[str] = "s"
+    TAG: ClassVar[str]
 
     def to_wire(self) -> dict:
-        return {_TAG: "s"}
+        return {_TAG: self.TAG}
 
     @classmethod
-    def from_wire(cls, d: dict) -> "Shutdown":
+    def from_wire(cls, d: dict) -> "_Signal":
         return cls()
 
 
 @dataclass(slots=True)
-class Hello:
+class Shutdown(_Signal):
+    """Leave the loop and exit cleanly."""
+
+    TAG: ClassVar[str] = "s"
+
+
+@dataclass(slots=True)
+class Hello(_Signal):
     """Published while a stage starts: PUB/SUB joins late, so a starting stage
     waits until one reaches it before it reports ready."""
 
     TAG: ClassVar[str] = "hello"
-
-    def to_wire(self) -> dict:
-        return {_TAG: "hello"}
-
-    @classmethod
-    def from_wire(cls, d: dict) -> "Hello":
-        return cls()
 
 
 # ---- stage -> coordinator ----------------------------------------------------------------
@@ -228,60 +228,69 @@ class Done:
 
 # ---- stage -> supervisor (through the coordinator's socket) ------------------------------
 @dataclass(slots=True)
-class Heartbeat:
+class _FromProcess:
+    """About the sending process itself: which group and replica, which incarnation (pid:
+    a message from a process that was already replaced is ignored)."""
+
+    TAG: ClassVar[str]
+    group: str
+    replica: int
+    pid: int
+
+    def _head(self) -> dict:
+        return {_TAG: self.TAG, "g": self.group, "r": self.replica, "pid": self.pid}
+
+    @staticmethod
+    def _who(d: dict) -> tuple[str, int, int]:
+        return d["g"], d["r"], d["pid"]
+
+
+@dataclass(slots=True)
+class Heartbeat(_FromProcess):
     """Liveness, from a thread of its own: a long step is not a death."""
 
     TAG: ClassVar[str] = "h"
-    group: str
-    replica: int
-    pid: int
 
     def to_wire(self) -> dict:
-        return {_TAG: "h", "g": self.group, "r": self.replica, "pid": self.pid}
+        return self._head()
 
     @classmethod
     def from_wire(cls, d: dict) -> "Heartbeat":
-        return cls(d["g"], d["r"], d["pid"])
+        return cls(*cls._who(d))
 
 
 @dataclass(slots=True)
-class Ready:
+class Ready(_FromProcess):
     """The process loaded its stages and hears the control broadcast."""
 
     TAG: ClassVar[str] = "ready"
-    group: str
-    replica: int
-    pid: int
     stages: list[str] = field(default_factory=list)
 
     def to_wire(self) -> dict:
-        return {_TAG: "ready", "g": self.group, "r": self.replica, "pid": self.pid, "stages": self.stages}
+        return {**self._head(), "stages": self.stages}
 
     @classmethod
     def from_wire(cls, d: dict) -> "Ready":
-        return cls(d["g"], d["r"], d["pid"], list(d.get("stages", ())))
+        return cls(*cls._who(d), list(d.get("stages", ())))
 
 
 @dataclass(slots=True)
-class Fatal:
+class Fatal(_FromProcess):
     """The process could not start; ``error`` says why."""
 
     TAG: ClassVar[str] = "fatal"
-    group: str
-    replica: int
-    pid: int
-    error: str
+    error: str = ""
 
     def to_wire(self) -> dict:
-        return {_TAG: "fatal", "g": self.group, "r": self.replica, "pid": self.pid, "error": self.error}
+        return {**self._head(), "error": self.error}
 
     @classmethod
     def from_wire(cls, d: dict) -> "Fatal":
-        return cls(d["g"], d["r"], d["pid"], d["error"])
+        return cls(*cls._who(d), d["error"])
 
 
 @dataclass(slots=True)
-class Stats:
+class Stats(_FromProcess):
     """The process's periodic report; also counts as a heartbeat.
 
     ``report`` is open-ended (held ids, pool, tombstones, per-stage scheduler
@@ -290,17 +299,14 @@ class Stats:
     """
 
     TAG: ClassVar[str] = "st"
-    group: str
-    replica: int
-    pid: int
     report: dict = field(default_factory=dict)
 
     def to_wire(self) -> dict:
-        return {_TAG: "st", "g": self.group, "r": self.replica, "pid": self.pid, "report": self.report}
+        return {**self._head(), "report": self.report}
 
     @classmethod
     def from_wire(cls, d: dict) -> "Stats":
-        return cls(d["g"], d["r"], d["pid"], dict(d["report"]))
+        return cls(*cls._who(d), dict(d["report"]))
 
 
 Message = (Data | Release | Abort | Shutdown | Hello | AbortAck | Failure | Done | Heartbeat

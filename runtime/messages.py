@@ -28,14 +28,14 @@ Fatal          fatal  stage -> supervisor          ``coord`` PULL (did not start
 =============  =====  ===========================  ==================================
 
 Why plain slotted dataclasses over msgpack maps (and not pydantic): a data
-message is built and parsed on every hop of every chunk, and a hop's whole
-budget is a fraction of a millisecond (4 KB end to end over three stages is
-about 0.3 ms, almost all of it thread wake-ups).  A slotted dataclass costs
-well under a microsecond to build or to read back from a dict; pydantic
-validation costs several times that per message and buys nothing here, since
-both ends are this module.  The wire stays what it was: a msgpack map with
-short keys, arrays and tensors as the extension types of ``runtime.wire``,
-never pickle.  A malformed or unknown message raises :class:`MessageError`,
+message is built and parsed on every hop of every chunk, and a 4 KB request's
+whole trip through three stages takes a fraction of a millisecond, almost all
+of it thread wake-ups.  Measured on the 2-vCPU dev VM: a ``Data`` from its
+dict 0.37 us, back to a dict 0.28 us; the same as a pydantic model 1.6 us to
+validate and 1.3 us to dump, about four times as much, and the validation
+buys nothing while both ends are this module.  The wire stays what it was:
+a msgpack map with short keys, arrays and tensors as the extension types of
+``runtime.wire``, never pickle.  A malformed or unknown message raises :class:`MessageError`,
 which names the request when the message had one, so the receiver can fail
 that request and keep serving.
 """

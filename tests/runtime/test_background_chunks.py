@@ -15,8 +15,8 @@ import time
 
 from runtime.config import StageConfig
 from runtime.executor import ChunkExecutor, WorkItem
+from runtime.messages import ENTRY_SRC
 from runtime.schedulers.chunk import ChunkScheduler
-from runtime.schedulers.base import ENTRY_SRC
 
 
 class EchoLater(ChunkExecutor):

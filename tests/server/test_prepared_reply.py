@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from runtime.requests import OutputEvent
+from runtime.request_lifecycle import OutputEvent
 from voice_server.runner import SessionRunner
 from voice_server.session import Session, SessionSettings
 

@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 
 from runtime.pipeline import Pipeline
+from voice_server.testing.wer import wer  # noqa: F401  (the tests' one WER)
 from tests.requirements import missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,12 +52,3 @@ def flite_wav(tmp_path_factory):
     return make
 
 
-def wer(ref: str, hyp: str) -> float:
-    r, h = ref.lower().split(), hyp.lower().split()
-    d = list(range(len(h) + 1))
-    for i in range(1, len(r) + 1):
-        prev, d[0] = d[0], i
-        for j in range(1, len(h) + 1):
-            cur = min(d[j] + 1, d[j - 1] + 1, prev + (r[i - 1] != h[j - 1]))
-            prev, d[j] = d[j], cur
-    return d[len(h)] / max(1, len(r))

@@ -24,7 +24,6 @@ from starlette.applications import Starlette
 
 from runtime.models.pocketsphinx_asr import StreamingRecognizer
 from voice_server.testing.speech_corpus import human_clips, phone_line
-from voice_server.testing.wer import wer as corpus_text_wer
 from tests.pipeline.conftest import CONFIG, ROOT, wer
 from tests.runtime.conftest import fresh_snapshot
 from voice_server.transports.http_api import routes
@@ -140,7 +139,7 @@ async def test_people_are_heard_through_the_listen_stage(pipeline, line):
     assert len(clips) - 2 <= len(finals) <= len(clips) + 3, finals
     bound = 0.10 if line == "microphone" else 0.20
     said, heard = " ".join(c.text for c in clips), " ".join(finals)
-    assert corpus_text_wer(said, heard) <= bound, (said, heard)
+    assert wer(said, heard) <= bound, (said, heard)
 
 
 # ---------------------------------------------------------------------------------- barge-in

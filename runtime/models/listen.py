@@ -19,7 +19,10 @@ Output chunks (times in ms on the request's own input timeline)::
     {"type": "speech_stopped", "audio_end_ms": int}
     {"type": "final", "text": str, "audio_start_ms": int, "audio_end_ms": int}
 
-and, while a pause may end the turn (Whisper only): ``{"type": "turn_likely_over",
+``{"type": "onset", "audio_start_ms": int}`` at the first speech frame, before
+``min_speech_ms`` confirms it, and ``{"type": "onset_dropped"}`` when it turns
+out too short to be speech; and, while a pause may end the turn (Whisper
+only): ``{"type": "turn_likely_over",
 "text": str}`` when the speculative transcript is ready during the pause (the
 server may prepare its reply), and ``{"type": "turn_continues"}`` when the
 speaker then goes on (a prepared reply is to be dropped).
@@ -272,6 +275,9 @@ class _Stream:
                 self.held_partial = None
                 # Prefix padding gives the recogniser the quiet lead-in it was trained on
                 # and the soft consonant silero scores low.
+                # Said at once, before min_speech_ms confirms it: a server playing a
+                # reply can pause it within a frame of the caller starting to talk.
+                out.append({"type": "onset", "audio_start_ms": self._ms(self.onset)})
                 self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
                 if self.preroll.size:
                     self.turn_audio.append(self.preroll)
@@ -311,7 +317,8 @@ class _Stream:
 
         if self.state == self.PENDING:
             if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
-                self._to_idle()    # too short to be speech: no events at all
+                self._to_idle()    # too short to be speech (a click, a cough): no turn
+                out.append({"type": "onset_dropped"})
                 return
             self._maybe_confirm(out)
             return
@@ -395,6 +402,7 @@ class _Stream:
             self._end_utterance(end, out)
         else:
             self._to_idle()
+            out.append({"type": "onset_dropped"})
 
 
 class ListenExecutor(ChunkExecutor):

@@ -441,6 +441,11 @@ def test_engine_that_fails_to_start_is_one_clear_stage_error(monkeypatch, error,
     import signal
     import types
 
+    import runtime.models.sglang_thinker as adapter
+
+    # Earlier tests in the same pytest process may have children still running
+    # (servers they started); the sole-parent rule has its own test above.
+    monkeypatch.setattr(adapter, "require_sole_parent", lambda: None)
     monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=_FailingEngine, __version__="0.5.21"))
     _FailingEngine.error, _FailingEngine.spawned = error, []
     method, handler = multiprocessing.get_start_method(allow_none=True), signal.getsignal(signal.SIGQUIT)

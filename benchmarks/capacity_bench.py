@@ -38,9 +38,9 @@ import time
 import numpy as np
 
 from voice_server.testing.callers.base import RealtimeWSTransport
-from voice_server.testing.callers.caller import Caller, load_speech
+from voice_server.testing.callers.caller import Caller, connected, load_speech
 from voice_server.testing.report import pct, write_json
-from voice_server.testing.server_process import RunningServer, served
+from voice_server.testing.server_process import RunningServer, add_server_arguments, served
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -88,56 +88,54 @@ def listen_stats(rt: dict) -> dict:
 
 async def one_caller(url: str, key: str | None, speech: dict, turns: int, rng: random.Random,
                      res: dict) -> None:
-    t = RealtimeWSTransport(url, key)
-    await t.connect()
-    c = Caller(t, speech)
-    tasks = [asyncio.ensure_future(c.reader()), asyncio.ensure_future(c.mic())]
+    c = None
     try:
-        await c.wait(lambda e: e["type"] == "session.created", 0, 30)
-        await t.send_event({"type": "session.update",
-                            "session": {"type": "realtime", "max_output_tokens": 24}})
-        await asyncio.sleep(rng.uniform(0.0, 3.0))             # callers do not start together
-        for k in range(turns):
-            n = len(c.events)
-            _, end = c.say(speech["q"][rng.randrange(len(speech["q"]))])
-            t_end = await asyncio.wait_for(end, 90)
-            _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
-                                                        "response.done"), n, 90)
-            if d["type"] == "response.output_audio.delta":
-                res["first_audio_ms"].append((d["_t"] - t_end) * 1000)
-            else:
-                res["errors"] += 1
-            await c.wait(lambda e: e["type"] == "response.done", n, 90)
-            await asyncio.sleep(rng.uniform(1.0, 3.0))
-        # one interruption per caller: a long story, cut short
-        await t.send_event({"type": "session.update", "session": {
-            "type": "realtime", "max_output_tokens": 200,
-            "instructions": "You tell long, detailed stories of many sentences."}})
-        n = len(c.events)
-        c.say(speech["story"])
-        i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n, 90)
-        rid = first["response_id"]
-        await asyncio.sleep(rng.uniform(0.3, 1.0))
-        start, _ = c.say(speech["interrupt"])
-        t0 = await asyncio.wait_for(start, 30)
-        _, done = await c.wait(lambda e: e["type"] == "response.done"
-                               and e["response"]["id"] == rid, i, 90)
-        if done["response"]["status"] == "cancelled":
-            res["barge_in_ms"].append((done["_t"] - t0) * 1000)
-        else:
-            res["barge_not_cancelled"] += 1
-        await c.wait(lambda e: e["type"] == "response.done" and e["response"]["id"] != rid, i, 90)
+        async with connected(RealtimeWSTransport(url, key), speech,
+                             {"max_output_tokens": 24}) as c:
+            await _talk(c, speech, turns, rng, res)
     except Exception as exc:  # noqa: BLE001 - counted, reported, never hangs the run
         res["errors"] += 1
         res["exceptions"].append(f"{type(exc).__name__}: {exc}"[:200])
     finally:
-        res["error_events"] += sum(1 for e in c.events if e["type"] == "error")
-        res["failed"] += sum(1 for e in c.events if e["type"] == "response.done"
+        events = c.events if c is not None else []
+        res["error_events"] += sum(1 for e in events if e["type"] == "error")
+        res["failed"] += sum(1 for e in events if e["type"] == "response.done"
                              and e["response"]["status"] == "failed")
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await t.close()
+
+
+async def _talk(c: Caller, speech: dict, turns: int, rng: random.Random, res: dict) -> None:
+    t = c.t
+    await asyncio.sleep(rng.uniform(0.0, 3.0))             # callers do not start together
+    for k in range(turns):
+        n = len(c.events)
+        _, end = c.say(speech["q"][rng.randrange(len(speech["q"]))])
+        t_end = await asyncio.wait_for(end, 90)
+        _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
+                                                    "response.done"), n, 90)
+        if d["type"] == "response.output_audio.delta":
+            res["first_audio_ms"].append((d["_t"] - t_end) * 1000)
+        else:
+            res["errors"] += 1
+        await c.wait(lambda e: e["type"] == "response.done", n, 90)
+        await asyncio.sleep(rng.uniform(1.0, 3.0))
+    # one interruption per caller: a long story, cut short
+    await t.send_event({"type": "session.update", "session": {
+        "type": "realtime", "max_output_tokens": 200,
+        "instructions": "You tell long, detailed stories of many sentences."}})
+    n = len(c.events)
+    c.say(speech["story"])
+    i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n, 90)
+    rid = first["response_id"]
+    await asyncio.sleep(rng.uniform(0.3, 1.0))
+    start, _ = c.say(speech["interrupt"])
+    t0 = await asyncio.wait_for(start, 30)
+    _, done = await c.wait(lambda e: e["type"] == "response.done"
+                           and e["response"]["id"] == rid, i, 90)
+    if done["response"]["status"] == "cancelled":
+        res["barge_in_ms"].append((done["_t"] - t0) * 1000)
+    else:
+        res["barge_not_cancelled"] += 1
+    await c.wait(lambda e: e["type"] == "response.done" and e["response"]["id"] != rid, i, 90)
 
 
 async def level(server: RunningServer, url: str, key: str | None, n: int, speech: dict,
@@ -192,10 +190,7 @@ def main() -> int:
     ap.add_argument("--levels", default="1,2,4,6,8")
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--url", help="a running server's http://HOST:PORT (admin endpoint reachable)")
-    ap.add_argument("--key", default=os.environ.get("VOICE_AGENT_API_KEY"))
-    ap.add_argument("--config", default="configs/voice-cpu.yaml")
-    ap.add_argument("--out", default="benchmarks/results/capacity.json")
+    add_server_arguments(ap, "benchmarks/results/capacity.json")
     a = ap.parse_args()
     levels = asyncio.run(main_async(a))
     print(f"\n{'N':>3} {'turns':>6} {'first audio p50/p95 ms':>24} {'barge-in p50/p95 ms':>22} "

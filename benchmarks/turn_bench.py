@@ -19,9 +19,12 @@ Realtime WebSocket, in real time:
   second half was spoken);
 * ``verdicts``: the end-of-turn model's complete/incomplete counts.
 
+* ``wasted_think_ratio``: think tokens of replies prepared during a pause and
+  then dropped (the speaker went on), over all think tokens (from ``/metrics``).
+
 The interruption figures the turn-taking issue also names (``stop_ms``,
-``false_cancel_rate``, ``resumed_rate``, ``wasted_think_ratio``) are reported
-as ``null`` until the server pauses and resumes replies (see README).
+``false_cancel_rate``, ``resumed_rate``) are reported as ``null``: deciding
+whether an interruption is real or a backchannel is not built yet (README).
 
     .venv/bin/python -m benchmarks.turn_bench
     .venv/bin/python -m benchmarks.turn_bench --modes server_vad,semantic_vad:auto --repeat 1
@@ -45,9 +48,9 @@ import numpy as np
 
 from voice_server.audio_codec import resample
 from voice_server.testing.callers.base import RealtimeWSTransport
-from voice_server.testing.callers.caller import Caller
+from voice_server.testing.callers.caller import Caller, connected
 from voice_server.testing.report import pct, write_json
-from voice_server.testing.server_process import served
+from voice_server.testing.server_process import add_server_arguments, served
 
 RATE = 24000
 VOICES = [("slt", 1.0), ("rms", 1.0), ("awb", 1.1), ("kal16", 0.95), ("slt", 1.15), ("rms", 0.9)]
@@ -113,16 +116,10 @@ async def settle(c: Caller, n: int, quiet_s: float = 1.0, limit_s: float = 30.0)
 
 
 async def run_mode(url: str, key: str | None, mode: str, sets: dict, repeat: int) -> dict:
-    t = RealtimeWSTransport(url, key)
-    await t.connect()
-    c = Caller(t, {})
-    tasks = [asyncio.ensure_future(c.reader()), asyncio.ensure_future(c.mic())]
     latency, premature, errors = [], [], 0
-    try:
-        await c.wait(lambda e: e["type"] == "session.created", 0, 30)
-        await t.send_event({"type": "session.update", "session": {
-            "type": "realtime", "max_output_tokens": 16,
-            "audio": {"input": {"turn_detection": turn_detection(mode)}}}})
+    async with connected(RealtimeWSTransport(url, key), session={
+            "max_output_tokens": 16,
+            "audio": {"input": {"turn_detection": turn_detection(mode)}}}) as c:
         await c.wait(lambda e: e["type"] == "session.updated", 0, 30)
         for _ in range(repeat):
             for item in sets["complete"]:
@@ -149,11 +146,6 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict, repeat: int
                          and e["_t"] < second_at]
                 premature.append(1 if early else 0)
                 await settle(c, n)    # a premature turn gets a second reply: let it finish
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await t.close()
     return {"latency_ms": {"p50": pct(latency, 50), "p95": pct(latency, 95), "n": len(latency)},
             "premature_rate": round(sum(premature) / len(premature), 3) if premature else None,
             "premature_n": len(premature),
@@ -166,8 +158,13 @@ async def main_async(a) -> dict:
     modes: dict = {}
     async with served(a.config, a.url) as server:
         for mode in a.modes.split(","):
-            modes[mode] = await run_mode(server.url, a.key, mode, sets, a.repeat)
-            r = modes[mode]
+            before = [await server.metric("voice_think_tokens_total", outcome=o)
+                      for o in ("used", "wasted")]
+            modes[mode] = r = await run_mode(server.url, a.key, mode, sets, a.repeat)
+            used, wasted = [await server.metric("voice_think_tokens_total", outcome=o) - b
+                            for o, b in zip(("used", "wasted"), before)]
+            r["wasted_think_ratio"] = round(wasted / (used + wasted), 3) if used + wasted else None
+            r["prepared_replies"] = {"think_tokens_used": used, "think_tokens_wasted": wasted}
             print(f"{mode}: latency p50/p95 {r['latency_ms']['p50']}/{r['latency_ms']['p95']} ms, "
                   f"premature {r['premature_rate']}", flush=True)
         rt = await server.runtime()
@@ -183,17 +180,15 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--url", help="a running server's http://HOST:PORT")
-    ap.add_argument("--key", default=os.environ.get("VOICE_AGENT_API_KEY"))
-    ap.add_argument("--config", default="configs/voice-cpu.yaml")
-    ap.add_argument("--out", default="benchmarks/results/turn.json")
+    add_server_arguments(ap, "benchmarks/results/turn.json")
     a = ap.parse_args()
     modes = asyncio.run(main_async(a))
     listen = modes.pop("_listen_stats", {})
-    print(f"\n{'mode':<22}{'latency p50/p95 ms':>22}{'premature':>11}")
+    print(f"\n{'mode':<22}{'latency p50/p95 ms':>22}{'premature':>11}{'wasted think':>14}")
     for mode, r in modes.items():
         lat = r["latency_ms"]
-        print(f"{mode:<22}{str(lat['p50']) + ' / ' + str(lat['p95']):>22}{r['premature_rate']!s:>11}")
+        print(f"{mode:<22}{str(lat['p50']) + ' / ' + str(lat['p95']):>22}{r['premature_rate']!s:>11}"
+              f"{r['wasted_think_ratio']!s:>14}")
     print("end-of-turn verdicts:", listen)
     targets = {}
     sem = modes.get("semantic_vad:auto") or modes.get("semantic_vad:medium")

@@ -48,6 +48,20 @@ class RunningServer:
         r.raise_for_status()
         return r.json()
 
+    async def metric(self, name: str, **labels: str) -> float:
+        """One sample of ``GET /metrics`` (Prometheus text), 0.0 when absent."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(base_url=self.http, timeout=30)
+        r = await self._client.get("/metrics")
+        r.raise_for_status()
+        want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+                       if labels else "")
+        for line in r.text.splitlines():
+            key, _, value = line.rpartition(" ")
+            if key == want:
+                return float(value)
+        return 0.0
+
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
@@ -124,3 +138,12 @@ async def served(config: str, url: str | None = None):
         await server.aclose()
         if proc is not None:
             await asyncio.to_thread(proc.stop)
+
+
+def add_server_arguments(ap, out: str) -> None:
+    """The options every served benchmark takes: which server, which key, where to write."""
+    ap.add_argument("--url", help="a running server's http://HOST:PORT (admin endpoint reachable); "
+                    "default: start voice-agent serve --config CONFIG")
+    ap.add_argument("--key", default=os.environ.get("VOICE_AGENT_API_KEY"))
+    ap.add_argument("--config", default="configs/voice-cpu.yaml")
+    ap.add_argument("--out", default=out)

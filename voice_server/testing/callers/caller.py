@@ -195,3 +195,25 @@ class Sess:
 
 __all__ = ["Caller", "Sess", "audio_delta", "load_speech", "QUESTIONS", "STORY", "INTERRUPT",
            "SILENCE_WINDOW_MS", "FRAME_MS"]
+
+
+@contextlib.asynccontextmanager
+async def connected(transport: CallerTransport, speech: dict | None = None,
+                    session: dict | None = None, timeout: float = 30.0):
+    """A caller on a connected transport, its reader and real-time mic running,
+    past ``session.created`` (and ``session.update`` with ``session``, if given);
+    everything is stopped and closed on the way out."""
+    await transport.connect()
+    c = Caller(transport, speech or {})
+    tasks = [asyncio.ensure_future(c.reader()), asyncio.ensure_future(c.mic())]
+    try:
+        await c.wait(lambda e: e["type"] == "session.created", 0, timeout)
+        if session is not None:
+            await transport.send_event({"type": "session.update",
+                                        "session": {"type": "realtime", **session}})
+        yield c
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await transport.close()

@@ -4,7 +4,12 @@ Every figure is measured in one run on this machine, beside its baseline
 (numpy memcpy of the same size, a raw pyzmq ipc round trip), because these
 VMs are noisy: compare ratios, not absolute numbers across runs.
 
-    python benchmarks/runtime_bench.py [--quick] [--json PATH]
+    python benchmarks/runtime_bench.py [--quick] [--json PATH] [--placement local|ray]
+
+``--placement ray`` adds, in the same run, the same three identity stages as
+Ray actors on three Ray nodes (a head and two workers started here on
+127.0.0.1, one stage per node), with CURVE off (loopback, as the runtime
+decides) and on (as between real machines), beside the local figures.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ def log(text: str) -> None:
 
 def ms(xs: list[float], *qs: int) -> dict:
     return {f"p{q}": round(pct(xs, q, None) * 1000, 4) for q in qs}
+
+
+RAY_SIZES = ("4KB", "1MB", "16MB")
+RAY_TARGETS = {"latency_4KB_p50_x_local": 2.0, "throughput_1MB_c32_of_local": 0.5, "abort_idle_p99_ms": 5.0}
 
 
 def identity_pipeline(step_ms: float = 0.0) -> dict:
@@ -227,6 +236,69 @@ async def run(quick: bool) -> dict:
     return res
 
 
+# ---- the same stages on three Ray nodes ------------------------------------------------------
+def ray_pipeline(curve: bool) -> dict:
+    cfg = identity_pipeline()
+    cfg["placement"] = {"backend": "ray", "groups": [
+        {"name": n, "stages": [n], "resources": {f"bench_node_{n}": 1}} for n in ("a", "b", "c")]}
+    cfg["control"] = {"curve": curve}
+    return cfg
+
+
+def start_ray_cluster():
+    """Head (stage a, the coordinator) + two workers (b, c), all on 127.0.0.1; dashboard off."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    args = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 << 20, "include_dashboard": False,
+            "num_cpus": 2}
+    c = Cluster(initialize_head=True, head_node_args={**args, "resources": {"bench_node_a": 1}})
+    c.add_node(**args, resources={"bench_node_b": 1})
+    c.add_node(**args, resources={"bench_node_c": 1})
+    c.wait_for_nodes()
+    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
+    return c
+
+
+async def run_ray(quick: bool, curve: bool) -> dict:
+    reps = {"4KB": 300, "1MB": 200, "16MB": 40} if not quick else {"4KB": 150, "1MB": 80, "16MB": 15}
+    out: dict = {"latency_ms": {}, "curve": curve}
+    p = await Pipeline.start(ray_pipeline(curve))
+    try:
+        out["nodes"] = {k: v["node"][:8] for k, v in p.snapshot()["processes"].items()}
+        out["entry_transports"] = p.coordinator._entry_transport
+        for name in RAY_SIZES:
+            out["latency_ms"][name] = ms(await latency(p, SIZES[name], reps[name]), 50, 90)
+            log(f"ray{'+curve' if curve else ''} latency {name}: {out['latency_ms'][name]}")
+        out["throughput_rps"] = {"c32": round(await throughput(p, 32, 600 if quick else 2000), 1)}
+        out["abort_ack_ms"] = {"idle": ms(await abort_idle(p, 100 if quick else 300), 50, 99)}
+    finally:
+        await p.close()
+    return out
+
+
+def ray_rows(res: dict) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for key in ("ray", "ray_curve"):
+        r = res.get(key)
+        if r is None:
+            continue
+        tag = "3 Ray nodes" + (", CURVE" if r["curve"] else "")
+        for name in RAY_SIZES:
+            lat, loc = r["latency_ms"][name], res["latency_ms"][name]
+            rows.append((f"{tag}: {name} p50 / p90 ms", f"{lat['p50']} / {lat['p90']}",
+                         f"local {loc['p50']} / {loc['p90']}",
+                         "<= 2x local p50" if name == "4KB" else ""))
+        tp, loc = r["throughput_rps"]["c32"], res["throughput_rps"]["c32"]
+        rows.append((f"{tag}: throughput 1MB c32 req/s", f"{tp} ({tp / loc:.0%} of local)", f"local {loc}",
+                     ">= 50% of local"))
+        a = r["abort_ack_ms"]["idle"]
+        rows.append((f"{tag}: abort all-stage ack, idle p50 / p99 ms", f"{a['p50']} / {a['p99']}",
+                     f"local p99 {res['abort_ack_ms']['idle']['p99']}", "p99 <= 5"))
+    return rows
+
+
 def report(res: dict) -> list[tuple[str, str, str, str]]:
     rows = []
     for name in SIZES:
@@ -246,16 +318,30 @@ def report(res: dict) -> list[tuple[str, str, str, str]]:
                  f"p99 <= {a['step_ms'] + 5:g}"))
     rows.append(("zmq ipc round trip 4KB / 1MB ms",
                  f"{res['baseline']['zmq_rtt_4KB_ms']} / {res['baseline']['zmq_rtt_1MB_ms']}", "baseline", ""))
-    return rows
+    return rows + ray_rows(res)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (< 60 s)")
-    ap.add_argument("--json", default=str(ROOT / "benchmarks/results/runtime.json"))
+    ap.add_argument("--json", default=None, help="default benchmarks/results/runtime[-ray].json")
+    ap.add_argument("--placement", choices=("local", "ray"), default="local",
+                    help="ray: also run the stages on three Ray nodes, beside the local figures")
     args = ap.parse_args()
+    json_path = args.json or str(ROOT / "benchmarks/results" /
+                                 ("runtime-ray.json" if args.placement == "ray" else "runtime.json"))
     t0 = time.time()
     res = asyncio.run(run(args.quick))
+    if args.placement == "ray":
+        cluster = start_ray_cluster()
+        try:
+            for key, curve in (("ray", False), ("ray_curve", True)):
+                res[key] = asyncio.run(run_ray(args.quick, curve))
+        finally:
+            import ray
+
+            ray.shutdown()
+            cluster.shutdown()
     res["wall_s"] = round(time.time() - t0, 1)
     res["machine"] = {"cpus": os.cpu_count()}
     rows = report(res)
@@ -266,7 +352,7 @@ def main() -> None:
     print("-+-".join("-" * x for x in w))
     for r in rows:
         print(" | ".join(c.ljust(w[i]) for i, c in enumerate(r)))
-    write_json(args.json, res, f" in {res['wall_s']} s")
+    write_json(json_path, res, f" in {res['wall_s']} s")
 
 
 if __name__ == "__main__":

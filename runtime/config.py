@@ -59,6 +59,11 @@ class GroupConfig(_Strict):
     device: str = "cpu"
     host: str | None = None
     env: dict[str, str] = {}
+    # placement.backend 'ray': what one replica asks of a Ray node.  Custom
+    # resources double as node labels (`ray start --resources '{"tts": 1}'`).
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    resources: dict[str, float] = {}
 
     @field_validator("device")
     @classmethod
@@ -69,6 +74,12 @@ class GroupConfig(_Strict):
 
 
 class PlacementConfig(_Strict):
+    # 'local': one OS process per group replica on this host (the supervisor).
+    # 'ray': one Ray actor per group replica, placed across the cluster's nodes.
+    backend: Literal["local", "ray"] = "local"
+    # Ray placement-group strategy of each group's replicas: SPREAD puts them
+    # on different nodes while nodes last, then shares nodes.
+    ray_strategy: Literal["SPREAD", "STRICT_SPREAD", "PACK", "STRICT_PACK"] = "SPREAD"
     groups: list[GroupConfig] = []
 
 
@@ -140,6 +151,14 @@ class PipelineConfig(_Strict):
             if s.name not in seen:
                 self.placement.groups.append(GroupConfig(name=s.name, stages=[s.name]))
         ctl = self.control
+        if self.placement.backend == "ray":
+            hosted = [g.name for g in self.placement.groups if g.host]
+            if hosted:
+                raise ValueError(f"placement.groups {hosted}: 'host' is for backend 'local'; "
+                                 "on Ray the node comes from the group's resources")
+            if ctl.transport == "ipc" and "transport" in ctl.model_fields_set:
+                raise ValueError("control.transport: a Ray pipeline spans nodes; its control plane is tcp")
+            ctl.transport = "tcp"  # tcp_host becomes the driver node's address at start
         if ctl.transport == "tcp" and ctl.curve is False:
             from runtime.curve import is_loopback
 

@@ -26,8 +26,8 @@ from runtime.dataplane import DataPlane
 from runtime.endpoints import Endpoints
 from runtime.errors import ErrorCode, ErrorInfo
 from runtime.messages import (ENTRY_SRC, Abort, AbortAck, Data, Done, DoneItem, Failure, Fatal, Heartbeat,
-                              Ready, Release, Stats)
-from runtime.placement import COORDINATOR, edge_transport
+                              Ready, Release, Stats, Topology)
+from runtime.placement import COORDINATOR, NodeMap, transports_to
 from runtime.request_lifecycle import OutputEvent, RequestHandle, RequestRecord, StageProgress, State
 from runtime.shm import ShmPool
 from runtime.sockets import Peers, make_socket
@@ -83,7 +83,8 @@ class Coordinator:
         self.peers = Peers(self.ctx, curve)
         for eps in endpoints.groups.values():
             for ep in eps:
-                self.peers.get(ep)
+                if ep:  # Ray placement fills its endpoints in later
+                    self.peers.get(ep)
         dp = cfg.data
         self.pool = ShmPool(f"va-{run_token}-coord-{os.getpid()}", dp.max_lent_mb << 20, dp.max_cached_mb << 20)
         self.data = DataPlane(endpoints.coordinator, self.pool, dp.inline_max_bytes)
@@ -96,9 +97,13 @@ class Coordinator:
         self._release_scheduled = False
         self.counters = {"submitted": 0, "completed": 0, "cancelled": 0, "failed": 0,
                          "aborts": 0, "errors_by_code": {}}
-        self.supervisor = Supervisor(cfg, endpoints, run_token, self._on_proc_death, self._publish, curve)
+        supervisor_cls = Supervisor
+        if cfg.placement.backend == "ray":
+            from runtime.ray_supervisor import RaySupervisor as supervisor_cls
+        self.supervisor = supervisor_cls(cfg, endpoints, run_token, self._on_proc_death, self._publish, curve)
         self.supervisor.tombstone_source = self._recent_dead_ids
-        self._entry_transport = {s.name: edge_transport(cfg, COORDINATOR, s.name) for s in cfg.stages}
+        self.supervisor.on_topology = self._on_topology
+        self._on_topology(None)
         self.closed = False
         self._routes: dict[tuple, tuple[list[str], set[str]]] = {}
 
@@ -131,6 +136,12 @@ class Coordinator:
             self.auth.stop()
         self.ctx.term()
 
+    def _on_topology(self, nodes: NodeMap | None) -> None:
+        """Placement known or changed (Ray): entry transports per replica, and tell the stages."""
+        self._entry_transport = {s.name: transports_to(self.cfg, COORDINATOR, s.name, nodes) for s in self.cfg.stages}
+        if nodes is not None:
+            self._publish(Topology(self.endpoints.groups, nodes.to_wire()))
+
     # ---- submit ------------------------------------------------------------------------------
     async def submit(self, payload: Any = None, *, entry: str | None = None, route: list[str] | None = None,
                      params: dict | None = None, stream_input: bool = False,
@@ -156,6 +167,10 @@ class Coordinator:
         p = dict(params or {})
         p["_route"] = full_route
         rec.params = p
+        down = self.supervisor.unavailable(full_route, rid)
+        if down is not None:  # a replica on the route is gone and not back: fail now, not at the deadline
+            self._fail(rec, ErrorInfo.make(ErrorCode.STAGE_UNAVAILABLE, down[1], down[0]))
+            return RequestHandle(self, rec)
         if stream_input:
             rec.state = State.RUNNING
             await self._send_data(rec, payload, end=False, has_payload=payload is not None, params=p)
@@ -196,7 +211,8 @@ class Coordinator:
         rec.input_seq += 1
         frames: list = []
         if has_payload:
-            transport = self._entry_transport[rec.entry]
+            per_replica = self._entry_transport[rec.entry]
+            transport = per_replica[rec.request_id % len(per_replica)]
             while True:
                 desc, frames = self.data.pack(payload, rec.request_id, transport)
                 if desc is not None:
@@ -410,7 +426,7 @@ class Coordinator:
         for p in self.supervisor.procs.values():
             st = p.stats
             procs[f"{p.group}/{p.replica}"] = {
-                "pid": p.pid, "ready": p.ready, "restarts": p.restarts,
+                "pid": p.pid, "ready": p.ready, "restarts": p.restarts, "node": p.node, "node_ip": p.node_ip,
                 "heartbeat_age_ms": round((time.monotonic() - p.last_heartbeat) * 1000, 1),
                 "stats_reports": p.stats_reports,
                 "held": st.get("held", []), "pool": st.get("pool", {}),

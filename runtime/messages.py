@@ -18,6 +18,7 @@ Release        r      reader -> buffer owner       the owner's PULL
 Abort          a      coordinator -> every stage   ``control`` PUB
 Shutdown       s      supervisor -> every stage    ``control`` PUB
 Hello          hello  supervisor -> every stage    ``control`` PUB (while one starts)
+Topology       topo   supervisor -> every stage    ``control`` PUB (Ray placement moved a replica)
 AbortAck       k      stage -> coordinator         ``coord`` PULL
 Failure        x      stage -> coordinator         ``coord`` PULL
 Done           done   stage -> coordinator         ``coord`` PULL (coalesced reports)
@@ -158,6 +159,23 @@ class Hello(_Signal):
     waits until one reaches it before it reports ready."""
 
     TAG: ClassVar[str] = "hello"
+
+
+@dataclass(slots=True)
+class Topology:
+    """Where every replica listens and on which node it runs (``placement.backend: ray``):
+    a re-created replica comes back on a new endpoint, maybe on another node."""
+
+    TAG: ClassVar[str] = "topo"
+    endpoints: dict[str, list[str]]   # group -> endpoint of each replica
+    nodes: dict                       # runtime.placement.NodeMap.to_wire()
+
+    def to_wire(self) -> dict:
+        return {_TAG: "topo", "eps": self.endpoints, "nodes": self.nodes}
+
+    @classmethod
+    def from_wire(cls, d: dict) -> "Topology":
+        return cls({k: list(v) for k, v in d["eps"].items()}, dict(d["nodes"]))
 
 
 # ---- stage -> coordinator ----------------------------------------------------------------
@@ -309,11 +327,12 @@ class Stats(_FromProcess):
         return cls(*cls._who(d), dict(d["report"]))
 
 
-Message = (Data | Release | Abort | Shutdown | Hello | AbortAck | Failure | Done | Heartbeat
+Message = (Data | Release | Abort | Shutdown | Hello | Topology | AbortAck | Failure | Done | Heartbeat
            | Ready | Fatal | Stats)
 
 _BY_TAG: dict[str, Any] = {cls.TAG: cls for cls in (
-    Data, Release, Abort, Shutdown, Hello, AbortAck, Failure, Done, Heartbeat, Ready, Fatal, Stats)}
+    Data, Release, Abort, Shutdown, Hello, Topology, AbortAck, Failure, Done, Heartbeat, Ready, Fatal,
+    Stats)}
 
 
 def encode(msg: Message) -> bytes:

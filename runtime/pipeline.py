@@ -28,6 +28,8 @@ class Pipeline:
         self.cfg = cfg
         self.run_token = secrets.token_hex(4)
         self.endpoints = allocate(cfg, self.run_token)
+        if cfg.placement.backend == "ray":  # each replica's endpoint is on the node Ray picks
+            self.endpoints.groups = {g.name: [""] * g.replicas for g in cfg.placement.groups}
         self.curve = CurveKeys.generate() if cfg.uses_curve() else None
         self.coordinator = Coordinator(cfg, self.endpoints, self.run_token, self.curve)
         self.closed = False
@@ -40,6 +42,11 @@ class Pipeline:
             cfg = parse_config(config)
         else:
             cfg = load_config(config)
+        if cfg.placement.backend == "ray":
+            from runtime import ray_cluster
+
+            ray_cluster.connect(cfg)
+            cfg = ray_cluster.settle(cfg)
         self = cls(cfg)
         try:
             await self.coordinator.start()
@@ -79,6 +86,10 @@ class Pipeline:
         finally:
             remove_segments(self.shm_prefix)
             self.endpoints.cleanup()
+            if self.cfg.placement.backend == "ray":
+                from runtime import ray_cluster
+
+                ray_cluster.disconnect()
 
     async def __aenter__(self) -> "Pipeline":
         return self

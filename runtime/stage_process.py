@@ -31,8 +31,8 @@ from runtime.dataplane import DataPlane
 from runtime.endpoints import Endpoints
 from runtime.errors import ErrorCode, ErrorInfo, classify
 from runtime.messages import (ENTRY_SRC, EXIT_DST, Abort, AbortAck, Data, Done, DoneItem, Failure, Fatal,
-                              Heartbeat, Hello, Ready, Release, Shutdown, Stats)
-from runtime.placement import COORDINATOR, edge_transport
+                              Heartbeat, Hello, Ready, Release, Shutdown, Stats, Topology)
+from runtime.placement import COORDINATOR, NodeMap, transports_to
 from runtime.schedulers import SCHEDULERS
 from runtime.shm import ShmPool, remove_segments
 from runtime.curve import CurveKeys, start_authenticator
@@ -64,11 +64,17 @@ class StageHost:
         pipe = loop.pipeline
         self.out_edges = pipe.outputs(cfg.name)
         self.in_edges = pipe.inputs(cfg.name)
-        self.transports = {e.dst: edge_transport(pipe, cfg.name, e.dst) for e in self.out_edges}
-        self.to_coord = edge_transport(pipe, cfg.name, COORDINATOR)
+        self.set_transports()
         self.final_buf: dict[tuple[int, str], list] = {}
         self.started: set[tuple[int, str]] = set()
         self.n_out: dict[int, int] = {}
+
+    def set_transports(self) -> None:
+        """Per destination stage, the transport to each of its replicas (placement may change)."""
+        loop, pipe = self.loop, self.loop.pipeline
+        self.transports = {e.dst: transports_to(pipe, self.name, e.dst, loop.nodes, loop.replica)
+                           for e in self.out_edges}
+        self.to_coord = transports_to(pipe, self.name, COORDINATOR, loop.nodes, loop.replica)[0]
 
     # ---- StageContext ----------------------------------------------------------------
     def expected_sources(self, rid: int, params: dict) -> set[str]:
@@ -153,7 +159,11 @@ class StageHost:
             self.started.discard(key)
         frames: list = []
         if has_payload:
-            transport = self.to_coord if dst == EXIT_DST else self.transports[dst]
+            if dst == EXIT_DST:
+                transport = self.to_coord
+            else:
+                per_replica = self.transports[dst]
+                transport = per_replica[rid % len(per_replica)]
             desc, frames = loop.pack(payload, rid, transport)
             msg.payload = desc
         endpoint = loop.endpoints.coordinator if dst == EXIT_DST else loop.endpoint_of(dst, rid)
@@ -183,6 +193,7 @@ class ProcessLoop:
         self.group = self.pipeline.placement.groups[[g.name for g in self.pipeline.placement.groups].index(spec["group"])]
         self.replica = int(spec["replica"])
         self.endpoints = Endpoints.from_wire(spec["endpoints"])
+        self.nodes = NodeMap.from_wire(spec.get("nodes"))
         self.my_endpoint = self.endpoints.of(self.group.name, self.replica)
         tomb = self.pipeline.tombstones
         self.tombstones = Tombstones(tomb.max_entries, tomb.ttl_s)
@@ -279,6 +290,13 @@ class ProcessLoop:
                                      freed + cfreed, n + cn))
         self.flush_releases()
 
+    def on_topology(self, msg: Topology) -> None:
+        """A replica moved (Ray re-created it on another node): new endpoints and transports."""
+        self.endpoints.groups = msg.endpoints
+        self.nodes = NodeMap.from_wire(msg.nodes)
+        for host in self.stages.values():
+            host.set_transports()
+
     def forget(self, rid: int) -> None:
         for h in self.stages.values():
             h.drop(rid)
@@ -316,6 +334,8 @@ class ProcessLoop:
             self.running = False
         elif type(msg) is Hello:
             pass
+        elif type(msg) is Topology:
+            self.on_topology(msg)
         else:
             self.log(f"a {type(msg).__name__} message is not for a stage; dropped")
 

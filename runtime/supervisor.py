@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -42,6 +43,8 @@ class Proc:
     stats: dict = field(default_factory=dict)
     stats_reports: int = 0  # how many arrived: a reader waits for one newer than its question
     stderr_tail: list[str] = field(default_factory=list)
+    node: str | None = None     # where it runs: this host's name, or the Ray node id
+    node_ip: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -66,14 +69,19 @@ class Supervisor:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._monitor: asyncio.Task | None = None
         self.tombstone_source: Callable[[], list[int]] = lambda: []
+        self.on_topology: Callable = lambda nodes: None  # placement backends that move replicas
 
     # ---- spawning --------------------------------------------------------------------------
-    def _spawn(self, p: Proc) -> None:
+    def _spec(self, p: Proc) -> dict:
+        """What a stage process is told on stdin (JSON only: it may travel through Ray's RPC)."""
         group = next(g for g in self.cfg.placement.groups if g.name == p.group)
-        spec = {"config": self.cfg.model_dump(mode="json", by_alias=True), "group": p.group,
+        return {"config": self.cfg.model_dump(mode="json", by_alias=True), "group": p.group,
                 "replica": p.replica, "endpoints": self.endpoints.to_wire(),
                 "run_token": self.run_token, "tombstones": self.tombstone_source(),
                 "env": group.env, "curve": self.curve.to_wire() if self.curve else None}
+
+    def _spawn(self, p: Proc) -> None:
+        spec = self._spec(p)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([x for x in sys.path if x] + [env.get("PYTHONPATH", "")])
         p.ready = False
@@ -82,6 +90,7 @@ class Supervisor:
                                    stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                    start_new_session=False)
         p.pid = p.popen.pid
+        p.node, p.node_ip = platform.node(), None
         p.last_heartbeat = time.monotonic()
         p.popen.stdin.write(json.dumps(spec).encode())
         p.popen.stdin.close()
@@ -188,7 +197,7 @@ class Supervisor:
                                   f"ready within {timeout:g}s") from None
 
     def starting(self) -> bool:
-        return any(not p.ready and p.popen is not None and p.popen.poll() is None for p in self.procs.values())
+        return any(not p.ready and self._running(p) for p in self.procs.values())
 
     async def _watch(self) -> None:
         dead_after = self.cfg.control.dead_after_ms / 1000.0
@@ -200,10 +209,20 @@ class Supervisor:
                 await asyncio.sleep(0.05)
             now = time.monotonic()
             for p in self.procs.values():
-                if p.ready and now - p.last_heartbeat > dead_after and p.popen and p.popen.poll() is None:
+                if p.ready and now - p.last_heartbeat > dead_after and self._running(p):
                     print(f"stage group {p.group!r} pid {p.pid}: no heartbeat for "
                           f"{now - p.last_heartbeat:.2f}s, killing it", file=sys.stderr, flush=True)
-                    p.popen.kill()
+                    self._kill_hung(p)
+
+    def _running(self, p: Proc) -> bool:
+        return p.popen is not None and p.popen.poll() is None
+
+    def _kill_hung(self, p: Proc) -> None:
+        p.popen.kill()  # the waiter thread then reports the exit
+
+    def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
+        """(stage, why) when request ``rid`` would need a replica that cannot run now."""
+        return None
 
     def live(self) -> list[Proc]:
         return [p for p in self.procs.values() if p.ready]

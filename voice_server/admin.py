@@ -11,7 +11,8 @@
     GET /v1/runtime         the runtime at a glance: {"pid" (this server process),
                             "sessions", "draining", "live_requests", "counters",
                             "coordinator_pool", "processes" {"group/replica": {"pid",
-                            "ready", "restarts", "heartbeat_age_ms", "held", "pool",
+                            "ready", "restarts", "node" (host name, or the Ray node id),
+                            "node_ip" (Ray), "heartbeat_age_ms", "held", "pool",
                             "tombstones", "stages"}}, "shm_prefix", "shm_segments"}:
                             what an operator (or benchmarks/soak.py, from another
                             process) checks for leaks: requests left, buffers lent,

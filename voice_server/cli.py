@@ -1,6 +1,7 @@
 """The ``voice-agent`` command.
 
     voice-agent serve --config configs/voice-cpu.yaml [--host 127.0.0.1] [--port 8000]
+                      [--ray-address auto|HOST:PORT]
                       [--log-level warning] [--log-json]
     voice-agent chat  --config configs/voice-cpu.yaml --wav question.wav [--out reply.wav] [--json]
     voice-agent chat  --config configs/voice-cpu.yaml --text "what is the capital of france"
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 import wave
@@ -216,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True, help="pipeline YAML, e.g. configs/voice-cpu.yaml")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--ray-address", default=None,
+                   help="placement.backend ray: join this Ray cluster ('auto' or HEAD:PORT; sets "
+                        "RAY_ADDRESS); without it a ray config starts a private one-node Ray")
     s.add_argument("--log-level", default="warning", help="debug|info|warning|error")
     s.add_argument("--log-json", action="store_true",
                    help="log JSON lines with session_id/request_id (env VOICE_AGENT_LOG_JSON=1)")
@@ -234,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.cmd == "serve":
+        if args.ray_address:
+            os.environ["RAY_ADDRESS"] = args.ray_address
         if not Path(args.config).exists():
             print(f"voice-agent: config not found: {args.config}", file=sys.stderr)
             return 2

@@ -249,6 +249,8 @@ def _families(snap: dict[str, Any]):
                            "Seconds since the process's last heartbeat", labels=pl)
     tomb = GaugeMetricFamily("voice_process_tombstones", "Abort tombstones the process keeps",
                              labels=pl)
+    node = GaugeMetricFamily("voice_process_node", "1 per stage replica, labelled with the node it "
+                             "runs on (host name, or Ray node id and address)", labels=pl + ["node", "node_ip"])
     lent_b = GaugeMetricFamily("voice_shm_lent_bytes",
                                "Shared-memory bytes lent and not yet released", labels=["owner"])
     lent_n = GaugeMetricFamily("voice_shm_lent_buffers",
@@ -261,6 +263,7 @@ def _families(snap: dict[str, Any]):
         ready.add_metric(plv, 1.0 if proc.get("ready") else 0.0)
         hb.add_metric(plv, (proc.get("heartbeat_age_ms") or 0.0) / 1000.0)
         tomb.add_metric(plv, proc.get("tombstones", 0) or 0)
+        node.add_metric(plv + [str(proc.get("node") or ""), str(proc.get("node_ip") or "")], 1.0)
         pool = proc.get("pool") or {}
         lent_b.add_metric([key], pool.get("lent_bytes", 0) or 0)
         lent_n.add_metric([key], pool.get("lent", 0) or 0)
@@ -283,7 +286,7 @@ def _families(snap: dict[str, Any]):
     lent_b.add_metric(["coordinator"], pool.get("lent_bytes", 0) or 0)
     lent_n.add_metric(["coordinator"], pool.get("lent", 0) or 0)
     yield from (held, waiting, running, last_batch, batch, steps, step_s, restarts, ready, hb,
-                tomb, lent_b, lent_n)
+                tomb, node, lent_b, lent_n)
 
     live = GaugeMetricFamily("voice_live_requests", "Requests in the coordinator's live table")
     live.add_metric([], snap.get("live_requests", 0) or 0)

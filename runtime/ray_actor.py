@@ -1,0 +1,81 @@
+"""The Ray actor that hosts one replica of one placement group.
+
+It does not run the stage loop itself: it starts ``python -m runtime.stage_process``
+as its child with the same JSON spec on stdin that the local supervisor
+writes.  So there is one implementation of a stage, and on Ray it keeps what
+it has locally: its own main thread for signals, parent-death cleanup, no
+share of the GIL with Ray's core-worker threads, and a native crash that
+takes down the stage but leaves the actor to report the exit code.  The
+child inherits what Ray set for the actor (``CUDA_VISIBLE_DEVICES``).
+
+Only JSON-able data crosses Ray's RPC: the spec goes in as a string, and
+``where``/``wait`` return plain dicts.  Our sockets are made in the child.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections import deque
+
+import ray
+
+
+class StageLauncher:
+    """One stage process on whichever node Ray placed this actor."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.tail: deque[str] = deque(maxlen=40)
+
+    def where(self) -> dict:
+        """This node's id and address, and a free port there for the stage's control socket."""
+        ip = ray.util.get_node_ip_address()
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((ip, 0))
+            port = s.getsockname()[1]
+        return {"node": ray.get_runtime_context().get_node_id(), "ip": ip, "port": port,
+                "actor_pid": os.getpid()}
+
+    def launch(self, spec_json: str) -> int:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([x for x in sys.path if x] + [env.get("PYTHONPATH", "")])
+        self.proc = subprocess.Popen([sys.executable, "-m", "runtime.stage_process"],
+                                     stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.proc.stdin.write(spec_json.encode())
+        self.proc.stdin.close()
+        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
+        return self.proc.pid
+
+    def _pump(self, proc: subprocess.Popen) -> None:
+        for raw in proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self.tail.append(line)
+            print(line, file=sys.stderr, flush=True)  # lands in this actor's Ray log
+
+    def wait(self) -> dict:
+        """Returns when the stage process exits: its code and last stderr lines."""
+        code = self.proc.wait() if self.proc is not None else -1
+        return {"code": code, "tail": list(self.tail)[-8:]}
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        proc = self.proc
+        if proc is None:
+            return None
+        try:
+            return proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+
+# wait() blocks for the life of the stage while where/stop must still answer.
+RayStageLauncher = ray.remote(max_concurrency=4, max_restarts=0)(StageLauncher)

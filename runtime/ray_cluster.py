@@ -1,0 +1,76 @@
+"""Joining a Ray cluster, and what that settles in a pipeline config.
+
+``RAY_ADDRESS`` (``voice-agent serve --ray-address`` sets it) names a cluster
+to join: ``auto`` for the one ``ray start`` made on this machine, or
+``HOST:PORT`` of a head node.  Without one, a private single-node cluster is
+started on 127.0.0.1 and stopped with the pipeline.  Ray's dashboard and
+usage reporting stay off either way.
+
+Once connected, the coordinator's control sockets bind the driver node's
+address, and CURVE is on whenever any node's address is not loopback.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+from runtime.config import ConfigError, PipelineConfig
+from runtime.curve import is_loopback
+
+_owned = False  # this process started the Ray instance it is connected to
+
+
+def connect(cfg: PipelineConfig) -> None:
+    """Connect this process to Ray unless it already is (a test or an embedding app did it)."""
+    global _owned
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS") or None
+    if address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        return
+    # A private cluster sized for this pipeline: Ray's CPUs are logical shares.
+    want = sum(g.num_cpus * g.replicas for g in cfg.placement.groups)
+    ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(want)), include_dashboard=False,
+             log_to_driver=False, _node_ip_address="127.0.0.1")
+    _owned = True
+
+
+def disconnect() -> None:
+    """Stop the Ray instance if this process started it; leave a joined cluster alone."""
+    global _owned
+    if _owned:
+        import ray
+
+        ray.shutdown()
+        _owned = False
+
+
+def node_addresses() -> dict[str, str]:
+    """Alive node id -> its address."""
+    import ray
+
+    return {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+
+
+def settle(cfg: PipelineConfig) -> PipelineConfig:
+    """A copy of ``cfg`` whose control plane fits the cluster: tcp on the driver's address, CURVE when needed."""
+    import ray
+
+    out = cfg.model_copy(deep=True)
+    driver_ip = ray.util.get_node_ip_address()
+    addresses = set(node_addresses().values()) | {driver_ip}
+    routable = sorted(a for a in addresses if not is_loopback(a))
+    ctl = out.control
+    ctl.transport = "tcp"
+    ctl.tcp_host = driver_ip
+    if ctl.curve is None:
+        ctl.curve = bool(routable)
+    elif ctl.curve is False and routable:
+        raise ConfigError(f"control.curve: false, but Ray nodes have routable addresses {routable}; "
+                          "a control plane between nodes must use CURVE keys")
+    return out

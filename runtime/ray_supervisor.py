@@ -1,0 +1,244 @@
+"""Stage groups as Ray actors across a cluster's nodes (``placement.backend: ray``).
+
+Same contract as :class:`runtime.supervisor.Supervisor` (the coordinator
+cannot tell them apart), different mechanics:
+
+* Each group gets one Ray placement group, one bundle per replica, asking
+  for the group's ``num_cpus`` / ``num_gpus`` / ``resources``, under
+  ``placement.ray_strategy`` (SPREAD by default: replicas on different nodes
+  while there are nodes, sharing nodes after that).  Replica ``r`` is the
+  actor in bundle ``r``.
+* Each actor reports its node and a port on the node's address; only then
+  are endpoints and transports known (same node -> shm, else frames), and the
+  coordinator publishes them.
+* Death is learnt three ways: the actor's ``wait`` returns (the stage process
+  exited), it raises (Ray says the actor or its node died), or heartbeats stop
+  (a node that vanished before Ray noticed).  The first to arrive fails the
+  replica's requests; a generation number makes the others no-ops.
+* A lost replica is re-created in its bundle; Ray moves the bundle of a dead
+  node to a live node with capacity.  Until it is back, requests that need it
+  fail at once with ``stage_unavailable`` naming what it waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+import ray
+from ray.exceptions import GetTimeoutError, RayError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from runtime.config import GroupConfig
+from runtime.curve import is_loopback
+from runtime.placement import NodeMap
+from runtime.ray_actor import RayStageLauncher
+from runtime.supervisor import Proc, StageStartError, Supervisor
+
+STOP_WAIT_S = 3.0
+
+
+def bundle_of(g: GroupConfig) -> dict[str, float]:
+    """Resources one replica of ``g`` reserves on a node (Ray refuses an empty bundle)."""
+    b: dict[str, float] = {"CPU": g.num_cpus} if g.num_cpus else {}
+    if g.num_gpus:
+        b["GPU"] = g.num_gpus
+    b.update({k: v for k, v in g.resources.items() if v})
+    return b or {"CPU": 0.01}
+
+
+class RaySupervisor(Supervisor):
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.groups = {g.name: g for g in self.cfg.placement.groups}
+        self.nodes = NodeMap("", {g.name: [None] * g.replicas for g in self.cfg.placement.groups})
+        for name, g in self.groups.items():
+            self.endpoints.groups[name] = [""] * g.replicas
+        self.pgs: dict[str, object] = {}
+        self.actors: dict[tuple[str, int], object] = {}
+        self.gen: dict[tuple[str, int], int] = {k: 0 for k in self.procs}
+        self.launched: set[tuple[str, int]] = set()
+        self.down: dict[tuple[str, int], str] = {}  # replica -> why it cannot serve now
+        self._tasks: set[asyncio.Future] = set()
+
+    # ---- placement -------------------------------------------------------------------------
+    async def _placement_groups(self) -> None:
+        timeout = self.cfg.control.ready_timeout_s
+        strategy = self.cfg.placement.ray_strategy
+        for name, g in self.groups.items():
+            self.pgs[name] = placement_group([bundle_of(g)] * g.replicas, strategy=strategy,
+                                             name=f"va-{self.run_token}-{name}")
+        for name, pg in self.pgs.items():
+            g = self.groups[name]
+            try:
+                await asyncio.wait_for(pg.ready(), timeout)
+            except asyncio.TimeoutError:
+                raise StageStartError(
+                    f"stage group {name!r} (stages {g.stages}): Ray has no room for {g.replicas} x "
+                    f"{bundle_of(g)} ({strategy}) within {timeout:g}s; free in the cluster now: "
+                    f"{ray.available_resources()}") from None
+
+    def _actor_options(self, p: Proc) -> dict:
+        g = self.groups[p.group]
+        b = bundle_of(g)
+        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pgs[p.group], p.replica),
+                "num_cpus": b.get("CPU", 0), "num_gpus": b.get("GPU", 0),
+                "resources": {k: v for k, v in b.items() if k not in ("CPU", "GPU")}}
+
+    async def _place(self, p: Proc) -> int:
+        """A new actor for ``p``; returns the generation it belongs to.  Pends while no node fits."""
+        gen = self.gen[p.key]
+        actor = RayStageLauncher.options(**self._actor_options(p)).remote()
+        self.actors[p.key] = actor
+        where = await actor.where.remote()
+        if gen != self.gen[p.key] or self.stopping:
+            ray.kill(actor)
+            raise asyncio.CancelledError
+        if not is_loopback(where["ip"]) and self.curve is None:
+            raise StageStartError(f"stage group {p.group!r} replica {p.replica} landed on {where['ip']}, "
+                                  "a routable address, but this pipeline runs without CURVE")
+        p.node, p.node_ip = where["node"], where["ip"]
+        self.nodes.groups[p.group][p.replica] = where["node"]
+        self.endpoints.groups[p.group][p.replica] = f"tcp://{where['ip']}:{where['port']}"
+        return gen
+
+    async def _launch(self, p: Proc) -> None:
+        spec = self._spec(p)
+        spec["nodes"] = self.nodes.to_wire()
+        # Shared-memory names carry the node: an orphaned stage cleans only its own node's segments.
+        spec["run_token"] = f"{self.run_token}-{p.node[:8]}"
+        p.ready = False
+        p.ready_future = self.loop.create_future()
+        actor = self.actors[p.key]
+        p.pid = await actor.launch.remote(json.dumps(spec))
+        p.last_heartbeat = time.monotonic()
+        self.launched.add(p.key)
+        self._spawn_task(self._watch_actor(p, self.gen[p.key], actor.wait.remote()))
+
+    def _spawn_task(self, coro) -> None:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    # ---- death -------------------------------------------------------------------------------
+    async def _watch_actor(self, p: Proc, gen: int, waiter) -> None:
+        try:
+            res = await waiter
+            why = f"stage process {p.pid} on node {p.node_ip} ({(p.node or '')[:8]}) exited with code {res['code']}"
+            p.stderr_tail = res.get("tail", [])
+        except RayError as exc:
+            why = (f"Ray reports the actor of {p.group}/{p.replica} on node {p.node_ip} "
+                   f"({(p.node or '')[:8]}) lost: {type(exc).__name__}")
+        self._dead(p, gen, why)
+
+    def _dead(self, p: Proc, gen: int, why: str) -> None:
+        if gen != self.gen[p.key] or self.stopping:
+            return
+        self.gen[p.key] += 1  # whatever else reports this death later is ignored
+        self.launched.discard(p.key)
+        was_ready = p.ready
+        p.ready = False
+        if p.ready_future is not None and not p.ready_future.done():
+            tail = "\n    ".join(p.stderr_tail[-8:])
+            p.ready_future.set_exception(StageStartError(
+                f"stage group {p.group!r} (replica {p.replica}, stages {self._stages(p)}) died before "
+                f"it was ready: {why}\n    {tail}"))
+        actor = self.actors.pop(p.key, None)
+        if actor is not None:
+            ray.kill(actor, no_restart=True)
+        self.down[p.key] = f"stage group {p.group!r} replica {p.replica} is down ({why})"
+        self.on_death(p, why)
+        print(f"stage group {p.group!r} replica {p.replica}: {why}", file=sys.stderr, flush=True)
+        if was_ready and self.cfg.control.restart and p.restarts < self.cfg.control.max_restarts:
+            p.restarts += 1
+            self.down[p.key] += (f"; being re-created on a Ray node with {bundle_of(self.groups[p.group])} "
+                                 "free")
+            self._spawn_task(self._restart(p))
+
+    async def _restart(self, p: Proc) -> None:
+        try:
+            await self._place(p)
+            self.on_topology(self.nodes)
+            await self._launch(p)
+            await self._wait_ready(p, self.cfg.control.ready_timeout_s)
+        except asyncio.CancelledError:
+            return
+        except (StageStartError, RayError) as exc:
+            print(f"restart of {p.group}/{p.replica} failed: {exc}", file=sys.stderr, flush=True)
+
+    def _running(self, p: Proc) -> bool:
+        return p.key in self.launched
+
+    def _kill_hung(self, p: Proc) -> None:
+        # The node may be gone with no one left to confirm a kill: declare it dead now.
+        self._dead(p, self.gen[p.key], f"no heartbeat from node {p.node_ip} ({(p.node or '')[:8]})")
+
+    def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
+        if not self.down:
+            return None
+        for stage in route:
+            g = self.cfg.group_of(stage)
+            why = self.down.get((g.name, rid % g.replicas))
+            if why is not None:
+                return stage, why
+        return None
+
+    def on_ready(self, msg: dict) -> None:
+        super().on_ready(msg)
+        p = self.procs.get((msg["g"], msg["r"]))
+        if p is not None and p.ready:
+            self.down.pop(p.key, None)
+            self.on_topology(self.nodes)  # a process that joined late hears the latest map too
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.nodes.coordinator = ray.get_runtime_context().get_node_id()
+        try:
+            await self._placement_groups()
+            await asyncio.gather(*(self._place(p) for p in self.procs.values()))
+            self.on_topology(self.nodes)
+            await asyncio.gather(*(self._launch(p) for p in self.procs.values()))
+            self._monitor = asyncio.ensure_future(self._watch())
+            await asyncio.gather(*(self._wait_ready(p, self.cfg.control.ready_timeout_s)
+                                   for p in self.procs.values()))
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self, grace_s: float = STOP_WAIT_S) -> None:
+        self.stopping = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+        for t in list(self._tasks):
+            t.cancel()
+        self.publish({"t": "s"})
+        stops = [a.stop.remote(grace_s) for a in self.actors.values()]
+        if stops:
+            try:
+                await asyncio.wait_for(asyncio.gather(*stops, return_exceptions=True), grace_s + 2)
+            except asyncio.TimeoutError:
+                pass
+        for a in self.actors.values():
+            ray.kill(a, no_restart=True)
+        self.actors.clear()
+        self.launched.clear()
+        for pg in self.pgs.values():
+            try:
+                remove_placement_group(pg)
+            except (RayError, GetTimeoutError):
+                pass
+        self.pgs.clear()
+
+    def kill(self, group: str, replica: int = 0, sig: int = 9) -> int:
+        """Test and fault-injection hook: kill the replica's Ray actor (its stage process follows)."""
+        p = self.procs[(group, replica)]
+        ray.kill(self.actors[p.key], no_restart=True)
+        return p.pid
+
+    def placement(self) -> dict:
+        """Node of each replica, for views and tests."""
+        return {f"{p.group}/{p.replica}": {"node": p.node, "ip": p.node_ip} for p in self.procs.values()}

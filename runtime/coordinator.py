@@ -80,6 +80,9 @@ class Coordinator:
         self.auth = start_authenticator(self.ctx, curve) if curve else None
         self.pull = make_socket(self.ctx, zmq.PULL, bind=endpoints.coordinator, curve=curve)
         self.pub = make_socket(self.ctx, zmq.PUB, bind=endpoints.control_pub, curve=curve)
+        # a 'tcp://host:*' endpoint (Ray placement) is bound to a port the kernel picked
+        endpoints.coordinator = self.pull.getsockopt_string(zmq.LAST_ENDPOINT)
+        endpoints.control_pub = self.pub.getsockopt_string(zmq.LAST_ENDPOINT)
         self.peers = Peers(self.ctx, curve)
         for eps in endpoints.groups.values():
             for ep in eps:

@@ -30,6 +30,9 @@ class Pipeline:
         self.endpoints = allocate(cfg, self.run_token)
         if cfg.placement.backend == "ray":  # each replica's endpoint is on the node Ray picks
             self.endpoints.groups = {g.name: [""] * g.replicas for g in cfg.placement.groups}
+            # Ray's processes take ports all the time: bind whatever port is free at bind time
+            self.endpoints.coordinator = f"tcp://{cfg.control.tcp_host}:*"
+            self.endpoints.control_pub = f"tcp://{cfg.control.tcp_host}:*"
         self.curve = CurveKeys.generate() if cfg.uses_curve() else None
         self.coordinator = Coordinator(cfg, self.endpoints, self.run_token, self.curve)
         self.closed = False

@@ -31,13 +31,21 @@ class StageLauncher:
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.tail: deque[str] = deque(maxlen=40)
+        self.port_hold: socket.socket | None = None
 
     def where(self) -> dict:
-        """This node's id and address, and a free port there for the stage's control socket."""
+        """This node's id and address, and a free port there for the stage's control socket.
+
+        The port stays bound (not listening, SO_REUSEADDR) for the actor's life:
+        no other process on the node is handed it, and the stage's ZMQ socket,
+        which also sets SO_REUSEADDR, can still bind and listen on it.
+        """
         ip = ray.util.get_node_ip_address()
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((ip, 0))
-            port = s.getsockname()[1]
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((ip, 0))
+        port = s.getsockname()[1]
+        self.port_hold = s
         return {"node": ray.get_runtime_context().get_node_id(), "ip": ip, "port": port,
                 "actor_pid": os.getpid()}
 

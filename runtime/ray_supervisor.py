@@ -151,7 +151,8 @@ class RaySupervisor(Supervisor):
             ray.kill(actor, no_restart=True)
         self.down[p.key] = f"stage group {p.group!r} replica {p.replica} is down ({why})"
         self.on_death(p, why)
-        print(f"stage group {p.group!r} replica {p.replica}: {why}", file=sys.stderr, flush=True)
+        tail = "".join(f"\n    {line}" for line in p.stderr_tail[-8:])
+        print(f"stage group {p.group!r} replica {p.replica}: {why}{tail}", file=sys.stderr, flush=True)
         if was_ready and self.cfg.control.restart and p.restarts < self.cfg.control.max_restarts:
             p.restarts += 1
             self.down[p.key] += (f"; being re-created on a Ray node with {bundle_of(self.groups[p.group])} "

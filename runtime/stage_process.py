@@ -343,7 +343,11 @@ class ProcessLoop:
         """Apply every control message waiting now (aborts, shutdown); never blocks."""
         sub = self.sub
         while sub.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # cheaper than catching zmq.Again
-            self.handle(sub.recv_multipart(zmq.NOBLOCK, copy=False))
+            try:
+                parts = sub.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:  # EVENTS can say POLLIN before a whole message is in (seen on tcp)
+                return
+            self.handle(parts)
 
     def _drain_pull(self, only_releases: bool = False, timeout_ms: int = 0, limit: int = 256) -> None:
         pull = self.pull
@@ -352,7 +356,10 @@ class ProcessLoop:
         for _ in range(limit):
             if not pull.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 return
-            parts = pull.recv_multipart(zmq.NOBLOCK, copy=False)
+            try:
+                parts = pull.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:  # EVENTS can say POLLIN before a whole message is in (seen on tcp)
+                return
             if only_releases:
                 msg = messages.decode(parts[0].buffer)
                 if type(msg) is Release:

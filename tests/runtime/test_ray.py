@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Single-machine mode: Ray resolves "this node" to 127.0.0.1, never the host's routable address.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 from runtime.config import ConfigError, PipelineConfig
 from runtime.curve import is_loopback
@@ -25,17 +26,21 @@ def connect(cfg: PipelineConfig) -> None:
     """Connect this process to Ray unless it already is (a test or an embedding app did it)."""
     global _owned
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = os.environ.get("RAY_ADDRESS") or None
+    if not address and "ray" not in sys.modules:
+        # Single-machine mode: Ray's idea of "this node" is 127.0.0.1 (read when ray is imported),
+        # so a private cluster never binds or advertises the host's routable address.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
 
     if ray.is_initialized():
         return
-    address = os.environ.get("RAY_ADDRESS") or None
     if address:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
         return
     # A private cluster sized for this pipeline: Ray's CPUs are logical shares.
     want = sum(g.num_cpus * g.replicas for g in cfg.placement.groups)
-    ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(want)), include_dashboard=False,
+    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, math.ceil(want)), include_dashboard=False,
              log_to_driver=False, _node_ip_address="127.0.0.1")
     _owned = True
 
@@ -58,12 +63,16 @@ def node_addresses() -> dict[str, str]:
 
 
 def settle(cfg: PipelineConfig) -> PipelineConfig:
-    """A copy of ``cfg`` whose control plane fits the cluster: tcp on the driver's address, CURVE when needed."""
+    """``cfg`` fitted to the cluster this process is connected to."""
     import ray
 
+    return fit_control_plane(cfg, ray.util.get_node_ip_address(), set(node_addresses().values()))
+
+
+def fit_control_plane(cfg: PipelineConfig, driver_ip: str, node_ips: set[str]) -> PipelineConfig:
+    """A copy of ``cfg``: control plane on tcp at the driver's address, CURVE on when any node is routable."""
     out = cfg.model_copy(deep=True)
-    driver_ip = ray.util.get_node_ip_address()
-    addresses = set(node_addresses().values()) | {driver_ip}
+    addresses = node_ips | {driver_ip}
     routable = sorted(a for a in addresses if not is_loopback(a))
     ctl = out.control
     ctl.transport = "tcp"

@@ -1,0 +1,67 @@
+"""Ray placement without a cluster: config rules, transports from a node map, the control plane's fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.config import ConfigError, parse_config
+from runtime.placement import COORDINATOR, NodeMap, edge_transport, transports_to
+from runtime.ray_cluster import fit_control_plane
+
+
+def cfg(placement: dict, control: dict | None = None):
+    data = {"stages": [{"name": n, "executor": "tests.stages:Echo"} for n in ("a", "b", "c")],
+            "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}],
+            "placement": placement}
+    if control is not None:
+        data["control"] = control
+    return parse_config(data)
+
+
+def test_ray_backend_defaults_and_resources():
+    c = cfg({"backend": "ray", "groups": [{"name": "b", "stages": ["b"], "replicas": 2, "num_cpus": 2,
+                                           "num_gpus": 0.5, "resources": {"tts": 1}}]})
+    assert c.control.transport == "tcp" and c.placement.ray_strategy == "SPREAD"
+    b = c.group_of("b")
+    assert (b.num_cpus, b.num_gpus, b.resources) == (2, 0.5, {"tts": 1})
+    assert cfg({}).placement.backend == "local" and cfg({}).control.transport == "ipc"
+
+
+def test_ray_backend_refuses_host_and_ipc():
+    with pytest.raises(ConfigError, match="'host' is for backend 'local'"):
+        cfg({"backend": "ray", "groups": [{"name": "b", "stages": ["b"], "host": "gpu-box"}]})
+    with pytest.raises(ConfigError, match="control plane is tcp"):
+        cfg({"backend": "ray"}, {"transport": "ipc"})
+    with pytest.raises(ConfigError, match="backend"):
+        cfg({"backend": "kubernetes"})
+
+
+def test_transports_follow_the_nodes_not_the_host_field():
+    c = cfg({"backend": "ray", "groups": [{"name": "b", "stages": ["b"], "replicas": 2, "device": "cuda:0"},
+                                          {"name": "c", "stages": ["c"], "device": "cuda:0"}]})
+    nodes = NodeMap("n1", {"a": ["n1"], "b": ["n2", "n1"], "c": ["n1"]})
+    assert transports_to(c, COORDINATOR, "a", nodes) == ["shm"]
+    assert transports_to(c, "a", "b", nodes) == ["frame", "shm"]          # per replica of b
+    # same node and both on "cuda:0", but Ray gives each actor its own GPUs: through host memory
+    assert edge_transport(c, "b", "c", nodes, src_replica=1) == "shm"
+    assert edge_transport(c, "b", "c", nodes, src_replica=0) == "frame"
+    assert edge_transport(c, "c", COORDINATOR, nodes) == "shm"
+    # a replica not placed yet (lost with its node) is never assumed local
+    nodes.groups["c"] = [None]
+    assert edge_transport(c, "b", "c", nodes, src_replica=1) == "frame"
+    # without a node map the host field decides, as before
+    local = cfg({"groups": [{"name": "b", "stages": ["b"], "host": "other"}]})
+    assert edge_transport(local, "a", "b") == "frame" and edge_transport(local, COORDINATOR, "a") == "shm"
+
+
+def test_control_plane_fits_the_cluster_addresses():
+    c = cfg({"backend": "ray"})
+    lo = fit_control_plane(c, "127.0.0.1", {"127.0.0.1"})
+    assert (lo.control.tcp_host, lo.control.curve, lo.uses_curve()) == ("127.0.0.1", False, False)
+    wide = fit_control_plane(c, "10.1.0.1", {"10.1.0.1", "10.1.0.2"})
+    assert (wide.control.tcp_host, wide.uses_curve()) == ("10.1.0.1", True)
+    assert c.control.curve is None  # the original is left alone
+    with pytest.raises(ConfigError, match="must use CURVE"):
+        fit_control_plane(cfg({"backend": "ray"}, {"curve": False}), "127.0.0.1", {"127.0.0.1", "10.1.0.2"})
+    forced = fit_control_plane(cfg({"backend": "ray"}, {"curve": True}), "127.0.0.1", {"127.0.0.1"})
+    assert forced.uses_curve()

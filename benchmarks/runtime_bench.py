@@ -248,6 +248,8 @@ def ray_pipeline(curve: bool) -> dict:
 def start_ray_cluster():
     """Head (stage a, the coordinator) + two workers (b, c), all on 127.0.0.1; dashboard off."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Single-machine mode (read when ray is imported): "this node" is 127.0.0.1, not the host's address.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
     from ray.cluster_utils import Cluster
 

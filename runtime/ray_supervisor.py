@@ -141,11 +141,7 @@ class RaySupervisor(Supervisor):
         self.launched.discard(p.key)
         was_ready = p.ready
         p.ready = False
-        if p.ready_future is not None and not p.ready_future.done():
-            tail = "\n    ".join(p.stderr_tail[-8:])
-            p.ready_future.set_exception(StageStartError(
-                f"stage group {p.group!r} (replica {p.replica}, stages {self._stages(p)}) died before "
-                f"it was ready: {why}\n    {tail}"))
+        self._not_started(p, f"died ({why})")
         actor = self.actors.pop(p.key, None)
         if actor is not None:
             ray.kill(actor, no_restart=True)

@@ -118,11 +118,7 @@ class Supervisor:
             return
         was_ready = p.ready
         p.ready = False
-        if p.ready_future is not None and not p.ready_future.done():
-            tail = "\n    ".join(p.stderr_tail[-8:])
-            p.ready_future.set_exception(StageStartError(
-                f"stage group {p.group!r} (replica {p.replica}, stages {self._stages(p)}) exited with "
-                f"code {code} before it was ready\n    {tail}"))
+        self._not_started(p, f"exited with code {code}")
         if self.stopping:
             return
         self.on_death(p, f"process {p.pid} exited with code {code}")
@@ -130,6 +126,14 @@ class Supervisor:
             p.restarts += 1
             self._spawn(p)
             asyncio.ensure_future(self._await_restart(p))
+
+    def _not_started(self, p: Proc, why: str) -> None:
+        """A process that died before 'ready': its start fails with why and its last stderr lines."""
+        if p.ready_future is not None and not p.ready_future.done():
+            tail = "\n    ".join(p.stderr_tail[-8:])
+            p.ready_future.set_exception(StageStartError(
+                f"stage group {p.group!r} (replica {p.replica}, stages {self._stages(p)}) {why} "
+                f"before it was ready\n    {tail}"))
 
     async def _await_restart(self, p: Proc) -> None:
         try:

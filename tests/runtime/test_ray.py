@@ -58,17 +58,9 @@ def ray_config(stages: list[dict], edges: list[tuple[str, str]], groups: list[di
 
 
 @pytest.fixture
-async def start(cluster):
-    made: list[Pipeline] = []
-
-    async def _start(cfg):
-        p = await Pipeline.start(cfg)
-        made.append(p)
-        return p
-
-    yield _start
-    for p in made:
-        await p.close()
+def start(cluster, start):
+    """conftest's start(cfg), with the cluster up first."""
+    return start
 
 
 THREE_NODES = ray_config(

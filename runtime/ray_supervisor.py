@@ -39,6 +39,7 @@ from runtime.ray_actor import RayStageLauncher
 from runtime.supervisor import Proc, StageStartError, Supervisor
 
 STOP_WAIT_S = 3.0
+RETRY_PLACE_S = 0.5
 
 
 def bundle_of(g: GroupConfig) -> dict[str, float]:
@@ -156,8 +157,20 @@ class RaySupervisor(Supervisor):
             self._spawn_task(self._restart(p))
 
     async def _restart(self, p: Proc) -> None:
+        gen = self.gen[p.key]
         try:
-            await self._place(p)
+            while True:
+                try:
+                    await self._place(p)
+                    break
+                except RayError as exc:
+                    # e.g. the new actor was aimed at the bundle of a node that Ray
+                    # had not yet declared dead: once it has, the bundle moves.
+                    if self.stopping or gen != self.gen[p.key]:
+                        return
+                    print(f"re-creating {p.group}/{p.replica}: {type(exc).__name__}; trying again",
+                          file=sys.stderr, flush=True)
+                    await asyncio.sleep(RETRY_PLACE_S)
             self.on_topology(self.nodes)
             await self._launch(p)
             await self._wait_ready(p, self.cfg.control.ready_timeout_s)

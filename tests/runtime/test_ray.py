@@ -21,7 +21,7 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from runtime.pipeline import Pipeline  # noqa: E402
-from tests.runtime.conftest import settle  # noqa: E402
+from tests.runtime.conftest import pid_alive, settle  # noqa: E402
 
 NODE_ARGS = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 << 20, "include_dashboard": False}
 # Ray's own word on a dead node comes quickly here; heartbeats are the other, faster path.
@@ -235,3 +235,50 @@ async def test_killed_actor_fails_its_requests_and_is_recreated(start, cluster):
     h = await p.submit({"start": 1, "n": 2})
     term, chunks = await h.result()
     assert term.kind == "done" and [c.payload for c in chunks] == [2, 4]
+
+
+async def test_hung_stage_is_found_by_heartbeats_and_replaced(start, cluster):
+    """A stage that stops answering (SIGSTOP) is not dead to Ray: heartbeats decide."""
+    import signal
+
+    p = await start(THREE_NODES)
+    h = await p.submit({"start": 0, "n": 100_000})
+    await _first_chunk(p, h)
+    pid = p.snapshot()["processes"]["count/0"]["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        term, _ = await h.result()
+        assert term.kind == "error" and term.error.code.value == "stage_unavailable"
+        assert "no heartbeat" in term.error.message
+        await _wait_for(lambda: (lambda pr: pr["ready"] and pr["pid"] != pid)(
+            p.snapshot()["processes"]["count/0"]), 60, "count/0 replaced")
+        h = await p.submit({"start": 3, "n": 2})
+        term, chunks = await h.result()
+        assert term.kind == "done" and [c.payload for c in chunks] == [6, 8]
+        # killing its actor took the stopped process (same process group) with it
+        await _wait_for(lambda: not pid_alive(pid), 10, "the hung process gone")
+    finally:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_nodes_on_routable_addresses_get_curve_and_their_own_endpoints():
+    """Two Ray nodes on 10.77.0.1 / 10.77.0.2, inside a network namespace made for this test
+    (loopback only, the two addresses on it: nothing outside can reach them)."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "ray_netns_check.py")
+    setup = "ip link set lo up && ip addr add 10.77.0.1/32 dev lo && ip addr add 10.77.0.2/32 dev lo"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    run = subprocess.run(["unshare", "--net", "sh", "-c", f"{setup} && exec {sys.executable} {script}"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 0, f"network namespace run failed (needs root, unshare, ip):\n{run.stderr[-3000:]}"
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["curve"] and got["curve_server"], got  # routable node addresses: CURVE on by itself
+    assert got["tcp_host"] == "10.77.0.1" and got["coordinator"].startswith("tcp://10.77.0.1:")
+    assert got["node_ips"] == {"a/0": "10.77.0.1", "b/0": "10.77.0.2"}
+    assert got["groups"]["b"][0].startswith("tcp://10.77.0.2:")  # the stage binds its own node's address
+    assert got["entry"] == {"a": ["shm"], "b": ["frame"]}
+    assert got["reply"] == "done" and got["same"]

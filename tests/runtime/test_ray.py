@@ -237,6 +237,38 @@ async def test_killed_actor_fails_its_requests_and_is_recreated(start, cluster):
     assert term.kind == "done" and [c.payload for c in chunks] == [2, 4]
 
 
+async def test_spoken_turn_with_listen_think_speak_on_three_nodes(start, cluster, tmp_path):
+    """configs/voice-cpu-ray.yaml with its groups pinned to the three nodes: a flite question in,
+    the transcript, a reply, and reply audio out."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    import yaml
+
+    from voice_server.cli import read_wav, reply, to_16k, transcribe
+
+    assert shutil.which("flite"), "Debian flite is needed (the Makefile installs it)"
+    data = yaml.safe_load((Path(__file__).parents[2] / "configs" / "voice-cpu-ray.yaml").read_text())
+    pin = {"listen": "node_a", "think": "node_b", "speak": "node_c"}
+    for g in data["placement"]["groups"]:
+        g.update(num_cpus=1, resources={pin[g["name"]]: 1})
+    data["control"]["ready_timeout_s"] = 120
+    p = await start(data)
+    snap = p.snapshot()["processes"]
+    assert {g: snap[f"{g}/0"]["node"] for g in pin} == {g: cluster.named[n[-1]].node_id for g, n in pin.items()}
+    assert p.coordinator._entry_transport == {"listen": ["shm"], "think": ["frame"], "speak": ["frame"]}
+
+    wav = tmp_path / "q.wav"
+    subprocess.run(["flite", "-voice", "slt", "-t", "what is the capital of france", "-o", str(wav)], check=True)
+    audio, rate = read_wav(str(wav))
+    text, _, _ = await transcribe(p, to_16k(audio, rate))
+    assert "capital" in text and "france" in text, text
+    r = await reply(p, text, max_tokens=24)
+    assert r["terminal"].kind == "done", r["terminal"]
+    assert r["reply"] and len(r["audio"]) > r["sample_rate"] // 4  # some words, and speech for them
+
+
 async def test_hung_stage_is_found_by_heartbeats_and_replaced(start, cluster):
     """A stage that stops answering (SIGSTOP) is not dead to Ray: heartbeats decide."""
     import signal

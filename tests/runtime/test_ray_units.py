@@ -65,3 +65,13 @@ def test_control_plane_fits_the_cluster_addresses():
         fit_control_plane(cfg({"backend": "ray"}, {"curve": False}), "127.0.0.1", {"127.0.0.1", "10.1.0.2"})
     forced = fit_control_plane(cfg({"backend": "ray"}, {"curve": True}), "127.0.0.1", {"127.0.0.1"})
     assert forced.uses_curve()
+
+
+def test_metrics_label_every_replica_with_its_node():
+    from voice_server.metrics import _families
+
+    snap = {"processes": {"think/0": {"ready": True, "node": "ab12", "node_ip": "10.0.0.2", "stages": {}},
+                          "think/1": {"ready": True, "node": "cd34", "node_ip": "10.0.0.3", "stages": {}}}}
+    fam = next(f for f in _families(snap) if f.name == "voice_process_node")
+    got = {(s.labels["replica"], s.labels["node"], s.labels["node_ip"]) for s in fam.samples}
+    assert got == {("0", "ab12", "10.0.0.2"), ("1", "cd34", "10.0.0.3")}

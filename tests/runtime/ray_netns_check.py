@@ -26,7 +26,7 @@ ARGS = {"object_store_memory": 80 << 20, "include_dashboard": False, "num_cpus":
 
 
 async def run() -> dict:
-    cfg = {"stages": [{"name": "a", "executor": "tests.stages:Echo"}, {"name": "b", "executor": "tests.stages:Echo"}],
+    cfg = {"stages": [{"name": "a", "executor": "voice_server.testing.stages:Echo"}, {"name": "b", "executor": "voice_server.testing.stages:Echo"}],
            "edges": [{"from": "a", "to": "b"}],
            "placement": {"backend": "ray", "groups": [
                {"name": "a", "stages": ["a"], "resources": {"n1": 1}},

@@ -10,7 +10,7 @@ from runtime.ray_cluster import fit_control_plane
 
 
 def cfg(placement: dict, control: dict | None = None):
-    data = {"stages": [{"name": n, "executor": "tests.stages:Echo"} for n in ("a", "b", "c")],
+    data = {"stages": [{"name": n, "executor": "voice_server.testing.stages:Echo"} for n in ("a", "b", "c")],
             "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}],
             "placement": placement}
     if control is not None:

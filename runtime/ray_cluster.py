@@ -20,11 +20,12 @@ from runtime.config import ConfigError, PipelineConfig
 from runtime.curve import is_loopback
 
 _owned = False  # this process started the Ray instance it is connected to
+_users = 0      # pipelines of this process using that instance
 
 
 def connect(cfg: PipelineConfig) -> None:
     """Connect this process to Ray unless it already is (a test or an embedding app did it)."""
-    global _owned
+    global _owned, _users
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = os.environ.get("RAY_ADDRESS") or None
     if not address and "ray" not in sys.modules:
@@ -34,6 +35,7 @@ def connect(cfg: PipelineConfig) -> None:
     import ray
 
     if ray.is_initialized():
+        _users += _owned
         return
     if address:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -42,17 +44,19 @@ def connect(cfg: PipelineConfig) -> None:
     want = sum(g.num_cpus * g.replicas for g in cfg.placement.groups)
     ray.init(address="local", num_cpus=max(os.cpu_count() or 1, math.ceil(want)), include_dashboard=False,
              log_to_driver=False, _node_ip_address="127.0.0.1")
-    _owned = True
+    _owned, _users = True, 1
 
 
 def disconnect() -> None:
-    """Stop the Ray instance if this process started it; leave a joined cluster alone."""
-    global _owned
+    """Stop the Ray instance when the last pipeline that started it closes; leave a joined cluster alone."""
+    global _owned, _users
     if _owned:
-        import ray
+        _users -= 1
+        if _users <= 0:
+            import ray
 
-        ray.shutdown()
-        _owned = False
+            ray.shutdown()
+            _owned, _users = False, 0
 
 
 def node_addresses() -> dict[str, str]:

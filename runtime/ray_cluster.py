@@ -28,10 +28,17 @@ def connect(cfg: PipelineConfig) -> None:
     global _owned, _users
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = os.environ.get("RAY_ADDRESS") or None
-    if not address and "ray" not in sys.modules:
+    host = address.rsplit(":", 1)[0] if address and ":" in address else None
+    if (not address or (host and is_loopback(host))) and "ray" not in sys.modules:
         # Single-machine mode: Ray's idea of "this node" is 127.0.0.1 (read when ray is imported),
-        # so a private cluster never binds or advertises the host's routable address.
+        # so a private cluster never binds or advertises the host's routable address, and a
+        # loopback head address is not rewritten into the host's address.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if address and "RAY_AUTH_MODE" not in os.environ and (
+            os.environ.get("RAY_AUTH_TOKEN") or os.path.exists(os.path.expanduser("~/.ray/auth_token"))):
+        # A cluster started by `ray start` with a token (Ray 2.60 does so once ~/.ray/auth_token
+        # exists) answers only callers in token mode, which Ray reads when it is imported.
+        os.environ["RAY_AUTH_MODE"] = "token"
     import ray
 
     if ray.is_initialized():

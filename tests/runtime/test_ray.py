@@ -106,6 +106,19 @@ async def test_three_stages_on_three_nodes_pick_transports_from_real_placement(s
             f"{key} sends only across nodes, so it must never lend shared memory: {snap['processes'][key]}"
 
 
+async def test_a_group_no_node_can_host_fails_the_start_naming_what_it_asked_for(cluster):
+    from runtime.supervisor import StageStartError
+
+    cfg = ray_config([stage("a"), stage("b")], [("a", "b")],
+                     [{"name": "a", "stages": ["a"], "resources": {"node_a": 1}},
+                      {"name": "b", "stages": ["b"], "num_gpus": 1, "resources": {"tts_box": 1}}],
+                     ready_timeout_s=2)
+    with pytest.raises(StageStartError, match=r"stage group 'b'.*no room for 1 x .*GPU.*tts_box"):
+        await Pipeline.start(cfg)
+    # nothing of it is left behind: its placement groups are gone, the head's slot is free again
+    await _wait_for(lambda: ray.available_resources().get("node_a") == 1, 10, "node_a's slot back")
+
+
 async def test_barge_in_abort_is_acked_by_every_stage_on_every_node(start, cluster):
     p = await start(THREE_NODES)
     h = await p.submit({"start": 0, "n": 100_000})

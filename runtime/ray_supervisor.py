@@ -89,8 +89,8 @@ class RaySupervisor(Supervisor):
                 "num_cpus": b.get("CPU", 0), "num_gpus": b.get("GPU", 0),
                 "resources": {k: v for k, v in b.items() if k not in ("CPU", "GPU")}}
 
-    async def _place(self, p: Proc) -> int:
-        """A new actor for ``p``; returns the generation it belongs to.  Pends while no node fits."""
+    async def _place(self, p: Proc) -> None:
+        """A new actor for ``p``, and where it landed.  Pends while no node has room."""
         gen = self.gen[p.key]
         actor = RayStageLauncher.options(**self._actor_options(p)).remote()
         self.actors[p.key] = actor
@@ -104,7 +104,6 @@ class RaySupervisor(Supervisor):
         p.node, p.node_ip = where["node"], where["ip"]
         self.nodes.groups[p.group][p.replica] = where["node"]
         self.endpoints.groups[p.group][p.replica] = f"tcp://{where['ip']}:{where['port']}"
-        return gen
 
     async def _launch(self, p: Proc) -> None:
         spec = self._spec(p)

@@ -34,6 +34,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from runtime.config import GroupConfig
 from runtime.curve import is_loopback
+from runtime.messages import Ready, Shutdown
 from runtime.placement import NodeMap
 from runtime.ray_actor import RayStageLauncher
 from runtime.supervisor import Proc, StageStartError, Supervisor
@@ -195,9 +196,9 @@ class RaySupervisor(Supervisor):
                 return stage, why
         return None
 
-    def on_ready(self, msg: dict) -> None:
+    def on_ready(self, msg: Ready) -> None:
         super().on_ready(msg)
-        p = self.procs.get((msg["g"], msg["r"]))
+        p = self._sender(msg)
         if p is not None and p.ready:
             self.down.pop(p.key, None)
             self.on_topology(self.nodes)  # a process that joined late hears the latest map too
@@ -224,7 +225,7 @@ class RaySupervisor(Supervisor):
             self._monitor.cancel()
         for t in list(self._tasks):
             t.cancel()
-        self.publish({"t": "s"})
+        self.publish(Shutdown())
         stops = [a.stop.remote(grace_s) for a in self.actors.values()]
         if stops:
             try:

@@ -6,7 +6,7 @@ import pytest
 from runtime import messages, wire
 from runtime.errors import ErrorCode, ErrorInfo
 from runtime.messages import (Abort, AbortAck, Data, Done, DoneItem, Failure, Fatal, Heartbeat, Hello,
-                              MessageError, Ready, Release, Shutdown, Stats)
+                              MessageError, Ready, Release, Shutdown, Stats, Topology)
 
 EVERY_MESSAGE = [
     Data("b", 7, "a"),
@@ -17,6 +17,8 @@ EVERY_MESSAGE = [
     Abort(7, "timeout", ack=False),
     Shutdown(),
     Hello(),
+    Topology({"a": ["tcp://10.0.0.1:5000"], "b": ["tcp://10.0.0.2:5001", "tcp://10.0.0.3:5002"]},
+             {"coordinator": "n1", "groups": {"a": ["n1"], "b": ["n2", "n3"]}}),
     AbortAck(7, "gen", 1, ["gen"], ["gen"], 4096, 2),
     Failure(7, ErrorInfo.make(ErrorCode.BAD_INPUT, "no", "a")),
     Done([DoneItem(7, "a", 3, 0.5, 1.25), DoneItem(8, "b", 0, 0.0, 0.0)]),

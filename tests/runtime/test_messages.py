@@ -41,7 +41,7 @@ def test_every_message_round_trips(msg):
 
 def test_every_message_class_has_its_own_tag():
     tags = [type(m).TAG for m in EVERY_MESSAGE]
-    assert len(set(tags)) == len({type(m) for m in EVERY_MESSAGE}) == 12
+    assert len(set(tags)) == len({type(m) for m in EVERY_MESSAGE}) == 13
 
 
 def test_a_data_message_with_only_an_end_is_small():

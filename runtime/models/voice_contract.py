@@ -1,0 +1,166 @@
+"""The voice pipeline's contract: what the listen, think and speak stages
+exchange with each other and with the server, defined once.
+
+The stage executors (``runtime.models``) and the server (``voice_server``)
+are written and tested apart; this module is the one place both import the
+stage names, the listen rate, the payload shapes and the error codes from, so
+that a renamed key or a new event type cannot reach one side only.
+
+Payloads travel as plain msgpack dicts, so the shapes are ``TypedDict``\\ s (no
+cost on the hot path: building one is building a dict) with one constructor
+per shape.  :func:`validate_listen_event` and :func:`validate_speak_chunk`
+check a payload against its shape; they are for tests and for code that takes
+payloads from outside the pipeline, not for every chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal, Union
+
+import numpy as np
+from typing_extensions import NotRequired, TypedDict
+
+from runtime.errors import ErrorCode
+
+# ----------------------------------------------------------------- stages
+LISTEN = "listen"
+THINK = "think"
+SPEAK = "speak"
+STAGES = (LISTEN, THINK, SPEAK)
+# A spoken reply goes think -> speak; a text-only reply stops at think.
+SPOKEN_REPLY_ROUTE = (THINK, SPEAK)
+TEXT_REPLY_ROUTE = (THINK,)
+
+# The one rate the listen stage's models (silero VAD, Whisper, pocketsphinx)
+# work at; the server resamples client audio to it and keeps its input
+# timeline in it.
+LISTEN_RATE_HZ = 16000
+
+# ------------------------------------------------- error codes on the wire
+# The runtime's closed set (runtime.errors.ErrorCode), as the strings an
+# ``ErrorInfo.to_wire()`` dict carries.
+ERROR_CODES = frozenset(code.value for code in ErrorCode)
+
+# ------------------------------------------------------ listen stage output
+# Times are ms on the listen request's own input timeline.
+SPEECH_STARTED = "speech_started"
+PARTIAL = "partial"
+SPEECH_STOPPED = "speech_stopped"
+FINAL = "final"
+LISTEN_EVENT_TYPES = (SPEECH_STARTED, PARTIAL, SPEECH_STOPPED, FINAL)
+# The listen event keys that are positions on the input timeline.
+LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
+
+
+class SpeechStarted(TypedDict):
+    type: Literal["speech_started"]
+    audio_start_ms: int
+
+
+class Partial(TypedDict):
+    """The whole hypothesis so far for the utterance being spoken."""
+
+    type: Literal["partial"]
+    text: str
+
+
+class SpeechStopped(TypedDict):
+    type: Literal["speech_stopped"]
+    audio_end_ms: int
+
+
+class Final(TypedDict):
+    type: Literal["final"]
+    text: str
+    audio_start_ms: int
+    audio_end_ms: int
+
+
+ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final]
+
+
+def speech_started(audio_start_ms: int) -> SpeechStarted:
+    return {"type": SPEECH_STARTED, "audio_start_ms": audio_start_ms}
+
+
+def partial(text: str) -> Partial:
+    return {"type": PARTIAL, "text": text}
+
+
+def speech_stopped(audio_end_ms: int) -> SpeechStopped:
+    return {"type": SPEECH_STOPPED, "audio_end_ms": audio_end_ms}
+
+
+def final(text: str, audio_start_ms: int, audio_end_ms: int) -> Final:
+    return {"type": FINAL, "text": text, "audio_start_ms": audio_start_ms,
+            "audio_end_ms": audio_end_ms}
+
+
+# ------------------------------------------------------- think stage input
+class ChatMessage(TypedDict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class ThinkRequest(TypedDict):
+    """What the server submits to think; the thinkers also accept sampling
+    overrides (temperature, top_p, ...) beside ``max_tokens``."""
+
+    messages: list[ChatMessage]
+    max_tokens: NotRequired[int]
+
+
+def think_request(messages: list[ChatMessage], max_tokens: int | None = None) -> ThinkRequest:
+    req: ThinkRequest = {"messages": messages}
+    if max_tokens is not None:
+        req["max_tokens"] = int(max_tokens)
+    return req
+
+
+# ------------------------------------------------------ speak stage output
+class SpeakChunk(TypedDict):
+    """One synthesised clause: mono int16 PCM at ``sample_rate`` (the TTS
+    engine's own rate, not the listen rate) and the clause as the LLM wrote
+    it, markdown included."""
+
+    audio: np.ndarray
+    sample_rate: int
+    text: str
+    duration_ms: float
+
+
+def speak_chunk(audio: np.ndarray, sample_rate: int, text: str) -> SpeakChunk:
+    return {"audio": audio, "sample_rate": sample_rate, "text": text,
+            "duration_ms": audio.shape[0] * 1000.0 / sample_rate}
+
+
+# ------------------------------------------------------------- validation
+def validate_listen_event(payload: Any) -> ListenEvent:
+    """``payload`` if it is exactly one of the listen event shapes (strict
+    types, no extra keys); a ``ValueError`` saying why otherwise."""
+    return _adapters()[0].validate_python(payload, strict=True)
+
+
+def validate_speak_chunk(payload: Any) -> SpeakChunk:
+    """``payload`` if it is a :class:`SpeakChunk` with 1-D int16 audio (strict
+    types, no extra keys); a ``ValueError`` saying why otherwise."""
+    chunk = _adapters()[1].validate_python(payload, strict=True)
+    audio = chunk["audio"]
+    if audio.dtype != np.int16 or audio.ndim != 1:
+        raise ValueError(f"speak chunk audio must be a 1-D int16 array, got {audio.ndim}-D {audio.dtype}")
+    return chunk
+
+
+# pydantic is imported on first use: the stages and the CLI, which only build
+# payloads, do not pay for building the validators.
+@functools.cache
+def _adapters() -> tuple[Any, Any]:
+    from typing import Annotated
+
+    from pydantic import ConfigDict, Field, TypeAdapter, with_config
+
+    forbid = with_config(ConfigDict(extra="forbid", arbitrary_types_allowed=True))
+    listen = Annotated[Union[tuple(forbid(shape) for shape in (SpeechStarted, Partial, SpeechStopped, Final))],
+                       Field(discriminator="type")]
+    return TypeAdapter(listen), TypeAdapter(forbid(SpeakChunk))

@@ -24,7 +24,7 @@ Output chunks (times in ms on the request's own input timeline)::
 out too short to be speech; and, while a pause may end the turn (Whisper
 only): ``{"type": "turn_likely_over",
 "text": str}`` when the speculative transcript is ready during the pause (the
-server may prepare its reply), and ``{"type": "turn_continues"}`` when the
+server may prepare its reply), and ``turn_continues_event()`` when the
 speaker then goes on (a prepared reply is to be dropped).
 """
 
@@ -44,8 +44,11 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.heap import trim_heap
 from runtime.models.asr_thread import RecognitionThread
-from runtime.models.silero_vad import FRAME_SAMPLES, SAMPLE_RATE, SileroVAD, make_session
+from runtime.models.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
 from runtime.models.utterance_asr import SpeculativeSegments, StreamingDecoder
+from runtime.models.voice_contract import (LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED, SPEECH_STOPPED,
+                                           TURN_LIKELY_OVER, partial_event, speech_started_event,
+                                           speech_stopped_event, turn_continues_event)
 
 # A pending onset survives short dips (plosives, pauses between syllables) but
 # not a real pause: a click followed by silence must not later be glued to
@@ -70,7 +73,7 @@ TURN_ASK_MS = 128.0
 SEMANTIC_PAUSE_MS = 96.0       # recognition starts sooner: the wait may be 150-250 ms
 
 DEFAULTS: dict[str, Any] = {
-    "sample_rate": SAMPLE_RATE,
+    "sample_rate": LISTEN_RATE_HZ,
     "threshold": 0.5,
     "silence_duration_ms": 500,
     "prefix_padding_ms": 300,
@@ -212,9 +215,9 @@ class _Stream:
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
         self.vad = vad
         self.utt = utt
-        self.resampler = (soxr.ResampleStream(p.sample_rate, SAMPLE_RATE, 1, dtype="float32")
-                          if p.sample_rate != SAMPLE_RATE else None)
-        self.pad_samples = int(p.prefix_padding_ms * SAMPLE_RATE / 1000)
+        self.resampler = (soxr.ResampleStream(p.sample_rate, LISTEN_RATE_HZ, 1, dtype="float32")
+                          if p.sample_rate != LISTEN_RATE_HZ else None)
+        self.pad_samples = int(p.prefix_padding_ms * LISTEN_RATE_HZ / 1000)
         self.neg_threshold = max(0.01, p.threshold - HYSTERESIS)
         self.pending = np.zeros(0, dtype=np.float32)   # 16 kHz samples short of a frame
         self.preroll = np.zeros(0, dtype=np.float32)   # recent audio before a possible onset
@@ -228,7 +231,7 @@ class _Stream:
         # silence before recognition starts (sooner in semantic mode: the wait is short)
         self.pause_ms = min(pause_ms, SEMANTIC_PAUSE_MS) if p.semantic else pause_ms
         self.paused = False                            # recognition started for this silence
-        self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * SAMPLE_RATE
+        self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * LISTEN_RATE_HZ
                                                               // FRAME_SAMPLES))
         self.verdict: bool | None = None               # end-of-turn model, this silence run
         self.asked = False                             # verdict asked for this silence run
@@ -238,12 +241,12 @@ class _Stream:
 
     @staticmethod
     def _ms(samples: int) -> int:
-        return int(round(samples * 1000 / SAMPLE_RATE))
+        return int(round(samples * 1000 / LISTEN_RATE_HZ))
 
     def _end_utterance(self, end_sample: int, out: list) -> None:
         """Close a confirmed utterance: stopped first, so the client can react before the text is in."""
         end_ms = max(self._ms(end_sample), self._ms(self.onset))
-        out.append({"type": "speech_stopped", "audio_end_ms": end_ms})
+        out.append(speech_stopped_event(end_ms))
         out += self.utt.end(self._ms(self.onset), end_ms)
         self.utterances += 1
         self._to_idle()
@@ -299,13 +302,13 @@ class _Stream:
                 self._forget_verdict()
                 if self.likely_over:
                     self.likely_over = False
-                    out.append({"type": "turn_continues"})
+                    out.append(turn_continues_event())
                 if self.paused:
                     self.paused = False
                     self.utt.resume()
         elif self.silence_start is None:
             self.silence_start = start
-        silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / SAMPLE_RATE
+        silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / LISTEN_RATE_HZ
         if self.state == self.SPEECH and self.p.semantic and self.judge is not None \
                 and self.silence_start is not None and not self.asked and silent_ms >= TURN_ASK_MS:
             self.asked = True
@@ -326,17 +329,17 @@ class _Stream:
         # SPEECH
         if self.silence_start is not None and silent_ms >= p.wait_ms(self.verdict):
             self._end_utterance(self.silence_start, out)
-        elif (end - self.onset) >= p.max_utterance_s * SAMPLE_RATE:
+        elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
             self._end_utterance(end, out)
             self.preroll = np.zeros(0, dtype=np.float32)
 
     def _maybe_confirm(self, out: list) -> None:
-        if self.speech_frames * FRAME_SAMPLES * 1000 / SAMPLE_RATE >= self.p.min_speech_ms:
+        if self.speech_frames * FRAME_SAMPLES * 1000 / LISTEN_RATE_HZ >= self.p.min_speech_ms:
             self.state = self.SPEECH
-            out.append({"type": "speech_started", "audio_start_ms": self._ms(self.onset)})
+            out.append(speech_started_event(self._ms(self.onset)))
             if self.held_partial:
-                out.append({"type": "partial", "text": self.held_partial})
+                out.append(partial_event(self.held_partial))
             self.held_partial = None
 
     # -- end-of-turn model ----------------------------------------------------
@@ -358,9 +361,9 @@ class _Stream:
             return []
         out = []
         for ev in self.utt.result(tag, value):
-            if ev["type"] == "partial" and self.state != self.SPEECH:
+            if ev["type"] == PARTIAL and self.state != self.SPEECH:
                 self.held_partial = ev["text"]    # not speech yet: say it once confirmed
-            elif ev["type"] == "turn_likely_over":
+            elif ev["type"] == TURN_LIKELY_OVER:
                 if self.state == self.SPEECH and self.silence_start is not None \
                         and self.verdict is not False:
                     self.likely_over = True
@@ -475,7 +478,7 @@ class ListenExecutor(ChunkExecutor):
             asr = WhisperASR(self.asr_model, threads=self.asr_threads, window_s=self.asr_window_s,
                              beam_size=self.asr_beam_size,
                              no_repeat_ngram_size=self.no_repeat_ngram)
-            asr.transcribe([np.zeros(SAMPLE_RATE, dtype=np.float32)])   # first call allocates
+            asr.transcribe([np.zeros(LISTEN_RATE_HZ, dtype=np.float32)])   # first call allocates
             self._thread = RecognitionThread(asr.transcribe, self.asr_max_batch, name="listen-asr")
         else:
             from runtime.models.pocketsphinx_asr import make_decoder
@@ -487,7 +490,7 @@ class ListenExecutor(ChunkExecutor):
 
             judge = SmartTurn(None if self.turn_model == "smart-turn-v3.2" else self.turn_model,
                               threads=self.turn_threads)
-            judge.probability(np.zeros(SAMPLE_RATE, dtype=np.float32))   # first run allocates
+            judge.probability(np.zeros(LISTEN_RATE_HZ, dtype=np.float32))   # first run allocates
             self._judge = judge
             # Its own thread: a verdict decides how long the caller waits, so it
             # must not queue behind recognition; both wake the loop on one fd.
@@ -643,7 +646,7 @@ class ListenExecutor(ChunkExecutor):
                 continue
             # Turn-taking latency inside the stage: chunk arrival -> decision emitted.
             arrived = items[i].arrived
-            if arrived is not None and any(e["type"] in ("speech_started", "speech_stopped")
+            if arrived is not None and any(e["type"] in (SPEECH_STARTED, SPEECH_STOPPED)
                                            for e in results[i]):
                 self._decision_ms.append(round((time.monotonic() - arrived) * 1000, 3))
         return results

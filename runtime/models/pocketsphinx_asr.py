@@ -16,7 +16,7 @@ except ImportError:  # one clear line instead of a traceback from the stage proc
     raise StageError(ErrorCode.STAGE_UNAVAILABLE, "pocketsphinx is not installed; fix: "
                      ".venv/bin/pip install 'pocketsphinx>=5,<6'") from None
 
-SAMPLE_RATE = 16000
+from runtime.models.voice_contract import LISTEN_RATE_HZ
 
 
 def make_decoder() -> Decoder:
@@ -25,7 +25,7 @@ def make_decoder() -> Decoder:
     pocketsphinx writes a screenful of INFO lines per decoder to stderr, which
     would drown the stage's own logs.
     """
-    return Decoder(loglevel="FATAL", samprate=SAMPLE_RATE)
+    return Decoder(loglevel="FATAL", samprate=LISTEN_RATE_HZ)
 
 
 class StreamingRecognizer:

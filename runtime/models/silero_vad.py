@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-SAMPLE_RATE = 16000
+from runtime.models.voice_contract import LISTEN_RATE_HZ
+
 FRAME_SAMPLES = 512          # the graph is trained on 32 ms windows at 16 kHz
 CONTEXT_SAMPLES = 64         # v5+ graphs expect the previous window's tail prepended
-FRAME_MS = FRAME_SAMPLES * 1000 / SAMPLE_RATE
+FRAME_MS = FRAME_SAMPLES * 1000 / LISTEN_RATE_HZ
 
 
 def model_path() -> Path:
@@ -59,7 +60,7 @@ class SileroVAD:
 
     def __init__(self, session: ort.InferenceSession | None = None, threads: int = 1) -> None:
         self.session = session if session is not None else make_session(threads)
-        self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
+        self._sr = np.array(LISTEN_RATE_HZ, dtype=np.int64)
         self.reset()
 
     def reset(self) -> None:

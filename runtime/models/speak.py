@@ -1,7 +1,8 @@
 """The "speak" stage: streamed reply text in, one audio chunk per clause out.
 
 Speaking clause by clause lets the first words play while the LLM is still
-writing the rest of the reply. Output chunk per clause::
+writing the rest of the reply. Output chunk per clause: a
+:class:`runtime.models.voice_contract.SpeakChunk`::
 
     {"audio": np.ndarray int16 mono, "sample_rate": int, "text": str, "duration_ms": float}
 
@@ -19,6 +20,7 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.models.clauses import ClauseSegmenter, strip_markdown
 from runtime.models.tts_base import Synthesizer, speakable
+from runtime.models.voice_contract import SpeakChunk, speak_chunk
 
 ENGINES = ("flite", "espeak")
 
@@ -89,7 +91,7 @@ class SpeakExecutor(ChunkExecutor):
     def release(self, request_id: int) -> None:
         self._segmenters.pop(request_id, None)
 
-    def _speak(self, clause: str) -> dict | None:
+    def _speak(self, clause: str) -> SpeakChunk | None:
         spoken = speakable(strip_markdown(clause))
         if not spoken:
             return None
@@ -97,11 +99,10 @@ class SpeakExecutor(ChunkExecutor):
         audio = self.synth.synthesize(spoken)
         if audio.size == 0:
             return None
-        rate = int(self.synth.sample_rate)
-        duration_ms = audio.shape[0] * 1000.0 / rate
+        chunk = speak_chunk(audio, int(self.synth.sample_rate), clause)
         self._clauses += 1
-        self._audio_ms += duration_ms
-        return {"audio": audio, "sample_rate": rate, "text": clause, "duration_ms": duration_ms}
+        self._audio_ms += chunk["duration_ms"]
+        return chunk
 
     def process(self, items: list[WorkItem]) -> list[list[Any]]:
         results: list[Any] = []

@@ -25,16 +25,16 @@ from typing import Any
 import numpy as np
 
 from runtime.models.asr_thread import Call, RecognitionThread, Segment
+from runtime.models.voice_contract import Final, ListenEvent, final_event, partial_event
 
 
-def _final(text: Any, times: tuple[int, int]) -> dict:
+def _final(text: Any, times: tuple[int, int]) -> Final:
     if isinstance(text, BaseException):
         # One failed recognition must not end the caller's listen stream: the
         # turn goes on with an empty transcript and the stage log says why.
         print(f"[listen] recognition failed: {text!r}", file=sys.stderr, flush=True)
         text = ""
-    return {"type": "final", "text": str(text).strip(), "audio_start_ms": times[0],
-            "audio_end_ms": times[1]}
+    return final_event(str(text).strip(), times[0], times[1])
 
 
 class SpeculativeSegments:
@@ -79,7 +79,7 @@ class SpeculativeSegments:
     def resume(self) -> None:
         self._abandon()
 
-    def end(self, start_ms: int, end_ms: int) -> list[dict]:
+    def end(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
         """The utterance is over: reuse the speculative job if it saw all of it."""
         if self.spec is not None and self.spec == self.gen:
             gen = self.spec
@@ -106,7 +106,7 @@ class SpeculativeSegments:
             self.spec = None
             self.gen += 1
 
-    def result(self, tag: Any, value: Any) -> list[dict]:
+    def result(self, tag: Any, value: Any) -> list[ListenEvent]:
         if tag in self.awaiting:
             return [_final(value, self.awaiting.pop(tag))]
         if tag == self.spec:
@@ -159,7 +159,7 @@ class StreamingDecoder:
     def resume(self) -> None:
         pass
 
-    def end(self, start_ms: int, end_ms: int) -> list[dict]:
+    def end(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
         self.open = False
         self.awaiting[self.gen] = (start_ms, end_ms)
         self.thread.submit(Call(self.key, ("final", self.gen), self.rec.finish))
@@ -170,11 +170,11 @@ class StreamingDecoder:
             self.open = False
             self.thread.submit(Call(self.key, ("dropped", self.gen), self.rec.finish))
 
-    def result(self, tag: Any, value: Any) -> list[dict]:
+    def result(self, tag: Any, value: Any) -> list[ListenEvent]:
         kind, gen = tag
         if kind == "final" and gen in self.awaiting:
             return [_final(value, self.awaiting.pop(gen))]
         if kind == "partial" and gen == self.gen and self.open and value \
                 and not isinstance(value, BaseException):
-            return [{"type": "partial", "text": value}]
+            return [partial_event(value)]
         return []

@@ -80,19 +80,19 @@ class Final(TypedDict):
 ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final]
 
 
-def speech_started(audio_start_ms: int) -> SpeechStarted:
+def speech_started_event(audio_start_ms: int) -> SpeechStarted:
     return {"type": SPEECH_STARTED, "audio_start_ms": audio_start_ms}
 
 
-def partial(text: str) -> Partial:
+def partial_event(text: str) -> Partial:
     return {"type": PARTIAL, "text": text}
 
 
-def speech_stopped(audio_end_ms: int) -> SpeechStopped:
+def speech_stopped_event(audio_end_ms: int) -> SpeechStopped:
     return {"type": SPEECH_STOPPED, "audio_end_ms": audio_end_ms}
 
 
-def final(text: str, audio_start_ms: int, audio_end_ms: int) -> Final:
+def final_event(text: str, audio_start_ms: int, audio_end_ms: int) -> Final:
     return {"type": FINAL, "text": text, "audio_start_ms": audio_start_ms,
             "audio_end_ms": audio_end_ms}
 

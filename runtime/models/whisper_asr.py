@@ -30,8 +30,8 @@ import numpy as np
 
 from runtime.errors import ErrorCode, StageError
 from runtime.models.model_files import ModelFileMissing, models_dir, wheel_file
+from runtime.models.voice_contract import LISTEN_RATE_HZ
 
-SAMPLE_RATE = 16000
 HOP = 160                       # Whisper's log-mel hop: 100 frames per second
 WINDOW_S = 30.0                 # what the model was trained on
 # Whisper says about four tokens a second of English speech; a bound per
@@ -107,7 +107,7 @@ class WhisperASR:
                              ".venv/bin/pip install 'faster-whisper>=1.1,<2'") from None
         if not 1.0 <= float(window_s) <= WINDOW_S:
             raise StageError(ErrorCode.BAD_INPUT, f"whisper window_s must be in 1..30, got {window_s}")
-        self.window_frames = int(float(window_s) * SAMPLE_RATE) // HOP
+        self.window_frames = int(float(window_s) * LISTEN_RATE_HZ) // HOP
         self.beam_size = int(beam_size)
         self.no_repeat_ngram_size = int(no_repeat_ngram_size)
         self._model = WhisperModel(resolve_model(model), device="cpu", compute_type=compute_type,
@@ -133,7 +133,7 @@ class WhisperASR:
         """
         pieces: list[np.ndarray] = []
         owner: list[int] = []
-        step = int(WINDOW_S * SAMPLE_RATE)
+        step = int(WINDOW_S * LISTEN_RATE_HZ)
         for i, seg in enumerate(segments):
             seg = np.asarray(seg, dtype=np.float32).reshape(-1)
             for start in range(0, max(seg.size, 1), step):
@@ -151,10 +151,10 @@ class WhisperASR:
         if not pieces:
             return []
         longest = max(p.size for p in pieces)
-        frames = min(int(WINDOW_S * SAMPLE_RATE) // HOP,
+        frames = min(int(WINDOW_S * LISTEN_RATE_HZ) // HOP,
                      max(self.window_frames, -(-longest // HOP) + 10))
         feats = np.stack([self._mel(p, frames) for p in pieces])
-        max_len = min(MAX_TOKENS, int(TOKENS_PER_S * longest / SAMPLE_RATE) + TOKENS_SLACK)
+        max_len = min(MAX_TOKENS, int(TOKENS_PER_S * longest / LISTEN_RATE_HZ) + TOKENS_SLACK)
         with self._lock:
             results = self._model.model.generate(
                 ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)),

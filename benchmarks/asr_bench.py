@@ -42,7 +42,8 @@ import soxr
 from voice_server.testing.report import write_json
 from runtime.executor import WorkItem
 from runtime.models.listen import ListenExecutor
-from voice_server.testing.speech_corpus import RATE, Clip, CorpusUnavailable, human_clips, phone_line
+from runtime.models.voice_contract import LISTEN_RATE_HZ
+from voice_server.testing.speech_corpus import Clip, CorpusUnavailable, human_clips, phone_line
 from voice_server.testing.wer import corpus_wer
 
 ENGINES = {
@@ -68,7 +69,7 @@ def flite_clips() -> list[Clip]:
             with wave.open(str(path)) as w:
                 x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
                 rate = w.getframerate()
-            out.append(Clip(f"flite-{i}", "flite", text, soxr.resample(x, rate, RATE).astype(np.float32)))
+            out.append(Clip(f"flite-{i}", "flite", text, soxr.resample(x, rate, LISTEN_RATE_HZ).astype(np.float32)))
     return out
 
 
@@ -130,15 +131,15 @@ def main() -> int:
     sets: dict[str, list[tuple[Clip, np.ndarray, int]]] = {}
     try:
         people = human_clips()
-        sets["human"] = [(c, c.audio, RATE) for c in people if c.group != "cards"]
-        sets["human_cards"] = [(c, c.audio, RATE) for c in people if c.group == "cards"]
+        sets["human"] = [(c, c.audio, LISTEN_RATE_HZ) for c in people if c.group != "cards"]
+        sets["human_cards"] = [(c, c.audio, LISTEN_RATE_HZ) for c in people if c.group == "cards"]
         sets["human_phone"] = [(c, phone_line(c.audio).astype(np.float32) / 32768, 8000)
                                for c in people if c.group != "cards"]
     except CorpusUnavailable as exc:
         print(f"human clips skipped: {exc}")
     flite = flite_clips()
     if flite:
-        sets["flite"] = [(c, c.audio, RATE) for c in flite]
+        sets["flite"] = [(c, c.audio, LISTEN_RATE_HZ) for c in flite]
     if not sets:
         print("no clips: nothing to measure")
         return 2

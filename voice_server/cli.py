@@ -34,7 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
-LISTEN_RATE = 16000
+from runtime.models.voice_contract import (FINAL, LISTEN, LISTEN_RATE_HZ, SPEAK, SPOKEN_REPLY_ROUTE, THINK,
+                                           think_request)
+
 CHUNK_MS = 20
 
 
@@ -57,10 +59,10 @@ def read_wav(path: str) -> tuple[np.ndarray, int]:
 
 
 def to_16k(audio: np.ndarray, rate: int) -> np.ndarray:
-    if rate == LISTEN_RATE:
+    if rate == LISTEN_RATE_HZ:
         return audio
     import soxr
-    return soxr.resample(audio, rate, LISTEN_RATE).astype(np.int16)
+    return soxr.resample(audio, rate, LISTEN_RATE_HZ).astype(np.int16)
 
 
 def write_wav(path: str, audio: np.ndarray, rate: int) -> None:
@@ -74,9 +76,9 @@ def write_wav(path: str, audio: np.ndarray, rate: int) -> None:
 async def transcribe(pipeline, audio16k: np.ndarray, realtime: bool = False,
                      silence_s: float = 1.0) -> tuple[str, float | None, list[dict]]:
     """Stream audio into listen; return (final transcript, ms from end of audio to final, events)."""
-    h = await pipeline.submit(None, entry="listen", stream_input=True,
-                              params={"sample_rate": LISTEN_RATE})
-    step = LISTEN_RATE * CHUNK_MS // 1000
+    h = await pipeline.submit(None, entry=LISTEN, stream_input=True,
+                              params={"sample_rate": LISTEN_RATE_HZ})
+    step = LISTEN_RATE_HZ * CHUNK_MS // 1000
     t_end_audio: list[float] = []
 
     async def feed() -> None:
@@ -104,7 +106,7 @@ async def transcribe(pipeline, audio16k: np.ndarray, realtime: bool = False,
         async for ev in h:
             if ev.kind == "chunk":
                 events.append(ev.payload)
-                if ev.payload.get("type") == "final":
+                if ev.payload.get("type") == FINAL:
                     if asr_ms is None and t_end_audio:
                         asr_ms = (time.monotonic() - t_end_audio[0]) * 1000
                     if ev.payload.get("text"):
@@ -124,11 +126,9 @@ async def transcribe(pipeline, audio16k: np.ndarray, realtime: bool = False,
 
 async def reply(pipeline, text: str, max_tokens: int | None = None) -> dict:
     """One think -> speak turn; reply text, audio, timings."""
-    payload: dict = {"messages": [{"role": "user", "content": text}]}
-    if max_tokens:
-        payload["max_tokens"] = max_tokens
+    payload = think_request([{"role": "user", "content": text}], max_tokens or None)
     t0 = time.monotonic()
-    h = await pipeline.submit(payload, entry="think", route=["think", "speak"])
+    h = await pipeline.submit(payload, entry=THINK, route=list(SPOKEN_REPLY_ROUTE))
     deltas: list[str] = []
     audio: list[np.ndarray] = []
     rate = 16000
@@ -136,12 +136,12 @@ async def reply(pipeline, text: str, max_tokens: int | None = None) -> dict:
     terminal = None
     async for ev in h:
         now = (time.monotonic() - t0) * 1000
-        if ev.kind == "chunk" and ev.stage == "think":
+        if ev.kind == "chunk" and ev.stage == THINK:
             if first_token is None:
                 first_token = now
             if isinstance(ev.payload, str):
                 deltas.append(ev.payload)
-        elif ev.kind == "chunk" and ev.stage == "speak":
+        elif ev.kind == "chunk" and ev.stage == SPEAK:
             if first_audio is None:
                 first_audio = now
             audio.append(np.asarray(ev.payload["audio"], dtype=np.int16).reshape(-1))

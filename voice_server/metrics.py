@@ -84,6 +84,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from runtime.errors import ErrorCode
+from runtime.models.voice_contract import FINAL, SPEECH_STARTED, SPEECH_STOPPED, THINK
+
 TRANSPORTS = ("websocket", "webrtc", "twilio")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0,
                    3.0, 5.0, 10.0, 30.0)
@@ -151,13 +154,13 @@ class TurnTimer:
 
     def listen_event(self, ev: dict) -> None:
         t = ev.get("type")
-        if t == "speech_started":
+        if t == SPEECH_STARTED:
             self.speech_started_t = time.monotonic()
-        elif t == "speech_stopped":
+        elif t == SPEECH_STOPPED:
             now = time.monotonic()
             self.stops.append(now)
             self.unanswered_stop = now
-        elif t == "final" and self.stops:
+        elif t == FINAL and self.stops:
             EOU.observe(time.monotonic() - self.stops.popleft())
 
     def response_started(self, response_id: str) -> None:
@@ -173,7 +176,7 @@ class TurnTimer:
 
     def chunk(self, response_id: str, stage: str) -> None:
         r = self.responses.get(response_id)
-        if r is not None and not r[3] and stage == "think":
+        if r is not None and not r[3] and stage == THINK:
             r[3] = True
             FIRST_TOKEN.observe(time.monotonic() - r[0])
 
@@ -301,7 +304,6 @@ def _families(snap: dict[str, Any]):
     yield ab
     err = CounterMetricFamily("voice_request_errors", "Failed requests by error code",
                               labels=["code"])
-    from runtime.errors import ErrorCode
     by_code = dict(c.get("errors_by_code") or {})
     for code in ErrorCode:
         err.add_metric([code.value], by_code.pop(code.value, 0))

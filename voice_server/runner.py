@@ -43,6 +43,10 @@ from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
 
+from runtime.errors import ErrorCode
+from runtime.models.voice_contract import (FINAL, LISTEN, LISTEN_RATE_HZ, LISTEN_TIME_KEYS, SPOKEN_REPLY_ROUTE,
+                                           TEXT_REPLY_ROUTE, THINK, ThinkRequest, think_request)
+
 from . import session_registry as _registry
 from .logs import bind_ids
 from . import metrics
@@ -60,7 +64,6 @@ SendAudioFn = Callable[[str, str, np.ndarray, int], Awaitable[None]]
 FlushAudioFn = Callable[[str], Awaitable[None]]
 CloseFn = Callable[[int, str], Awaitable[None]]
 
-LISTEN_RATE = 16000
 _STOP = object()
 
 
@@ -386,12 +389,12 @@ class SessionRunner:
                 cur = None
 
     async def _open_listen(self, lst: _Listen) -> None:
-        params = {"sample_rate": LISTEN_RATE, **lst.params}
+        params = {"sample_rate": LISTEN_RATE_HZ, **lst.params}
         try:
-            h = await self.pipeline.submit(None, entry="listen", stream_input=True, params=params,
+            h = await self.pipeline.submit(None, entry=LISTEN, stream_input=True, params=params,
                                            deadline_s=self.opt.listen_deadline_s)
         except Exception as exc:  # noqa: BLE001
-            self._listen_failed(lst, {"code": "stage_unavailable",
+            self._listen_failed(lst, {"code": ErrorCode.STAGE_UNAVAILABLE.value,
                                       "message": f"listen could not start: {exc}"})
             return
         lst.handle = h
@@ -424,7 +427,7 @@ class SessionRunner:
                         continue
                     if off:
                         p = dict(p)
-                        for k in ("audio_start_ms", "audio_end_ms"):
+                        for k in LISTEN_TIME_KEYS:
                             if k in p:
                                 p[k] = int(round(p[k] + off))
                     self._listen_failures = 0
@@ -439,14 +442,14 @@ class SessionRunner:
         # The listen stream ended without us asking (stage crash, deadline): say so
         # and start a new one with the same params, so the session keeps listening.
         err = term.error.to_wire() if term.error is not None else \
-            {"code": "internal", "message": f"listen stream ended ({term.kind}: {term.reason})"}
+            {"code": ErrorCode.INTERNAL.value, "message": f"listen stream ended ({term.kind}: {term.reason})"}
         self._listen_failed(lst, err)
 
     def _listen_failed(self, lst: _Listen, err: dict) -> None:
         if self.closed:
             return
         self._push(("event", self._make_error(
-            "server_error", err.get("code", "internal"),
+            "server_error", err.get("code", ErrorCode.INTERNAL.value),
             f"Speech input failed: {err.get('message', '')}".strip())))
         # an utterance that was being spoken gets an (empty) end, so nothing waits forever
         s = self.session
@@ -456,7 +459,7 @@ class SessionRunner:
         self._listen_failures += 1
         if self._listen_failures > self.opt.listen_restarts:
             self._push(("event", self._make_error(
-                "server_error", "stage_unavailable",
+                "server_error", ErrorCode.STAGE_UNAVAILABLE.value,
                 "Speech input keeps failing; closing the session.")))
             self._push(("close", Close(1011, "speech input unavailable")))
             return
@@ -466,15 +469,13 @@ class SessionRunner:
 
     @staticmethod
     def _request(messages: list, instructions: str | None, max_tokens: int | None,
-                 modalities: list) -> tuple[dict, list[str]]:
+                 modalities: list) -> tuple[ThinkRequest, list[str]]:
         """The think(+speak) request a response (or a prepared reply) submits."""
         msgs = list(messages)
         if instructions and not any(m.get("role") == "system" for m in msgs):
             msgs = [{"role": "system", "content": instructions}] + msgs
-        payload: dict[str, Any] = {"messages": msgs}
-        if max_tokens is not None:
-            payload["max_tokens"] = int(max_tokens)
-        return payload, (["think", "speak"] if "audio" in modalities else ["think"])
+        return (think_request(msgs, max_tokens),
+                list(SPOKEN_REPLY_ROUTE if "audio" in modalities else TEXT_REPLY_ROUTE))
 
     def _prepare(self, c: PrepareReply) -> None:
         self._drop_prepared()
@@ -486,7 +487,7 @@ class SessionRunner:
         self.stats["prepared"] += 1
 
         async def submit():
-            h = await self.pipeline.submit(payload, entry="think", route=route,
+            h = await self.pipeline.submit(payload, entry=THINK, route=route,
                                            deadline_s=self.opt.response_deadline_s)
             self._live[h.request_id] = "prepared"
             if self._prepared is not p and not p.adopted:   # dropped while submitting
@@ -534,7 +535,7 @@ class SessionRunner:
                 return  # cancelled before it was submitted: the session already said so
             if self.draining:  # the server is shutting down: no new turns
                 self.dispatch(self.session.response_finished(
-                    r.response_id, "failed", {"code": "stage_unavailable",
+                    r.response_id, "failed", {"code": ErrorCode.STAGE_UNAVAILABLE.value,
                                               "message": "the server is shutting down"},
                     self.clock()))
                 return
@@ -546,12 +547,13 @@ class SessionRunner:
                         raise prepared.error
                     h = prepared
                 else:
-                    h = await self.pipeline.submit(payload, entry="think", route=route,
+                    h = await self.pipeline.submit(payload, entry=THINK, route=route,
                                                    deadline_s=self.opt.response_deadline_s)
             except Exception as exc:  # noqa: BLE001
                 self.dispatch(self.session.response_finished(
                     r.response_id, "failed",
-                    {"code": "stage_unavailable" if "closed" in str(exc) else "internal",
+                    {"code": (ErrorCode.STAGE_UNAVAILABLE if "closed" in str(exc)
+                              else ErrorCode.INTERNAL).value,
                      "message": f"could not start the response: {exc}"}, self.clock()))
                 return
             r.rid = h.request_id
@@ -563,7 +565,7 @@ class SessionRunner:
                 async for ev in (h.replay() if prepared is not None else h):
                     now = self.clock()
                     if ev.kind == "chunk":
-                        if ev.stage == "think":
+                        if ev.stage == THINK:
                             think_chunks += 1
                         self.turns.chunk(r.response_id, ev.stage)
                         self.dispatch(self.session.response_chunk(r.response_id, ev.stage,
@@ -577,7 +579,7 @@ class SessionRunner:
                             ev.error.to_wire() if ev.error else None, now))
                     else:
                         err = ev.error.to_wire() if ev.error is not None else \
-                            {"code": "internal", "message": str(ev.reason or "failed")}
+                            {"code": ErrorCode.INTERNAL.value, "message": str(ev.reason or "failed")}
                         self.dispatch(self.session.response_finished(r.response_id, "failed",
                                                                      err, now))
             finally:
@@ -591,29 +593,29 @@ class SessionRunner:
                 metrics.think_tokens_used(think_chunks)
 
     async def _transcribe(self, item_id: str, pcm: np.ndarray) -> None:
-        params = {"sample_rate": LISTEN_RATE, **self.opt.transcribe_params}
+        params = {"sample_rate": LISTEN_RATE_HZ, **self.opt.transcribe_params}
         texts: list[str] = []
         error = None
         rid = None
         try:
-            h = await self.pipeline.submit(None, entry="listen", stream_input=True, params=params,
+            h = await self.pipeline.submit(None, entry=LISTEN, stream_input=True, params=params,
                                            deadline_s=self.opt.transcribe_deadline_s)
             rid = h.request_id
             self._live[rid] = "transcribe"
-            step = LISTEN_RATE  # one second per message
+            step = LISTEN_RATE_HZ  # one second per message
             for i in range(0, max(pcm.size, 1), step):
                 await h.send(np.ascontiguousarray(pcm[i:i + step]))
             await h.end_input()
             async for ev in h:
                 if ev.kind == "chunk":
                     p = ev.payload
-                    if isinstance(p, dict) and p.get("type") == "final" and p.get("text"):
+                    if isinstance(p, dict) and p.get("type") == FINAL and p.get("text"):
                         texts.append(str(p["text"]).strip())
                 elif ev.kind != "done":
                     error = ev.error.to_wire() if ev.error is not None else \
-                        {"code": "internal", "message": f"transcription {ev.kind}"}
+                        {"code": ErrorCode.INTERNAL.value, "message": f"transcription {ev.kind}"}
         except Exception as exc:  # noqa: BLE001
-            error = {"code": "internal", "message": f"transcription failed: {exc}"}
+            error = {"code": ErrorCode.INTERNAL.value, "message": f"transcription failed: {exc}"}
         finally:
             if rid is not None:
                 self._live.pop(rid, None)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.models.clauses import ClauseSegmenter, strip_markdown

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from runtime.models.voice_contract import LISTEN_RATE_HZ
+
 from ..audio_codec import PCM, decode_wire_audio, resample
 from .client_events import ItemIn, decode_base64_audio, parse_client_event
 from .commands import Command, SendEvent, TranscribeBuffer
 from .errors import ClientError, from_validation_error
 from .config import _max_tokens, _modalities, apply_session_update
-from .input_buffer import RATE as LISTEN_RATE
 from .items import Content, Item
 
 
@@ -154,7 +155,7 @@ class ClientEventHandlers:
                 if fmt.type == PCM and len(data) % 2:
                     raise ClientError("invalid_audio_length", f"Invalid '{p}.audio': PCM16 "
                                       "audio must have an even number of bytes.", f"{p}.audio")
-                pcm = resample(decode_wire_audio(data, fmt.type), fmt.sample_rate, LISTEN_RATE)
+                pcm = resample(decode_wire_audio(data, fmt.type), fmt.sample_rate, LISTEN_RATE_HZ)
                 transcribe = (i, pcm)
                 content.append(Content(kind, transcript=None))
                 continue

@@ -22,14 +22,16 @@ limits=ServerLimits(), dialect="ga"|"beta")``
   decoding the session's input format.  Audio is resampled (streaming soxr)
   to 16 kHz; its sample count is the input timeline (ms) that the listen
   stage's times refer to.
-* ``listen_event(ev: dict, now_ms)`` - listen-stage outputs:
+* ``listen_event(ev: dict, now_ms)`` - listen-stage outputs
+  (:mod:`runtime.models.voice_contract` defines them):
   ``{"type":"speech_started","audio_start_ms"}``, ``{"type":"partial","text"}``
   (the full hypothesis so far), ``{"type":"speech_stopped","audio_end_ms"}``,
   ``{"type":"final","text","audio_start_ms","audio_end_ms"}``.
 * ``response_chunk(response_id, stage, payload, now_ms)`` - ``"think"``: str
   text delta; ``"speak"``: ``{"audio": int16 ndarray, "sample_rate", "text",
   "duration_ms"}``.  Chunks of a response that is not the active one
-  (finished, cancelled, unknown) are dropped silently.
+  (finished, cancelled, unknown) are dropped silently.  The speak chunk is a
+  ``voice_contract.SpeakChunk``.
 * ``response_finished(response_id, status, error, now_ms, usage=None)`` -
   status ``completed|failed|cancelled``; error ``{"code","message","retryable"}``.
 * ``transcription_result(item_id, text, now_ms, error=None)`` - the answer to

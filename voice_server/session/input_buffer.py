@@ -1,4 +1,4 @@
-"""The input audio buffer, kept at 16 kHz on the session's input timeline.
+"""The input audio buffer, kept at the listen rate (16 kHz) on the session's input timeline.
 
 With server VAD it is a bounded ring (oldest audio dropped silently) that
 backs a manual ``input_audio_buffer.commit``; in push-to-talk it is the
@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import numpy as np
 
-RATE = 16000
+from runtime.models.voice_contract import LISTEN_RATE_HZ
 
 
 class InputBuffer:
     def __init__(self, max_seconds: float) -> None:
-        self.max_samples = int(max_seconds * RATE)
+        self.max_samples = int(max_seconds * LISTEN_RATE_HZ)
         self._chunks: list[np.ndarray] = []
         self.samples = 0
         self.start_sample = 0  # timeline position of the first buffered sample
 
     @property
     def duration_ms(self) -> float:
-        return self.samples * 1000.0 / RATE
+        return self.samples * 1000.0 / LISTEN_RATE_HZ
 
     def room(self) -> int:
         return self.max_samples - self.samples
@@ -58,7 +58,7 @@ class InputBuffer:
                 n = 0
 
     def drop_until_ms(self, ms: float) -> None:
-        target = int(ms * RATE / 1000)
+        target = int(ms * LISTEN_RATE_HZ / 1000)
         if target > self.start_sample:
             self._drop_front(min(target - self.start_sample, self.samples))
 

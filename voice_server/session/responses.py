@@ -11,14 +11,13 @@ from typing import Any
 
 import numpy as np
 
+from runtime.errors import ErrorCode
+from runtime.models.voice_contract import ERROR_CODES, SPEAK, THINK, SpeakChunk
+
 from ..audio_codec import StreamResampler, encode_wire_audio
 from .commands import AudioOut, CancelResponse, Command, FlushAudio, StartResponse
 from .items import Content, Item, Segment
 from .server_events import content_part, response_object, zero_usage
-
-
-_RUNTIME_ERROR_CODES = {"bad_input", "unsupported", "resource_exhausted", "timeout",
-                        "stage_unavailable", "cancelled", "internal"}
 
 
 @dataclass
@@ -116,7 +115,7 @@ class Responses:
         r = self._active
         if self.closed or r is None or r.id != response_id or r.done or not r.started:
             return []
-        if stage == "think":
+        if stage == THINK:
             if not isinstance(payload, str) or not payload:
                 return []
             if r.audio:
@@ -129,13 +128,13 @@ class Responses:
                                   item_id=r.item.id, output_index=0, content_index=0,
                                   delta=payload))
             return out
-        if stage == "speak":
+        if stage == SPEAK:
             if not r.audio or not isinstance(payload, dict):
                 return []
             return self._speak(r, payload, now_ms)
         return []
 
-    def _speak(self, r: _Response, payload: dict, now_ms: float) -> list[Command]:
+    def _speak(self, r: _Response, payload: SpeakChunk, now_ms: float) -> list[Command]:
         audio = np.asarray(payload.get("audio", np.zeros(0, np.int16)))
         if audio.dtype != np.int16:
             audio = np.clip(np.round(audio.astype(np.float64) *
@@ -264,8 +263,8 @@ class Responses:
             out += self._done_events(r, "cancelled", {"type": "cancelled", "reason": None}, usage)
         else:
             err = error or {}
-            code = err.get("code") if err.get("code") in _RUNTIME_ERROR_CODES else "internal"
-            etype = "invalid_request_error" if code == "bad_input" else "server_error"
+            code = err.get("code") if err.get("code") in ERROR_CODES else ErrorCode.INTERNAL.value
+            etype = "invalid_request_error" if code == ErrorCode.BAD_INPUT.value else "server_error"
             msg = str(err.get("message") or "The response failed.")
             out.append(self._error(etype, code, msg, None, r.cause_event_id))
             out += self._done_events(r, "failed", {"type": "failed",

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from runtime.errors import ErrorCode
+from runtime.models.voice_contract import (FINAL, LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED, SPEECH_STOPPED,
+                                           TURN_CONTINUES, TURN_LIKELY_OVER, final_event,
+                                           speech_stopped_event)
+
 from ..audio_codec import StreamResampler, low_latency_quality
 from .commands import Command, DropPreparedReply, FeedListen, PrepareReply
-from .input_buffer import RATE as LISTEN_RATE
 from .items import Content, Item
 
 
@@ -42,8 +46,8 @@ class Turns:
 
     def _ingest(self, pcm: np.ndarray, rate: int, now_ms: float) -> list[Command]:
         if self._in_resampler is None or self._in_resampler.in_rate != rate:
-            self._in_resampler = StreamResampler(rate, LISTEN_RATE,
-                                                 low_latency_quality(rate, LISTEN_RATE))
+            self._in_resampler = StreamResampler(rate, LISTEN_RATE_HZ,
+                                                 low_latency_quality(rate, LISTEN_RATE_HZ))
         pcm16 = self._in_resampler.process(pcm)
         if pcm16.size == 0:
             return []
@@ -65,7 +69,7 @@ class Turns:
     @property
     def input_ms(self) -> float:
         """Position of the input timeline (ms of input audio received)."""
-        return self._in_samples * 1000.0 / LISTEN_RATE
+        return self._in_samples * 1000.0 / LISTEN_RATE_HZ
 
     def listen_event(self, ev: dict, now_ms: float) -> list[Command]:
         if self.closed:
@@ -73,20 +77,20 @@ class Turns:
         out = self._ensure_started(now_ms)
         t = ev.get("type")
         vad = self.settings.turn_detection is not None
-        if t == "speech_started" and vad:
+        if t == SPEECH_STARTED and vad:
             out += self._speech_started(int(ev.get("audio_start_ms", 0)), now_ms)
-        elif t == "partial" and vad:
+        elif t == PARTIAL and vad:
             out += self._partial_text(str(ev.get("text", "")))
-        elif t == "speech_stopped" and (vad or self._speech_item):
+        elif t == SPEECH_STOPPED and (vad or self._speech_item):
             if self._speech_item is None:
                 return out  # stray stop
             out += self._commit_speech(int(ev.get("audio_end_ms", 0)))
-        elif t == "final" and (vad or self._speech_item or self._awaiting_final):
+        elif t == FINAL and (vad or self._speech_item or self._awaiting_final):
             out += self._final(str(ev.get("text", "")), int(ev.get("audio_start_ms", 0)),
                                int(ev.get("audio_end_ms", 0)), now_ms)
-        elif t == "turn_likely_over" and vad:
+        elif t == TURN_LIKELY_OVER and vad:
             out += self._prepare_reply(str(ev.get("text", "")).strip())
-        elif t == "turn_continues" and vad:
+        elif t == TURN_CONTINUES and vad:
             out += self._drop_prepared()
         return out
 
@@ -115,12 +119,10 @@ class Turns:
         for a stage that will not answer (the runner opens a new stream)."""
         out: list[Command] = []
         if self._speech_item is not None:
-            out += self.listen_event({"type": "speech_stopped",
-                                      "audio_end_ms": int(self.input_ms)}, now_ms)
+            out += self.listen_event(speech_stopped_event(int(self.input_ms)), now_ms)
         for _ in range(len(self._awaiting_final)):
             pos = int(self.input_ms)
-            out += self.listen_event({"type": "final", "text": "", "audio_start_ms": pos,
-                                      "audio_end_ms": pos}, now_ms)
+            out += self.listen_event(final_event("", pos, pos), now_ms)
         return out
 
     def _speech_started(self, audio_start_ms: int, now_ms: float) -> list[Command]:
@@ -203,7 +205,7 @@ class Turns:
                 out.append(self._send(
                     "conversation.item.input_audio_transcription.failed", item_id=item.id,
                     content_index=content_index,
-                    error={"type": "server_error", "code": error.get("code", "internal"),
+                    error={"type": "server_error", "code": error.get("code", ErrorCode.INTERNAL.value),
                            "message": error.get("message", "transcription failed"),
                            "param": None}))
         else:

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import soxr
 
-RATE = 16000
+from runtime.models.voice_contract import LISTEN_RATE_HZ
+
 PACKAGES = ("pocketsphinx-testdata", "alsa-utils")
 _PS_DATA = Path("usr/share/pocketsphinx/test/data")
 _ALSA = Path("usr/share/sounds/alsa")
@@ -47,7 +48,7 @@ class Clip:
 
     @property
     def seconds(self) -> float:
-        return self.audio.size / RATE
+        return self.audio.size / LISTEN_RATE_HZ
 
 
 def default_cache_dir() -> Path:
@@ -90,8 +91,8 @@ def _read_wav(path: Path) -> np.ndarray:
 
 
 def _to_16k(x: np.ndarray, rate: int) -> np.ndarray:
-    if rate != RATE:
-        x = soxr.resample(x, rate, RATE)
+    if rate != LISTEN_RATE_HZ:
+        x = soxr.resample(x, rate, LISTEN_RATE_HZ)
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
@@ -132,5 +133,5 @@ def phone_line(audio: np.ndarray) -> np.ndarray:
     """
     from voice_server.audio_codec import mulaw_decode, mulaw_encode
 
-    pcm8k = np.clip(soxr.resample(np.asarray(audio, np.float32), RATE, 8000), -1.0, 1.0)
+    pcm8k = np.clip(soxr.resample(np.asarray(audio, np.float32), LISTEN_RATE_HZ, 8000), -1.0, 1.0)
     return mulaw_decode(mulaw_encode((pcm8k * 32767).astype(np.int16)))

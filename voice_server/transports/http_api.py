@@ -49,6 +49,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from runtime.errors import ErrorCode
+from runtime.models.voice_contract import SPEAK, TEXT_REPLY_ROUTE, THINK, think_request
+
 from .access import bearer_token, key_matches, origin_allowed
 
 log = logging.getLogger(__name__)
@@ -62,13 +65,13 @@ DISCONNECT_POLL_S = 0.25
 
 # runtime error code -> (HTTP status, OpenAI error type)
 STATUS_OF = {
-    "bad_input": (400, "invalid_request_error"),
-    "unsupported": (400, "invalid_request_error"),
-    "resource_exhausted": (503, "server_overloaded"),
-    "timeout": (504, "timeout_error"),
-    "stage_unavailable": (503, "service_unavailable"),
-    "cancelled": (503, "service_unavailable"),
-    "internal": (500, "server_error"),
+    ErrorCode.BAD_INPUT.value: (400, "invalid_request_error"),
+    ErrorCode.UNSUPPORTED.value: (400, "invalid_request_error"),
+    ErrorCode.RESOURCE_EXHAUSTED.value: (503, "server_overloaded"),
+    ErrorCode.TIMEOUT.value: (504, "timeout_error"),
+    ErrorCode.STAGE_UNAVAILABLE.value: (503, "service_unavailable"),
+    ErrorCode.CANCELLED.value: (503, "service_unavailable"),
+    ErrorCode.INTERNAL.value: (500, "server_error"),
 }
 
 DEFAULTS = {
@@ -98,7 +101,7 @@ class ApiError(Exception):
 
 def error_body(info: Any) -> dict:
     """The OpenAI-style body for a runtime ErrorInfo."""
-    code = info.code.value if info is not None else "internal"
+    code = info.code.value if info is not None else ErrorCode.INTERNAL.value
     _, type_ = STATUS_OF.get(code, (500, "server_error"))
     msg = info.message if info is not None else "the request failed"
     err = {"message": msg, "type": type_, "code": code, "param": None}
@@ -112,11 +115,11 @@ def runtime_error(ev: Any) -> ApiError:
     """A terminal non-'done' event before the first byte -> a proper HTTP status."""
     if ev.kind == "cancelled":
         info = ev.error
-        code = "cancelled"
+        code = ErrorCode.CANCELLED.value
         msg = info.message if info else f"the request was cancelled ({ev.reason})"
         return ApiError(503, msg, "service_unavailable", code)
     info = ev.error
-    code = info.code.value if info is not None else "internal"
+    code = info.code.value if info is not None else ErrorCode.INTERNAL.value
     status, type_ = STATUS_OF.get(code, (500, "server_error"))
     headers = {"Retry-After": "1"} if status in (429, 503) else None
     return ApiError(status, info.message if info else "the request failed", type_, code, headers=headers)
@@ -262,7 +265,7 @@ class HttpApi:
     def _live_pipeline(self, stages: list[str]) -> Any:
         p = self.pipeline
         if p is None or getattr(p, "closed", False):
-            raise ApiError(503, "the pipeline is not running", "service_unavailable", "stage_unavailable",
+            raise ApiError(503, "the pipeline is not running", "service_unavailable", ErrorCode.STAGE_UNAVAILABLE.value,
                            headers={"Retry-After": "1"})
         procs = p.snapshot()["processes"]
         cfg = p.cfg
@@ -271,11 +274,11 @@ class HttpApi:
                 group = cfg.group_of(s).name
             except Exception:  # noqa: BLE001
                 raise ApiError(503, f"the pipeline has no stage {s!r}", "service_unavailable",
-                               "stage_unavailable") from None
+                               ErrorCode.STAGE_UNAVAILABLE.value) from None
             mine = [v for k, v in procs.items() if k.split("/")[0] == group]
             if not mine or not all(v["ready"] for v in mine):
                 raise ApiError(503, f"stage {s!r} is not ready (starting or restarting)",
-                               "service_unavailable", "stage_unavailable", headers={"Retry-After": "1"})
+                               "service_unavailable", ErrorCode.STAGE_UNAVAILABLE.value, headers={"Retry-After": "1"})
         return p
 
     def _check_auth(self, request: Request) -> None:
@@ -329,8 +332,8 @@ class HttpApi:
                                                if s.args.get("model_path") else None)
                 if name:
                     ids.append((str(name), s.name))
-            if any(s.name == "speak" for s in cfg.stages):
-                ids.extend((a, "speak") for a in SPEECH_ALIASES)
+            if any(s.name == SPEAK for s in cfg.stages):
+                ids.extend((a, SPEAK) for a in SPEECH_ALIASES)
         seen: dict[str, dict] = {}
         for mid, owner in ids:
             seen.setdefault(mid, {"id": mid, "object": "model", "created": 0, "owned_by": owner})
@@ -408,7 +411,7 @@ class HttpApi:
     async def speech(self, request: Request) -> Response:
         self._check_auth(request)
         data = await self._json(request)
-        self._check_model(data, "speak")
+        self._check_model(data, SPEAK)
         text = data.get("input")
         if not isinstance(text, str) or not text.strip():
             raise ApiError(400, "'input' must be a non-empty string", param="input", code="invalid_value")
@@ -434,11 +437,11 @@ class HttpApi:
         if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not 0.25 <= speed <= 4.0:
             raise ApiError(400, "'speed' must be a number in 0.25..4.0", param="speed", code="invalid_value")
 
-        p = self._live_pipeline(["speak"])
+        p = self._live_pipeline([SPEAK])
         out_rate = int(_setting(self.settings, "speech_sample_rate"))
         # Sentence by sentence: the first clause is synthesised (and sent) while the rest waits.
         parts = [s for s in re.split(r"(?<=[.!?;:])\s+", text) if s]
-        h = await p.submit(None, entry="speak", route=["speak"], stream_input=True,
+        h = await p.submit(None, entry=SPEAK, route=[SPEAK], stream_input=True,
                            deadline_s=self._deadline())
         turn = _Turn(p, h)
         try:
@@ -495,7 +498,7 @@ class HttpApi:
                             info = ev.error
                             yield sse(error_body(info) if info is not None or ev.kind == "error"
                                       else {"error": {"message": f"the request was cancelled ({ev.reason})",
-                                                      "type": "service_unavailable", "code": "cancelled",
+                                                      "type": "service_unavailable", "code": ErrorCode.CANCELLED.value,
                                                       "param": None}}, event="error")
                             yield SSE_DONE
                             return
@@ -575,7 +578,7 @@ class HttpApi:
                                param=unsupported, code="unsupported_parameter")
         if "stream" in data and not isinstance(data["stream"], bool) and data["stream"] is not None:
             raise ApiError(400, "'stream' must be a boolean", param="stream", code="invalid_type")
-        payload: dict = {"messages": out}
+        payload: dict = think_request(out)
         max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens   # validated by the thinker -> 400 before the first byte
@@ -587,18 +590,18 @@ class HttpApi:
     async def chat(self, request: Request) -> Response:
         self._check_auth(request)
         data = await self._json(request)
-        model = self._check_model(data, "think")
+        model = self._check_model(data, THINK)
         payload, max_tokens = self._chat_payload(data)
         stream = bool(data.get("stream"))
         include_usage = bool((data.get("stream_options") or {}).get("include_usage")) \
             if isinstance(data.get("stream_options"), dict) else False
-        p = self._live_pipeline(["think"])
+        p = self._live_pipeline([THINK])
         if max_tokens is None:
             try:
-                max_tokens = int(p.cfg.stage("think").args.get("max_tokens", 64))
+                max_tokens = int(p.cfg.stage(THINK).args.get("max_tokens", 64))
             except Exception:  # noqa: BLE001
                 max_tokens = 64
-        h = await p.submit(payload, entry="think", route=["think"], deadline_s=self._deadline())
+        h = await p.submit(payload, entry=THINK, route=list(TEXT_REPLY_ROUTE), deadline_s=self._deadline())
         turn = _Turn(p, h)
         first = await self._first_ok_event(request, turn)
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
@@ -654,7 +657,7 @@ class HttpApi:
                     else:
                         body_ = error_body(ev.error) if ev.error is not None else {
                             "error": {"message": f"the request was cancelled ({ev.reason})",
-                                      "type": "service_unavailable", "code": "cancelled", "param": None}}
+                                      "type": "service_unavailable", "code": ErrorCode.CANCELLED.value, "param": None}}
                         yield sse(body_, event="error")
                         yield SSE_DONE
                         return
@@ -676,7 +679,7 @@ def _wrap(fn):
             return Response(status_code=499)
         except Exception as e:  # noqa: BLE001 - an unexpected bug is still a proper status
             log.exception("HTTP endpoint %s failed", request.url.path)
-            return ApiError(500, f"internal error: {type(e).__name__}: {e}", "server_error", "internal").response()
+            return ApiError(500, f"internal error: {type(e).__name__}: {e}", "server_error", ErrorCode.INTERNAL.value).response()
     return endpoint
 
 

@@ -17,6 +17,7 @@ from runtime.executor import WorkItem
 from runtime.models.listen import ListenExecutor
 from runtime.models.pocketsphinx_asr import StreamingRecognizer
 from runtime.models.silero_vad import SileroVAD
+from runtime.models.voice_contract import LISTEN_EVENT_TYPES, PARTIAL, validate_listen_event
 from voice_server.testing.speech_corpus import human_clips
 from voice_server.testing.wer import corpus_wer, normalize, wer
 
@@ -195,6 +196,16 @@ def test_two_utterances_give_two_finals(ex, conversation):
     assert finals[0]["audio_end_ms"] < finals[1]["audio_start_ms"]
     gap = finals[1]["audio_start_ms"] - finals[0]["audio_start_ms"]
     assert abs(gap - (len(conversation) / 16 - 3000) / 2 - 1000) <= 100
+
+
+def test_events_keep_to_the_voice_contract(ex, conversation):
+    """Every event the stage emits is one of the contract's shapes, exactly
+    (keys and types), so the server's reading of them cannot drift apart."""
+    events = [e for _, e in stream(ex, conversation)]
+    for e in events:
+        validate_listen_event(e)
+    expected = set(LISTEN_EVENT_TYPES) - (set() if ex.engine == "pocketsphinx" else {PARTIAL})
+    assert {e["type"] for e in events} == expected
 
 
 def test_silence_only_gives_nothing(ex):

@@ -11,6 +11,7 @@ from runtime.executor import WorkItem
 from runtime.models.clauses import ClauseSegmenter, strip_markdown
 from runtime.models.whisper_asr import WhisperASR
 from runtime.models.speak import SpeakExecutor, make_synthesizer
+from runtime.models.voice_contract import validate_speak_chunk
 
 REPLY = "Paris is the capital of France. It is a lovely city."
 EMOJI = "\U0001F600\U0001F389 \u2728"
@@ -79,6 +80,15 @@ def test_deltas_stream_clause_by_clause(speaker, recognizer):
     said = words(REPLY) - {"is", "the", "of", "it", "a"}  # paris capital france lovely city
     heard_said = said & words(heard)
     assert len(heard_said) * 2 > len(said), (heard, heard_said)  # most of them, with either voice
+
+
+def test_chunks_keep_to_the_voice_contract(speaker):
+    """Every chunk is a SpeakChunk, exactly (keys, types, 1-D int16 audio)."""
+    chunks = [c for _, c in feed_deltas(speaker, deltas("**Paris** is the capital of France. " + REPLY))]
+    assert len(chunks) >= 2
+    for c in chunks:
+        validate_speak_chunk(c)
+        assert c["duration_ms"] == pytest.approx(c["audio"].size * 1000 / c["sample_rate"])
 
 
 def test_whole_text_as_list(speaker):

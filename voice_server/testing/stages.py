@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from runtime.errors import StageError
+from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, BatchExecutor, ChunkExecutor, Chunks, StepResult, WorkItem
 
 
@@ -32,7 +32,7 @@ class Echo(BatchExecutor):
                 out.append(MemoryError("test: out of memory"))
                 continue
             if p.get("raise") == "bad":
-                raise StageError("bad_input", "test: bad input")
+                raise StageError(ErrorCode.BAD_INPUT, "test: bad input")
             if p.get("hang_s"):
                 time.sleep(p["hang_s"])
             x = it.payload

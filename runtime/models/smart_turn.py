@@ -24,10 +24,10 @@ import onnxruntime as ort
 from runtime.errors import ErrorCode, StageError
 from runtime.models.log_mel import HOP, log_mel
 from runtime.models.model_files import smart_turn_onnx
+from runtime.models.voice_contract import LISTEN_RATE_HZ
 
-SAMPLE_RATE = 16000
 WINDOW_S = 8
-WINDOW_SAMPLES = WINDOW_S * SAMPLE_RATE
+WINDOW_SAMPLES = WINDOW_S * LISTEN_RATE_HZ
 THRESHOLD = 0.5                 # the model's own cut: above it, the turn is complete
 _VARIANCE_EPS = 1e-7            # the model was trained on unit-variance waveforms
 

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from runtime.models.asr_thread import Call, RecognitionThread, Segment
-from runtime.models.voice_contract import Final, ListenEvent, final_event, partial_event
+from runtime.models.voice_contract import (Final, ListenEvent, final_event, partial_event,
+                                           turn_likely_over_event)
 
 
 def _final(text: Any, times: tuple[int, int]) -> Final:
@@ -113,7 +114,7 @@ class SpeculativeSegments:
             self.ready[tag] = value
             if isinstance(value, str) and value.strip():
                 # The words are known before the turn is: a reply can be prepared.
-                return [{"type": "turn_likely_over", "text": value.strip()}]
+                return [turn_likely_over_event(value.strip())]
         return []
 
 

@@ -16,6 +16,7 @@ payloads from outside the pipeline, not for every chunk.
 from __future__ import annotations
 
 import functools
+import typing
 from typing import Any, Literal, Union
 
 import numpy as np
@@ -48,7 +49,9 @@ SPEECH_STARTED = "speech_started"
 PARTIAL = "partial"
 SPEECH_STOPPED = "speech_stopped"
 FINAL = "final"
-LISTEN_EVENT_TYPES = (SPEECH_STARTED, PARTIAL, SPEECH_STOPPED, FINAL)
+TURN_LIKELY_OVER = "turn_likely_over"
+TURN_CONTINUES = "turn_continues"
+LISTEN_EVENT_TYPES = (SPEECH_STARTED, PARTIAL, SPEECH_STOPPED, FINAL, TURN_LIKELY_OVER, TURN_CONTINUES)
 # The listen event keys that are positions on the input timeline.
 LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
 
@@ -77,7 +80,21 @@ class Final(TypedDict):
     audio_end_ms: int
 
 
-ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final]
+class TurnLikelyOver(TypedDict):
+    """During a pause, the speculative transcript is ready: the turn may be
+    over and a reply can be prepared (Whisper only)."""
+
+    type: Literal["turn_likely_over"]
+    text: str
+
+
+class TurnContinues(TypedDict):
+    """The speaker went on after a ``turn_likely_over``: drop what was prepared."""
+
+    type: Literal["turn_continues"]
+
+
+ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final, TurnLikelyOver, TurnContinues]
 
 
 def speech_started_event(audio_start_ms: int) -> SpeechStarted:
@@ -95,6 +112,14 @@ def speech_stopped_event(audio_end_ms: int) -> SpeechStopped:
 def final_event(text: str, audio_start_ms: int, audio_end_ms: int) -> Final:
     return {"type": FINAL, "text": text, "audio_start_ms": audio_start_ms,
             "audio_end_ms": audio_end_ms}
+
+
+def turn_likely_over_event(text: str) -> TurnLikelyOver:
+    return {"type": TURN_LIKELY_OVER, "text": text}
+
+
+def turn_continues_event() -> TurnContinues:
+    return {"type": TURN_CONTINUES}
 
 
 # ------------------------------------------------------- think stage input
@@ -161,6 +186,6 @@ def _adapters() -> tuple[Any, Any]:
     from pydantic import ConfigDict, Field, TypeAdapter, with_config
 
     forbid = with_config(ConfigDict(extra="forbid", arbitrary_types_allowed=True))
-    listen = Annotated[Union[tuple(forbid(shape) for shape in (SpeechStarted, Partial, SpeechStopped, Final))],
-                       Field(discriminator="type")]
+    shapes = typing.get_args(ListenEvent)
+    listen = Annotated[Union[tuple(forbid(shape) for shape in shapes)], Field(discriminator="type")]
     return TypeAdapter(listen), TypeAdapter(forbid(SpeakChunk))

@@ -16,7 +16,8 @@ from voice_server.transports.http_api import STATUS_OF
 
 def test_constructors_build_valid_events_of_every_type():
     events = [vc.speech_started_event(120), vc.partial_event("what is"),
-              vc.speech_stopped_event(980), vc.final_event("what is it", 120, 980)]
+              vc.speech_stopped_event(980), vc.final_event("what is it", 120, 980),
+              vc.turn_likely_over_event("what is it"), vc.turn_continues_event()]
     assert [e["type"] for e in events] == list(vc.LISTEN_EVENT_TYPES)
     for e in events:
         assert vc.validate_listen_event(e) == e
@@ -30,6 +31,7 @@ def test_constructors_build_valid_events_of_every_type():
     {"type": "partial", "text": 3},                                               # wrong type
     {"type": "speech_started", "audio_start_ms": 1.5},                            # float time
     {"type": "speech_started", "audio_start_ms": True},                           # bool is not int
+    {"type": "turn_continues", "text": "x"},                                      # key not in the contract
     {"type": "speech_paused", "audio_start_ms": 1},                               # unknown type
     {"text": "x"},                                                                # no type
     "final",

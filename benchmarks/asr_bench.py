@@ -69,7 +69,8 @@ def flite_clips() -> list[Clip]:
             with wave.open(str(path)) as w:
                 x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
                 rate = w.getframerate()
-            out.append(Clip(f"flite-{i}", "flite", text, soxr.resample(x, rate, LISTEN_RATE_HZ).astype(np.float32)))
+            out.append(Clip(f"flite-{i}", "flite", text,
+                            soxr.resample(x, rate, LISTEN_RATE_HZ).astype(np.float32)))
     return out
 
 

@@ -111,6 +111,12 @@ def error_body(info: Any) -> dict:
     return {"error": err}
 
 
+def cancelled_body(reason: Any) -> dict:
+    """The body for a stream the runtime cancelled without an ErrorInfo."""
+    return {"error": {"message": f"the request was cancelled ({reason})", "type": "service_unavailable",
+                      "code": ErrorCode.CANCELLED.value, "param": None}}
+
+
 def runtime_error(ev: Any) -> ApiError:
     """A terminal non-'done' event before the first byte -> a proper HTTP status."""
     if ev.kind == "cancelled":
@@ -265,7 +271,8 @@ class HttpApi:
     def _live_pipeline(self, stages: list[str]) -> Any:
         p = self.pipeline
         if p is None or getattr(p, "closed", False):
-            raise ApiError(503, "the pipeline is not running", "service_unavailable", ErrorCode.STAGE_UNAVAILABLE.value,
+            raise ApiError(503, "the pipeline is not running", "service_unavailable",
+                           ErrorCode.STAGE_UNAVAILABLE.value,
                            headers={"Retry-After": "1"})
         procs = p.snapshot()["processes"]
         cfg = p.cfg
@@ -278,7 +285,8 @@ class HttpApi:
             mine = [v for k, v in procs.items() if k.split("/")[0] == group]
             if not mine or not all(v["ready"] for v in mine):
                 raise ApiError(503, f"stage {s!r} is not ready (starting or restarting)",
-                               "service_unavailable", ErrorCode.STAGE_UNAVAILABLE.value, headers={"Retry-After": "1"})
+                               "service_unavailable", ErrorCode.STAGE_UNAVAILABLE.value,
+                               headers={"Retry-After": "1"})
         return p
 
     def _check_auth(self, request: Request) -> None:
@@ -497,9 +505,7 @@ class HttpApi:
                         else:
                             info = ev.error
                             yield sse(error_body(info) if info is not None or ev.kind == "error"
-                                      else {"error": {"message": f"the request was cancelled ({ev.reason})",
-                                                      "type": "service_unavailable", "code": ErrorCode.CANCELLED.value,
-                                                      "param": None}}, event="error")
+                                      else cancelled_body(ev.reason), event="error")
                             yield SSE_DONE
                             return
                         ev = await turn.next()
@@ -655,9 +661,7 @@ class HttpApi:
                         yield SSE_DONE
                         return
                     else:
-                        body_ = error_body(ev.error) if ev.error is not None else {
-                            "error": {"message": f"the request was cancelled ({ev.reason})",
-                                      "type": "service_unavailable", "code": ErrorCode.CANCELLED.value, "param": None}}
+                        body_ = error_body(ev.error) if ev.error is not None else cancelled_body(ev.reason)
                         yield sse(body_, event="error")
                         yield SSE_DONE
                         return
@@ -679,7 +683,8 @@ def _wrap(fn):
             return Response(status_code=499)
         except Exception as e:  # noqa: BLE001 - an unexpected bug is still a proper status
             log.exception("HTTP endpoint %s failed", request.url.path)
-            return ApiError(500, f"internal error: {type(e).__name__}: {e}", "server_error", ErrorCode.INTERNAL.value).response()
+            return ApiError(500, f"internal error: {type(e).__name__}: {e}", "server_error",
+                            ErrorCode.INTERNAL.value).response()
     return endpoint
 
 

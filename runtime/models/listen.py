@@ -24,7 +24,7 @@ Output chunks (times in ms on the request's own input timeline)::
 out too short to be speech; and, while a pause may end the turn (Whisper
 only): ``{"type": "turn_likely_over",
 "text": str}`` when the speculative transcript is ready during the pause (the
-server may prepare its reply), and ``turn_continues_event()`` when the
+server may prepare its reply), and ``{"type": "turn_continues"}`` when the
 speaker then goes on (a prepared reply is to be dropped).
 """
 

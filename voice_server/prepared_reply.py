@@ -18,6 +18,8 @@ import asyncio
 import json
 from typing import Any, AsyncIterator
 
+from runtime.models.voice_contract import THINK
+
 
 def request_key(payload: dict, route: list[str]) -> str:
     """What must match for a prepared reply to stand in for a started one."""
@@ -50,7 +52,7 @@ class PreparedReply:
         self.submitted.set()
         try:
             async for ev in h:
-                if ev.kind == "chunk" and ev.stage == "think":
+                if ev.kind == "chunk" and ev.stage == THINK:
                     self.think_chunks += 1
                 self.events.append(ev)
                 self._new.set()

@@ -47,8 +47,9 @@ from runtime.models.asr_thread import RecognitionThread
 from runtime.models.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
 from runtime.models.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.voice_contract import (LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED, SPEECH_STOPPED,
-                                           TURN_LIKELY_OVER, partial_event, speech_started_event,
-                                           speech_stopped_event, turn_continues_event)
+                                           TURN_LIKELY_OVER, onset_dropped_event, onset_event, partial_event,
+                                           speech_started_event, speech_stopped_event,
+                                           turn_continues_event)
 
 # A pending onset survives short dips (plosives, pauses between syllables) but
 # not a real pause: a click followed by silence must not later be glued to
@@ -280,7 +281,7 @@ class _Stream:
                 # and the soft consonant silero scores low.
                 # Said at once, before min_speech_ms confirms it: a server playing a
                 # reply can pause it within a frame of the caller starting to talk.
-                out.append({"type": "onset", "audio_start_ms": self._ms(self.onset)})
+                out.append(onset_event(self._ms(self.onset)))
                 self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
                 if self.preroll.size:
                     self.turn_audio.append(self.preroll)
@@ -321,7 +322,7 @@ class _Stream:
         if self.state == self.PENDING:
             if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
                 self._to_idle()    # too short to be speech (a click, a cough): no turn
-                out.append({"type": "onset_dropped"})
+                out.append(onset_dropped_event())
                 return
             self._maybe_confirm(out)
             return
@@ -405,7 +406,7 @@ class _Stream:
             self._end_utterance(end, out)
         else:
             self._to_idle()
-            out.append({"type": "onset_dropped"})
+            out.append(onset_dropped_event())
 
 
 class ListenExecutor(ChunkExecutor):

@@ -46,12 +46,15 @@ ERROR_CODES = frozenset(code.value for code in ErrorCode)
 # ------------------------------------------------------ listen stage output
 # Times are ms on the listen request's own input timeline.
 SPEECH_STARTED = "speech_started"
+ONSET = "onset"
+ONSET_DROPPED = "onset_dropped"
 PARTIAL = "partial"
 SPEECH_STOPPED = "speech_stopped"
 FINAL = "final"
 TURN_LIKELY_OVER = "turn_likely_over"
 TURN_CONTINUES = "turn_continues"
-LISTEN_EVENT_TYPES = (SPEECH_STARTED, PARTIAL, SPEECH_STOPPED, FINAL, TURN_LIKELY_OVER, TURN_CONTINUES)
+LISTEN_EVENT_TYPES = (SPEECH_STARTED, PARTIAL, SPEECH_STOPPED, FINAL, ONSET, ONSET_DROPPED,
+                      TURN_LIKELY_OVER, TURN_CONTINUES)
 # The listen event keys that are positions on the input timeline.
 LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
 
@@ -80,6 +83,19 @@ class Final(TypedDict):
     audio_end_ms: int
 
 
+class Onset(TypedDict):
+    """The first speech frame, before ``min_speech_ms`` confirms it as speech."""
+
+    type: Literal["onset"]
+    audio_start_ms: int
+
+
+class OnsetDropped(TypedDict):
+    """The last ``onset`` was too short to be speech."""
+
+    type: Literal["onset_dropped"]
+
+
 class TurnLikelyOver(TypedDict):
     """During a pause, the speculative transcript is ready: the turn may be
     over and a reply can be prepared (Whisper only)."""
@@ -94,7 +110,8 @@ class TurnContinues(TypedDict):
     type: Literal["turn_continues"]
 
 
-ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final, TurnLikelyOver, TurnContinues]
+ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final, Onset, OnsetDropped, TurnLikelyOver,
+                    TurnContinues]
 
 
 def speech_started_event(audio_start_ms: int) -> SpeechStarted:
@@ -112,6 +129,14 @@ def speech_stopped_event(audio_end_ms: int) -> SpeechStopped:
 def final_event(text: str, audio_start_ms: int, audio_end_ms: int) -> Final:
     return {"type": FINAL, "text": text, "audio_start_ms": audio_start_ms,
             "audio_end_ms": audio_end_ms}
+
+
+def onset_event(audio_start_ms: int) -> Onset:
+    return {"type": ONSET, "audio_start_ms": audio_start_ms}
+
+
+def onset_dropped_event() -> OnsetDropped:
+    return {"type": ONSET_DROPPED}
 
 
 def turn_likely_over_event(text: str) -> TurnLikelyOver:

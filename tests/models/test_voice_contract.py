@@ -17,6 +17,7 @@ from voice_server.transports.http_api import STATUS_OF
 def test_constructors_build_valid_events_of_every_type():
     events = [vc.speech_started_event(120), vc.partial_event("what is"),
               vc.speech_stopped_event(980), vc.final_event("what is it", 120, 980),
+              vc.onset_event(90), vc.onset_dropped_event(),
               vc.turn_likely_over_event("what is it"), vc.turn_continues_event()]
     assert [e["type"] for e in events] == list(vc.LISTEN_EVENT_TYPES)
     for e in events:

@@ -33,9 +33,9 @@ STAGES = (LISTEN, THINK, SPEAK)
 SPOKEN_REPLY_ROUTE = (THINK, SPEAK)
 TEXT_REPLY_ROUTE = (THINK,)
 
-# The one rate the listen stage's models (silero VAD, Whisper, pocketsphinx)
-# work at; the server resamples client audio to it and keeps its input
-# timeline in it.
+# The one rate the listen stage's models (silero VAD, Whisper, pocketsphinx,
+# Smart Turn) work at; the server resamples client audio to it and keeps its
+# input timeline in it.
 LISTEN_RATE_HZ = 16000
 
 # ------------------------------------------------- error codes on the wire

@@ -6,6 +6,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
 
     runner = SessionRunner(session, pipeline, send_event,
                            send_audio=None, flush_audio=None, on_close=None,
+                           pause_audio=None, resume_audio=None,
                            transport="websocket")   # label: websocket | webrtc | twilio
     await runner.start()                  # session.created, listen stream, timers;
                                           # registers in voice_server.session_registry (+ metrics)
@@ -14,6 +15,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
                                           # (binary, oversized): error, rate limited
     runner.input_audio(pcm, rate)         # non-JSON transports (sync)
     runner.playback_progress(item, ms)    # what the listener heard (sync)
+    runner.pause_output() / resume_output()  # hold / release the active reply's audio
     await runner.close()                  # client gone: abort everything, stop tasks
     runner.begin_drain(code, msg)         # server drain: error event, no new responses
     await runner.shutdown(1001, reason)   # end of drain: cancel with events, close
@@ -23,6 +25,9 @@ Rules it keeps:
 * Order: every command is carried out in the order the session returned it.
   Events (and stream-mode audio) go through ONE outbox drained by ONE writer
   task, so no event of a response can overtake its ``response.done``.
+* Pacing: the session holds a reply's output and says when the next part is
+  due (``Session.next_output_ms``); one task calls ``pump_output`` then, so
+  the client holds at most ``output_lead_ms`` of audio it has not played.
 * Barge-in is one event-loop turn: ``CancelResponse`` calls
   ``pipeline.abort`` synchronously, inside the same call that handled the
   listen event (the runtime's output gate closes at once).
@@ -47,14 +52,15 @@ from . import session_registry as _registry
 from .logs import bind_ids
 from .metrics import TurnTimer
 from .session import (AudioOut, CancelResponse, Close, ConfigureListen, FeedListen, FlushAudio,
-                      SendEvent, Session, StartResponse, StopListen, TranscribeBuffer)
+                      PauseAudio, ResumeAudio, SendEvent, Session, StartResponse, StopListen,
+                      TranscribeBuffer)
 from .session.server_events import error_body
 
 log = logging.getLogger("voice_server.runner")
 
 SendEventFn = Callable[[dict], Awaitable[None]]
 SendAudioFn = Callable[[str, str, np.ndarray, int], Awaitable[None]]
-FlushAudioFn = Callable[[str], Awaitable[None]]
+FlushAudioFn = Callable[[str], Awaitable[None]]  # also PauseAudio / ResumeAudio
 CloseFn = Callable[[int, str], Awaitable[None]]
 
 LISTEN_RATE = 16000
@@ -108,7 +114,8 @@ def _now_ms() -> float:
 class SessionRunner:
     def __init__(self, session: Session, pipeline, send_event: SendEventFn, *,
                  send_audio: SendAudioFn | None = None, flush_audio: FlushAudioFn | None = None,
-                 on_close: CloseFn | None = None, options: RunnerOptions | None = None,
+                 pause_audio: FlushAudioFn | None = None,
+                 resume_audio: FlushAudioFn | None = None, on_close: CloseFn | None = None, options: RunnerOptions | None = None,
                  clock: Callable[[], float] = _now_ms, transport: str = "other") -> None:
         self.session = session
         self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio
@@ -119,6 +126,8 @@ class SessionRunner:
         self._send_event = send_event
         self._send_audio = send_audio
         self._flush_audio = flush_audio
+        self._item_actions = {"flush": flush_audio, "pause": pause_audio,
+                              "resume": resume_audio}
         self._on_close = on_close
         self.opt = options or RunnerOptions()
         self.clock = clock
@@ -126,11 +135,13 @@ class SessionRunner:
         self.close_code: tuple[int, str] | None = None
         self._closing: asyncio.Task | None = None
         self._done = asyncio.Event()
-        # outbox: ("event", dict) | ("audio", AudioOut) | ("flush", item_id) | ("close", Close)
+        # outbox: ("event", dict) | ("audio", AudioOut) | ("flush" | "pause" | "resume",
+        # item_id) | ("close", Close)
         self._outbox: deque = deque()
         self._outbox_ready = asyncio.Event()
         # listen input: ("pcm", arr) | ("configure", _Listen) | ("stop", None)
         self._listen_q: deque = deque()
+        self._pace_wake = asyncio.Event()  # the session may hold output due earlier
         self._listen_ready = asyncio.Event()
         self._listen: _Listen | None = None
         self._listen_failures = 0
@@ -149,6 +160,7 @@ class SessionRunner:
         self._spawn(self._writer(), "writer")
         self._spawn(self._listen_writer(), "listen-writer")
         self._spawn(self._ticker(), "ticker")
+        self._spawn(self._pacer(), "pacer")
         self.dispatch(self.session.start(self.clock()))
 
     def client_event(self, raw) -> None:
@@ -162,6 +174,16 @@ class SessionRunner:
     def playback_progress(self, item_id: str, played_ms: float) -> None:
         if not self.closed:
             self.dispatch(self.session.playback_progress(item_id, played_ms, self.clock()))
+
+    def pause_output(self) -> None:
+        """Hold the active reply's audio where it is (``Session.pause_output``)."""
+        if not self.closed:
+            self.dispatch(self.session.pause_output(self.clock()))
+
+    def resume_output(self) -> None:
+        """Release the paused reply from where it stopped (``Session.resume_output``)."""
+        if not self.closed:
+            self.dispatch(self.session.resume_output(self.clock()))
 
     def reject_client_frame(self, code: str, message: str) -> None:
         """The transport got a client frame it cannot hand over as an event
@@ -241,8 +263,14 @@ class SessionRunner:
             elif isinstance(c, FlushAudio):
                 self._flush_outbox_audio(c.item_id)
                 self._push(("flush", c.item_id))
+            elif isinstance(c, PauseAudio):
+                self._push(("pause", c.item_id))
+            elif isinstance(c, ResumeAudio):
+                self._push(("resume", c.item_id))
             elif isinstance(c, Close):
                 self._push(("close", c))
+        if cmds and self.session.next_output_ms is not None:
+            self._pace_wake.set()
 
     # -------------------------------------------------------------- internals
     def _spawn(self, coro, name: str) -> asyncio.Task:
@@ -328,9 +356,10 @@ class SessionRunner:
                         await self._send_audio(x.response_id, x.item_id, x.pcm, x.sample_rate)
                         self.stats["audio_chunks"] += 1
                         self.turns.audio_sent(x.response_id)
-                elif kind == "flush":
-                    if self._flush_audio is not None:
-                        await self._flush_audio(x)
+                elif kind in self._item_actions:
+                    action = self._item_actions[kind]
+                    if action is not None:
+                        await action(x)
                 elif kind == "close":
                     self._begin_close(x.code, x.reason)
                     return
@@ -346,6 +375,25 @@ class SessionRunner:
         while True:
             await asyncio.sleep(period)
             self.dispatch(self.session.tick(self.clock()))
+
+    async def _pacer(self) -> None:
+        """Release held output when the session says it is due."""
+        while True:
+            due = self.session.next_output_ms
+            if due is None:
+                self._pace_wake.clear()
+                await self._pace_wake.wait()
+                continue
+            delay = (due - self.clock()) / 1000.0
+            if delay > 0.001:
+                self._pace_wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._pace_wake.wait(), delay)
+                continue
+            cmds = self.session.pump_output(self.clock())
+            self.dispatch(cmds)
+            if not cmds:  # due but nothing to give: do not spin
+                await asyncio.sleep(0.005)
 
     async def _listen_writer(self) -> None:
         cur: _Listen | None = None

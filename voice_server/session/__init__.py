@@ -1,7 +1,8 @@
 """Sans-I/O session core of the voice server (see core.py for the API)."""
 
 from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen, FeedListen,
-                       FlushAudio, SendEvent, StartResponse, StopListen, TranscribeBuffer)
+                       FlushAudio, PauseAudio, ResumeAudio, SendEvent, StartResponse, StopListen,
+                       TranscribeBuffer)
 from .config import ServerLimits, SessionSettings, TurnDetection, AudioFormat
 from .core import Session
 from .errors import ClientError
@@ -9,4 +10,4 @@ from .errors import ClientError
 __all__ = ["Session", "SessionSettings", "ServerLimits", "TurnDetection", "AudioFormat",
            "ClientError", "Command", "SendEvent", "FeedListen", "ConfigureListen", "StopListen",
            "TranscribeBuffer", "StartResponse", "CancelResponse", "AudioOut", "FlushAudio",
-           "Close"]
+           "PauseAudio", "ResumeAudio", "Close"]

@@ -105,10 +105,16 @@ from .config import ServerLimits, SessionSettings, session_to_wire
 from .errors import ClientError
 from .input_buffer import InputBuffer
 from .items import Content, Conversation, Item
+from .output_pacer import OutputPacer
 from .playback import Playback
 from .responses import Responses, _Response
 from .server_events import EventFactory, IdFactory, error_body
 from .turns import Turns
+
+
+# audio per released slice when pacing: WebSocket deltas of 40 ms; stream
+# transports get 100 ms (five Twilio frames, one mark)
+OUTPUT_SLICE_MS = {"events": 40.0, "stream": 100.0}
 
 
 class Session(ClientEventHandlers, Turns, Responses, Playback):
@@ -119,7 +125,8 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
 
     def __init__(self, session_id: str, config: SessionSettings | None = None,
                  audio_out_mode: str = "events", limits: ServerLimits | None = None,
-                 dialect: str = "ga") -> None:
+                 dialect: str = "ga", output_lead_ms: float = 0.0,
+                 extension_events: bool = True) -> None:
         if audio_out_mode not in ("events", "stream"):
             raise ValueError("audio_out_mode must be 'events' or 'stream'")
         self.session_id = session_id
@@ -150,6 +157,11 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
         # responses
         self._active: _Response | None = None
         self._last_audio: _Response | None = None
+        # output pacing and pause (output_pacer.py, playback.py)
+        self._pacer = OutputPacer(output_lead_ms)
+        self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
+        self._paused_item: str | None = None  # item a stream transport holds paused
+        self.extension_events = extension_events
         self._idle_deadline: float | None = None
         # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
         self._last_traffic_ms: float | None = None
@@ -324,10 +336,11 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
         out: list[Command] = []
         r = self._active
         if r is not None:
-            if r.started:
+            if r.started and not r.generated:
                 out.append(CancelResponse(r.id, "disconnected"))
             r.done = True
             self._active = None
+        self._pacer.drop()
         if self._listening is not None:
             self._listening = None
             out.append(StopListen())

@@ -19,6 +19,7 @@ import pytest
 from voice_server.settings import ServerSettings
 from voice_server.testing import ServerThread
 from voice_server.testing.realtime_client import RTClient
+from voice_server.testing.rtc_client import RTCClient
 from voice_server.testing.twilio_client import TwilioClient
 from voice_server.testing.voice_stages import REPLY
 
@@ -36,7 +37,8 @@ SLACK_MS = 120
 @pytest.fixture(scope="module")
 def paced_server():
     srv = ServerThread(str(ROOT / "tests" / "server" / "pacing-pipeline.yaml"),
-                       ServerSettings(api_keys=[API_KEY], output_lead_ms=LEAD_MS)).start()
+                       ServerSettings(api_keys=[API_KEY], output_lead_ms=LEAD_MS,
+                                      ice_hosts=["127.0.0.1"])).start()
     yield srv
     srv.stop()
 
@@ -213,5 +215,41 @@ async def test_twilio_media_is_paced_and_marks_still_work(paced_server):
             await asyncio.sleep(0.05)
         ms = [int(n.split(":")[1]) for n in marks]
         assert ms == sorted(ms) and abs(ms[-1] - p.received) <= 20
+    finally:
+        await c.close()
+
+
+async def test_webrtc_pause_silences_the_track_and_resume_goes_on(paced_server):
+    c = await RTCClient.connect(f"http://127.0.0.1:{paced_server.port}", API_KEY)
+    try:
+        await asyncio.wait_for(c.open.wait(), 10)
+        created = await c.wait("session.created", 10)
+        runner = paced_server.runner(created["session"]["id"])
+        c.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Tell me something."}]}})
+        c.send({"type": "response.create"})
+        started = await c.wait("output_audio_buffer.started", 30)
+        rid = started["response_id"]
+        await asyncio.sleep(0.8)
+        await paced_server.acall(runner.pause_output)
+        paused = await c.wait("voice_agent.output_audio.paused", 5)
+        assert paused["response_id"] == rid and paused["audio_end_ms"] > 0
+        await asyncio.sleep(1.2)
+        # the track sends silence while paused (a few frames may be in flight)
+        assert c.audible(paused["_t"] + 0.15, paused["_t"] + 1.2) == []
+        assert not [e for e in c.events[c.events.index(paused):]
+                    if e["type"] in ("response.done", "output_audio_buffer.cleared")]
+        await paced_server.acall(runner.resume_output)
+        resumed = await c.wait("voice_agent.output_audio.resumed", 5)
+        # played position did not move while paused: the track held the audio
+        assert abs(resumed["audio_end_ms"] - paused["audio_end_ms"]) <= 20
+        done = await c.wait(lambda e: e["type"] == "response.done"
+                            and e["response"]["id"] == rid, 30)
+        assert done["response"]["status"] == "completed"
+        stopped = await c.wait("output_audio_buffer.stopped", 10)
+        assert stopped["response_id"] == rid
+        heard = c.audible(resumed["_t"], stopped["_t"] + 0.5)
+        assert len(heard) >= 15  # the rest of the reply was played after the resume
     finally:
         await c.close()

@@ -141,7 +141,8 @@ class SessionRunner:
         self._outbox_ready = asyncio.Event()
         # listen input: ("pcm", arr) | ("configure", _Listen) | ("stop", None)
         self._listen_q: deque = deque()
-        self._pace_wake = asyncio.Event()  # the session may hold output due earlier
+        self._pace_wake = asyncio.Event()  # the session holds output due earlier
+        self._pace_due: float | None = None  # what the pacer task sleeps until
         self._listen_ready = asyncio.Event()
         self._listen: _Listen | None = None
         self._listen_failures = 0
@@ -269,8 +270,10 @@ class SessionRunner:
                 self._push(("resume", c.item_id))
             elif isinstance(c, Close):
                 self._push(("close", c))
-        if cmds and self.session.next_output_ms is not None:
-            self._pace_wake.set()
+        if cmds:
+            due = self.session.next_output_ms
+            if due is not None and (self._pace_due is None or due < self._pace_due):
+                self._pace_wake.set()
 
     # -------------------------------------------------------------- internals
     def _spawn(self, coro, name: str) -> asyncio.Task:
@@ -379,17 +382,17 @@ class SessionRunner:
     async def _pacer(self) -> None:
         """Release held output when the session says it is due."""
         while True:
-            due = self.session.next_output_ms
+            due = self._pace_due = self.session.next_output_ms
+            self._pace_wake.clear()
             if due is None:
-                self._pace_wake.clear()
                 await self._pace_wake.wait()
                 continue
             delay = (due - self.clock()) / 1000.0
             if delay > 0.001:
-                self._pace_wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._pace_wake.wait(), delay)
                 continue
+            self._pace_due = None
             cmds = self.session.pump_output(self.clock())
             self.dispatch(cmds)
             if not cmds:  # due but nothing to give: do not spin

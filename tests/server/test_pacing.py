@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,51 @@ async def test_webrtc_pause_silences_the_track_and_resume_goes_on(paced_server):
         assert len(heard) >= 15  # the rest of the reply was played after the resume
     finally:
         await c.close()
+
+
+async def test_openai_sdk_takes_the_extension_events(paced_server):
+    """The official SDK builds unknown server events loosely: a paused and
+    resumed reply reaches it whole, and its connection goes on."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(api_key=API_KEY, base_url=f"http://127.0.0.1:{paced_server.port}/v1")
+    async with client.realtime.connect(model="voice-agent") as conn:
+        events: list = []
+
+        async def read():
+            async for ev in conn:
+                events.append(ev)
+
+        async def first(pred, timeout=30.0):
+            deadline = asyncio.get_running_loop().time() + timeout
+            while True:
+                hit = next((e for e in events if pred(e)), None)
+                if hit is not None:
+                    return hit
+                assert asyncio.get_running_loop().time() < deadline, \
+                    [e.type for e in events[-10:]]
+                await asyncio.sleep(0.02)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            created = await first(lambda e: e.type == "session.created")
+            runner = paced_server.runner(created.session.id)
+            await conn.conversation.item.create(item={
+                "type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": "Tell me something."}]})
+            await conn.response.create()
+            delta = await first(lambda e: e.type == "response.output_audio.delta")
+            await asyncio.sleep(0.5)
+            await paced_server.acall(runner.pause_output)
+            paused = await first(lambda e: e.type == "voice_agent.output_audio.paused")
+            assert getattr(paused, "response_id", None) == delta.response_id
+            await asyncio.sleep(0.3)
+            await paced_server.acall(runner.resume_output)
+            await first(lambda e: e.type == "voice_agent.output_audio.resumed")
+            done = await first(lambda e: e.type == "response.done", timeout=60)
+            assert done.response.status == "completed"
+            assert done.response.id == delta.response_id
+        finally:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader

@@ -9,7 +9,7 @@ returns ``list[Command]`` (commands.py) to carry out in order.
 Inputs
 ------
 ``Session(session_id, config=SessionSettings(), audio_out_mode="events"|"stream",
-limits=ServerLimits(), dialect="ga"|"beta")``
+limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events=True)``
 
 * ``start(now_ms)`` -> ``session.created`` (+ ``ConfigureListen`` with VAD on).
   Calling any other input first starts the session implicitly, so a
@@ -35,6 +35,10 @@ limits=ServerLimits(), dialect="ga"|"beta")``
 * ``transcription_result(item_id, text, now_ms, error=None)`` - the answer to
   a ``TranscribeBuffer`` command (error: same dict shape as above).
 * ``playback_progress(item_id, played_ms, now_ms)`` - what the listener heard.
+* ``pump_output(now_ms)`` - release the held output that is due; call it at
+  ``next_output_ms`` (None: nothing due until another input).
+* ``pause_output(now_ms)`` / ``resume_output(now_ms)`` - hold the active
+  reply's audio where it is / release it again from there (below).
 * ``tick(now_ms)`` - timers: server-VAD ``idle_timeout_ms``, the maximum
   session duration (``ServerLimits.max_session_s``) and the idle limit
   (``ServerLimits.idle_timeout_s``: no client event or audio -> ``error``
@@ -49,7 +53,28 @@ limits=ServerLimits(), dialect="ga"|"beta")``
 
 Outputs: ``SendEvent``, ``FeedListen``, ``ConfigureListen``, ``StopListen``,
 ``TranscribeBuffer``, ``StartResponse``, ``CancelResponse``, ``AudioOut``,
-``FlushAudio``, ``Close`` (see commands.py).
+``FlushAudio``, ``PauseAudio``, ``ResumeAudio``, ``Close`` (see commands.py).
+
+Output pacing, pause and resume
+-------------------------------
+With ``output_lead_ms`` > 0 a reply's audio (``response.output_audio.delta``
+of 40 ms, or ``AudioOut`` of 100 ms) and the events that follow it
+(transcript deltas, the ``*.done`` events, ``response.done``) are held in an
+:class:`~voice_server.session.output_pacer.OutputPacer` and released so that
+the listener holds at most ``output_lead_ms`` it has not played
+(``pump_output`` at ``next_output_ms``).  Events that are not the reply's go
+out at once.  The reply stays active until its last audio is released, so a
+barge-in cancels it; on the WebSocket the pacer's playout model gives the
+played position and the barge-in truncates there (``conversation.item.truncated``
+after ``response.done``; the item keeps the audio the client received as its
+length, so the client's own truncate is still accepted).
+``pause_output`` stops the release (generation goes on into the pacer; stream
+transports get ``PauseAudio`` and hold their queue) and ``resume_output``
+goes on from there, the same response and item.  Both send an extension
+event, ``voice_agent.output_audio.paused`` / ``.resumed`` (``response_id``,
+``item_id``, ``audio_end_ms``: the played position), unless
+``extension_events`` is False.  A cancel while paused drops what is held and
+truncates as above.
 
 Turn taking
 -----------

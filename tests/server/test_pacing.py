@@ -82,6 +82,16 @@ async def audio_turn(c: RTClient) -> str:
                          timeout=30))["response"]["id"]
 
 
+async def pause_while_playing(server, c: RTClient, runner, rid: str, start: int = 0):
+    """Let the reply play 0.8 s, then pause it as the listen side would:
+    (its first delta, the paused event)."""
+    first = await c.wait("response.output_audio.delta", lambda e: e["response_id"] == rid,
+                         start=start, timeout=30)
+    await asyncio.sleep(0.8)
+    await server.acall(runner.pause_output)
+    return first, await c.wait("voice_agent.output_audio.paused", start=start)
+
+
 async def runner_of(server, c: RTClient):
     sid = (await c.wait("session.created"))["session"]["id"]
     return server.runner(sid)
@@ -121,11 +131,7 @@ async def test_pause_holds_and_resume_goes_on_with_the_same_reply(paced_server):
         n = len(c.events)
         rid2 = await audio_turn(c)
         assert rid2 != rid
-        first = await c.wait("response.output_audio.delta", lambda e: e["response_id"] == rid2,
-                             start=n, timeout=30)
-        await asyncio.sleep(0.8)  # the reply plays a while
-        await paced_server.acall(runner.pause_output)
-        paused = await c.wait("voice_agent.output_audio.paused", start=n)
+        first, paused = await pause_while_playing(paced_server, c, runner, rid2, n)
         i_paused = c.index(paused)
         received = ws_playout(c, rid2, n, i_paused).received
         assert paused["response_id"] == rid2 and paused["item_id"] == first["item_id"]
@@ -159,11 +165,7 @@ async def test_cancel_after_pause_truncates_at_the_played_position(paced_server)
     try:
         runner = await runner_of(paced_server, c)
         rid = await audio_turn(c)
-        first = await c.wait("response.output_audio.delta", lambda e: e["response_id"] == rid,
-                             timeout=30)
-        await asyncio.sleep(0.8)
-        await paced_server.acall(runner.pause_output)
-        paused = await c.wait("voice_agent.output_audio.paused")
+        first, paused = await pause_while_playing(paced_server, c, runner, rid)
         await asyncio.sleep(0.6)  # the interruption turns out to be real
 
         def cancel():

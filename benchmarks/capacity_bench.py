@@ -40,7 +40,7 @@ import numpy as np
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import Caller, load_speech
 from voice_server.testing.report import pct, write_json
-from voice_server.testing.server_process import RunningServer, ServerProcess
+from voice_server.testing.server_process import RunningServer, served
 
 CLK = os.sysconf("SC_CLK_TCK")
 
@@ -176,26 +176,14 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
 async def main_async(a) -> dict:
     speech = load_speech()
     speech = {k: [trim(p) for p in v] if isinstance(v, list) else trim(v) for k, v in speech.items()}
-    proc = None
-    if a.url:
-        server: RunningServer = RunningServer(a.url)
-    else:
-        proc = ServerProcess(a.config)
-        proc.start()
-        server = proc
-    url = server.url
     levels: dict = {}
-    try:
+    async with served(a.config, a.url) as server:
         for n in [int(x) for x in a.levels.split(",")]:
-            levels[str(n)] = r = await level(server, url, a.key, n, speech, a.turns, a.seed)
+            levels[str(n)] = r = await level(server, server.url, a.key, n, speech, a.turns, a.seed)
             print(f"N={n}: first audio p50/p95 {r['first_audio_ms']['p50']}/{r['first_audio_ms']['p95']} ms, "
                   f"barge-in p50/p95 {r['barge_in_ms']['p50']}/{r['barge_in_ms']['p95']} ms, "
                   f"errors {r['errors']}, cores {r['cpu_cores']}", flush=True)
             await asyncio.sleep(2)
-    finally:
-        await server.aclose()
-        if proc is not None:
-            proc.stop()
     return levels
 
 

@@ -24,7 +24,7 @@ from runtime.models.chat import render_template
 from runtime.models.gguf_requant import requantized
 from runtime.models.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.model_files import smollm2_gguf
-from runtime.models.request import DEFAULT_SYSTEM_PROMPT
+from runtime.models.thinker_request import DEFAULT_SYSTEM_PROMPT
 
 SAMPLING = dict(temperature=0.25, top_p=0.9, repeat_penalty=1.2)
 

@@ -19,14 +19,16 @@ from typing import Any
 
 import zmq
 
-from runtime import wire
+from runtime import messages
 from runtime.config import PipelineConfig
 from runtime.curve import CurveKeys, start_authenticator
 from runtime.dataplane import DataPlane
 from runtime.endpoints import Endpoints
 from runtime.errors import ErrorCode, ErrorInfo
+from runtime.messages import (ENTRY_SRC, Abort, AbortAck, Data, Done, DoneItem, Failure, Fatal, Heartbeat,
+                              Ready, Release, Stats)
 from runtime.placement import COORDINATOR, edge_transport
-from runtime.requests import OutputEvent, RequestHandle, RequestRecord, StageProgress, State
+from runtime.request_lifecycle import OutputEvent, RequestHandle, RequestRecord, StageProgress, State
 from runtime.shm import ShmPool
 from runtime.sockets import Peers, make_socket
 from runtime.supervisor import Proc, Supervisor
@@ -51,11 +53,13 @@ class AbortTicket:
         if not self.expected:
             self.acked.set_result(self)
 
-    def ack(self, key: tuple[str, int], msg: dict) -> None:
+    def ack(self, key: tuple[str, int], msg: AbortAck | None = None) -> None:
+        """One process acknowledged (``msg``), or died (None): it holds nothing now."""
         self.expected.discard(key)
-        self.freed_bytes += msg.get("freed_bytes", 0)
-        self.freed_buffers += msg.get("freed_buffers", 0)
-        self.held_by.extend(msg.get("held", ()))
+        if msg is not None:
+            self.freed_bytes += msg.freed_bytes
+            self.freed_buffers += msg.freed_buffers
+            self.held_by.extend(msg.held)
         if not self.expected and not self.acked.done():
             self.ack_ms = (time.perf_counter() - self.t0) * 1000
             self.acked.set_result(self)
@@ -186,11 +190,9 @@ class Coordinator:
 
     async def _send_data(self, rec: RequestRecord, payload: Any, end: bool, has_payload: bool,
                          params: dict | None) -> None:
-        msg: dict = {"t": "d", "to": rec.entry, "rid": rec.request_id, "src": "@in"}
-        if end:
-            msg["end"] = True
+        msg = Data(rec.entry, rec.request_id, ENTRY_SRC, end)
         if rec.input_seq == 0:
-            msg["p"] = params if params is not None else rec.params
+            msg.params = params if params is not None else rec.params
         rec.input_seq += 1
         frames: list = []
         if has_payload:
@@ -201,7 +203,7 @@ class Coordinator:
                     break
                 self._credit.clear()
                 await self._credit.wait()
-            msg["pl"] = desc
+            msg.payload = desc
         g = self.cfg.group_of(rec.entry)
         self.peers.send(self.endpoints.of(g.name, rec.request_id % g.replicas), msg, frames)
 
@@ -219,12 +221,12 @@ class Coordinator:
         self._terminate(rec, State.CANCELLED, reason, None)
         self.tickets[rid] = ticket
         ticket.acked.add_done_callback(lambda _f, r=rid: self.tickets.pop(r, None))
-        self._publish({"t": "a", "rids": [rid], "reason": reason})
+        self._publish(Abort(rid, reason))
         return ticket
 
-    def _publish(self, msg: dict) -> None:
+    def _publish(self, msg: messages.Message) -> None:
         try:
-            self.pub.send(wire.dumps(msg), zmq.NOBLOCK)
+            self.pub.send(messages.encode(msg), zmq.NOBLOCK)
         except zmq.ZMQError:
             pass
 
@@ -265,7 +267,7 @@ class Coordinator:
             return
         self._terminate(rec, State.FAILED, error.code.value, error)
         # Free whatever the other stages still hold for it.
-        self._publish({"t": "a", "rids": [rec.request_id], "reason": error.code.value, "ack": False})
+        self._publish(Abort(rec.request_id, error.code.value, ack=False))
 
     def _expire(self, rid: int) -> None:
         rec = self.live.get(rid)
@@ -285,7 +287,7 @@ class Coordinator:
                 self._fail(rec, ErrorInfo.make(
                     ErrorCode.STAGE_UNAVAILABLE, f"stage {pending[0]!r} became unavailable ({why})", pending[0]))
         for ticket in list(self.tickets.values()):
-            ticket.ack(p.key, {})
+            ticket.ack(p.key)
 
     def _recent_dead_ids(self) -> list[int]:
         return [rid for rid, rec in self.recent.items()
@@ -310,44 +312,45 @@ class Coordinator:
 
     def _handle(self, parts: list) -> None:
         try:
-            msg = wire.loads(parts[0].buffer)
-            t = msg.get("t")
-            if t == "d":
+            msg = messages.decode(parts[0].buffer)
+            if type(msg) is Data:  # the hot path first
                 self._on_output(msg, parts[1:])
-            elif t == "r":
-                self.data.release_lends(msg["lids"])
+            elif type(msg) is Release:
+                self.data.release_lends(msg.lend_ids)
                 self._credit.set()
-            elif t == "x":
-                rec = self.live.get(msg["rid"])
+            elif type(msg) is Failure:
+                rec = self.live.get(msg.request_id)
                 if rec is not None:
-                    self._fail(rec, ErrorInfo.from_wire(msg["err"]))
-            elif t == "k":
-                ticket = self.tickets.get(msg["rid"])
+                    self._fail(rec, msg.error)
+            elif type(msg) is AbortAck:
+                ticket = self.tickets.get(msg.request_id)
                 if ticket is not None:
-                    ticket.ack((msg["g"], msg["r"]), msg)
-            elif t == "done":
-                self._on_done(msg["items"])
-            elif t == "h":
+                    ticket.ack((msg.group, msg.replica), msg)
+            elif type(msg) is Done:
+                self._on_done(msg.items)
+            elif type(msg) is Heartbeat:
                 self.supervisor.on_heartbeat(msg)
-            elif t == "st":
+            elif type(msg) is Stats:
                 self.supervisor.on_stats(msg)
-            elif t == "ready":
+            elif type(msg) is Ready:
                 self.supervisor.on_ready(msg)
-            elif t == "fatal":
+            elif type(msg) is Fatal:
                 self.supervisor.on_fatal(msg)
+            else:
+                raise messages.MessageError(f"a {type(msg).__name__} message is not for the coordinator")
         except Exception as exc:  # noqa: BLE001 - one bad message must not stop the loop
             print(f"coordinator: dropped a message: {type(exc).__name__}: {exc}", flush=True)
 
-    def _on_output(self, msg: dict, frames: list) -> None:
-        rid = msg["rid"]
-        desc = msg.get("pl")
+    def _on_output(self, msg: Data, frames: list) -> None:
+        rid = msg.request_id
+        desc = msg.payload
         rec = self.live.get(rid)
         if rec is None:  # the gate is closed for this request
             if desc is not None:
                 self.data.discard(desc)
                 self._flush_releases()
             return
-        src = msg["src"]
+        src = msg.src
         if desc is not None:
             payload = self.data.unpack(desc, frames)
             if rec.t_first_output is None:
@@ -356,7 +359,7 @@ class Coordinator:
             if prog is not None:
                 prog.chunks += 1
             rec.push(OutputEvent("chunk", rid, stage=src, payload=payload))
-        if msg.get("end"):
+        if msg.end:
             rec.ended_outputs.add(src)
             prog = rec.stages.get(src)
             if prog is not None:
@@ -366,7 +369,7 @@ class Coordinator:
                     p.done = True
                 self._terminate(rec, State.COMPLETED, "completed", None)
 
-    def _on_done(self, items: list) -> None:
+    def _on_done(self, items: list[DoneItem]) -> None:
         for rid, stage, n_out, queue_ms, compute_ms in items:
             rec = self.live.get(rid) or self.recent.get(rid)
             if rec is None or not isinstance(rec, RequestRecord):
@@ -389,7 +392,7 @@ class Coordinator:
                 self.data.release_lends(lids)
                 self._credit.set()
                 continue
-            self.peers.send(owner, {"t": "r", "lids": lids})
+            self.peers.send(owner, Release(lids))
 
     # ---- views -------------------------------------------------------------------------------
     def status(self, rid: int) -> dict | None:
@@ -409,6 +412,7 @@ class Coordinator:
             procs[f"{p.group}/{p.replica}"] = {
                 "pid": p.pid, "ready": p.ready, "restarts": p.restarts,
                 "heartbeat_age_ms": round((time.monotonic() - p.last_heartbeat) * 1000, 1),
+                "stats_reports": p.stats_reports,
                 "held": st.get("held", []), "pool": st.get("pool", {}),
                 "cuda_held": st.get("cuda_held", 0),  # CUDA IPC lends this process still keeps alive
                 "tombstones": st.get("tombstones", 0), "stages": st.get("stages", {}),

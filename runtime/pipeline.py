@@ -19,7 +19,7 @@ from runtime.config import PipelineConfig, load_config, parse_config
 from runtime.coordinator import AbortTicket, Coordinator
 from runtime.curve import CurveKeys
 from runtime.endpoints import allocate
-from runtime.requests import RequestHandle
+from runtime.request_lifecycle import RequestHandle
 from runtime.shm import list_segments, remove_segments
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import zmq
 
-from runtime import wire
+from runtime import messages
 from runtime.curve import CurveKeys
 
 
@@ -43,12 +43,12 @@ class Peers:
             s = self.socks[endpoint] = make_socket(self.ctx, zmq.PUSH, connect=endpoint, curve=self.curve)
         return s
 
-    def send(self, endpoint: str, msg: dict, frames: list | None = None) -> None:
+    def send(self, endpoint: str, msg: messages.Message, frames: list | None = None) -> None:
         sock = self.get(endpoint)
         if frames:
-            sock.send_multipart([wire.dumps(msg), *frames], copy=False)
+            sock.send_multipart([messages.encode(msg), *frames], copy=False)
         else:
-            sock.send(wire.dumps(msg), copy=False)
+            sock.send(messages.encode(msg), copy=False)
 
     def close(self) -> None:
         for s in self.socks.values():

@@ -25,20 +25,20 @@ from typing import Any
 
 import zmq
 
-from runtime import wire
+from runtime import messages
 from runtime.config import PipelineConfig, StageConfig, parse_config
 from runtime.dataplane import DataPlane
 from runtime.endpoints import Endpoints
 from runtime.errors import ErrorCode, ErrorInfo, classify
+from runtime.messages import (ENTRY_SRC, EXIT_DST, Abort, AbortAck, Data, Done, DoneItem, Failure, Fatal,
+                              Heartbeat, Hello, Ready, Release, Shutdown, Stats)
 from runtime.placement import COORDINATOR, edge_transport
 from runtime.schedulers import SCHEDULERS
-from runtime.schedulers.base import ENTRY_SRC
 from runtime.shm import ShmPool, remove_segments
 from runtime.curve import CurveKeys, start_authenticator
 from runtime.sockets import Peers, make_socket
 from runtime.tombstones import Tombstones
 
-OUT = "@out"
 STATS_EVERY_S = 0.2
 DONE_FLUSH_S = 0.05
 
@@ -102,7 +102,7 @@ class StageHost:
             else:
                 self._send(rid, e.dst, payload, True, end, params)
         if not dests or self.cfg.output:
-            self._send(rid, OUT, payload, True, end, params)
+            self._send(rid, EXIT_DST, payload, True, end, params)
         if end:
             self._ended(rid)
 
@@ -120,7 +120,7 @@ class StageHost:
             else:
                 self._send(rid, e.dst, None, False, True, params)
         if not dests or self.cfg.output:
-            self._send(rid, OUT, None, False, True, params)
+            self._send(rid, EXIT_DST, None, False, True, params)
         self._ended(rid)
 
     def fail(self, rid: int, error: BaseException | ErrorInfo) -> None:
@@ -129,13 +129,13 @@ class StageHost:
             self.loop.log(f"stage {self.name}: request {rid} failed:\n"
                           + "".join(traceback.format_exception(error)))
         self.loop.tombstones.add(rid)
-        self.loop.send_coord({"t": "x", "rid": rid, "err": info.to_wire()})
+        self.loop.send_coord(Failure(rid, info))
         self.loop.forget(rid)
 
     # ---- routing -----------------------------------------------------------------------
     def _send(self, rid: int, dst: str, payload: Any, has_payload: bool, end: bool, params: dict) -> None:
         loop = self.loop
-        if dst != OUT:
+        if dst != EXIT_DST:
             local = loop.local_stage(dst, rid)
             if local is not None:
                 first = (rid, dst) not in self.started
@@ -144,21 +144,19 @@ class StageHost:
                 if end:
                     self.started.discard((rid, dst))
                 return
-        msg: dict = {"t": "d", "to": dst, "rid": rid, "src": self.name}
-        if end:
-            msg["end"] = True
+        msg = Data(dst, rid, self.name, end)
         key = (rid, dst)
-        if key not in self.started and dst != OUT:
-            msg["p"] = params
+        if key not in self.started and dst != EXIT_DST:
+            msg.params = params
             self.started.add(key)
         if end:
             self.started.discard(key)
         frames: list = []
         if has_payload:
-            transport = self.to_coord if dst == OUT else self.transports[dst]
+            transport = self.to_coord if dst == EXIT_DST else self.transports[dst]
             desc, frames = loop.pack(payload, rid, transport)
-            msg["pl"] = desc
-        endpoint = loop.endpoints.coordinator if dst == OUT else loop.endpoint_of(dst, rid)
+            msg.payload = desc
+        endpoint = loop.endpoints.coordinator if dst == EXIT_DST else loop.endpoint_of(dst, rid)
         loop.peers.send(endpoint, msg, frames)
 
     def _ended(self, rid: int) -> None:
@@ -237,7 +235,7 @@ class ProcessLoop:
         g = self.pipeline.group_of(stage)
         return self.endpoints.of(g.name, rid % g.replicas)
 
-    def send_coord(self, msg: dict) -> None:
+    def send_coord(self, msg: messages.Message) -> None:
         self.peers.send(self.endpoints.coordinator, msg)
 
     def pack(self, payload: Any, rid: int, transport: str) -> tuple[Any, list]:
@@ -254,32 +252,31 @@ class ProcessLoop:
                 end: bool, params: dict | None) -> None:
         host.sched.on_input(rid, src, payload, has_payload, end, params)
 
-    def on_data(self, msg: dict, frames: list) -> None:
-        rid = msg["rid"]
-        desc = msg.get("pl")
+    def on_data(self, msg: Data, frames: list) -> None:
+        rid = msg.request_id
+        desc = msg.payload
         if rid in self.tombstones:
             if desc is not None:
                 self.data.discard(desc)
             return
-        host = self.stages.get(msg["to"])
+        host = self.stages.get(msg.to)
         if host is None:
             if desc is not None:
                 self.data.discard(desc)
-            self.log(f"message for unknown stage {msg['to']!r} dropped")
+            self.log(f"message for unknown stage {msg.to!r} dropped")
             return
         payload = self.data.unpack(desc, frames) if desc is not None else None
-        self.deliver(host, rid, msg["src"], payload, desc is not None, bool(msg.get("end")), msg.get("p"))
+        self.deliver(host, rid, msg.src, payload, desc is not None, msg.end, msg.params)
 
-    def on_abort(self, msg: dict) -> None:
-        for rid in msg["rids"]:
-            self.tombstones.add(rid)
-            held = [name for name, h in self.stages.items() if h.drop(rid)]
-            n, freed = self.pool.reclaim(rid)
-            cn, cfreed = self.data.cuda_keepalive.reclaim(rid)
-            if msg.get("ack", True):
-                self.send_coord({"t": "k", "rid": rid, "stages": list(self.stages), "held": held,
-                                 "freed_bytes": freed + cfreed, "freed_buffers": n + cn,
-                                 "g": self.group.name, "r": self.replica})
+    def on_abort(self, msg: Abort) -> None:
+        rid = msg.request_id
+        self.tombstones.add(rid)
+        held = [name for name, h in self.stages.items() if h.drop(rid)]
+        n, freed = self.pool.reclaim(rid)
+        cn, cfreed = self.data.cuda_keepalive.reclaim(rid)
+        if msg.ack:
+            self.send_coord(AbortAck(rid, self.group.name, self.replica, list(self.stages), held,
+                                     freed + cfreed, n + cn))
         self.flush_releases()
 
     def forget(self, rid: int) -> None:
@@ -288,40 +285,39 @@ class ProcessLoop:
         self.pool.reclaim(rid)
         self.data.cuda_keepalive.reclaim(rid)
 
-    def on_release(self, msg: dict) -> None:
-        self.data.release_lends(msg["lids"])
+    def on_release(self, msg: Release) -> None:
+        self.data.release_lends(msg.lend_ids)
 
     def handle(self, parts: list) -> None:
         """One message; a failure while handling it fails its request, never the stage."""
-        msg: dict = {}
+        msg = None
         try:
-            msg = wire.loads(parts[0].buffer if hasattr(parts[0], "buffer") else parts[0])
+            msg = messages.decode(parts[0].buffer if hasattr(parts[0], "buffer") else parts[0])
             self._dispatch(msg, parts)
         except Exception as exc:  # noqa: BLE001
-            rid = msg.get("rid") if isinstance(msg, dict) else None
-            self.log(f"message {msg.get('t') if isinstance(msg, dict) else '?'} for request {rid} "
-                     f"failed:\n" + traceback.format_exc())
-            if isinstance(rid, int) and msg.get("t") == "d":
-                host = self.stages.get(msg.get("to")) or next(iter(self.stages.values()))
-                host.fail(rid, exc)
+            if isinstance(msg, Data):
+                rid: int | None = msg.request_id
+            else:  # not even readable: a data message's request is still failed
+                rid = exc.request_id if isinstance(exc, messages.MessageError) and exc.data else None
+            what = type(msg).__name__ if msg is not None else "unreadable message"
+            self.log(f"{what} for request {rid} failed:\n" + traceback.format_exc())
+            if rid is not None:
+                host = self.stages.get(msg.to) if isinstance(msg, Data) else None
+                (host or next(iter(self.stages.values()))).fail(rid, exc)
 
-    def _dispatch(self, msg: dict, parts: list) -> None:
-        t = msg.get("t")
-        if t == "d":
+    def _dispatch(self, msg: messages.Message, parts: list) -> None:
+        if type(msg) is Data:
             self.on_data(msg, parts[1:])
-        elif t == "r":
+        elif type(msg) is Release:
             self.on_release(msg)
-        elif t == "a":
+        elif type(msg) is Abort:
             self.on_abort(msg)
-        elif t == "s":
+        elif type(msg) is Shutdown:
             self.running = False
-        elif t == "hello":
+        elif type(msg) is Hello:
             pass
-        elif t == "tomb":
-            for rid in msg["rids"]:
-                self.tombstones.add(rid)
         else:
-            self.log(f"unknown message type {t!r} dropped")
+            self.log(f"a {type(msg).__name__} message is not for a stage; dropped")
 
     def poll_control(self) -> None:
         """Apply every control message waiting now (aborts, shutdown); never blocks."""
@@ -338,10 +334,10 @@ class ProcessLoop:
                 return
             parts = pull.recv_multipart(zmq.NOBLOCK, copy=False)
             if only_releases:
-                msg = wire.loads(parts[0].buffer)
-                if msg.get("t") == "r":
+                msg = messages.decode(parts[0].buffer)
+                if type(msg) is Release:
                     self.on_release(msg)
-                elif msg.get("t") == "d":
+                elif type(msg) is Data:
                     self.on_data(msg, parts[1:])
                 continue
             self.handle(parts)
@@ -351,20 +347,20 @@ class ProcessLoop:
             if owner == self.my_endpoint:
                 self.data.release_lends(lids)
             else:
-                self.peers.send(owner, {"t": "r", "lids": lids})
+                self.peers.send(owner, Release(lids))
 
     def report_done(self, rid: int, stage: str, n_out: int, req: Any) -> None:
         if req is None:
             return
         start = req.t_start or req.t_arrive
-        self.done_reports.append([rid, stage, n_out, round((start - req.t_arrive) * 1000, 3),
-                                  round(req.compute_s * 1000, 3)])
+        self.done_reports.append(DoneItem(rid, stage, n_out, round((start - req.t_arrive) * 1000, 3),
+                                          round(req.compute_s * 1000, 3)))
         if len(self.done_reports) >= 64:
             self.flush_done()
 
     def flush_done(self) -> None:
         if self.done_reports:
-            self.send_coord({"t": "done", "items": self.done_reports})
+            self.send_coord(Done(self.done_reports))
             self.done_reports = []
         self.last_done_flush = time.monotonic()
 
@@ -376,12 +372,12 @@ class ProcessLoop:
 
     def send_stats(self) -> None:
         ps = self.pool.stats()
-        self.send_coord({"t": "st", "g": self.group.name, "r": self.replica, "pid": os.getpid(),
-                         "held": self.held(), "tombstones": len(self.tombstones),
-                         "pool": {"segments": ps.segments, "lent": ps.lent, "lent_bytes": ps.lent_bytes,
-                                  "reclaimed": ps.reclaimed, "stale_releases": ps.stale_releases},
-                         "cuda_held": len(self.data.cuda_keepalive),
-                         "stages": {n: h.sched.stats() for n, h in self.stages.items()}})
+        self.send_coord(Stats(self.group.name, self.replica, os.getpid(), {
+            "held": self.held(), "tombstones": len(self.tombstones),
+            "pool": {"segments": ps.segments, "lent": ps.lent, "lent_bytes": ps.lent_bytes,
+                     "reclaimed": ps.reclaimed, "stale_releases": ps.stale_releases},
+            "cuda_held": len(self.data.cuda_keepalive),
+            "stages": {n: h.sched.stats() for n, h in self.stages.items()}}))
         self.last_stats = time.monotonic()
 
     def check_deadlines(self) -> None:
@@ -444,7 +440,7 @@ def _heartbeat(spec: dict, stop: threading.Event) -> None:
                        curve=CurveKeys.from_wire(spec.get("curve")))
     parent = os.getppid()
     period = spec["config"].get("control", {}).get("heartbeat_ms", 100) / 1000.0
-    msg = wire.dumps({"t": "h", "g": spec["group"], "r": spec["replica"], "pid": os.getpid()})
+    msg = messages.encode(Heartbeat(spec["group"], spec["replica"], os.getpid()))
     while not stop.wait(period):
         if os.getppid() != parent:
             _clean_orphaned_run(spec)
@@ -478,8 +474,7 @@ def main() -> int:
     try:
         loop.load_stages()
     except BaseException as exc:  # noqa: BLE001 - report why the stage did not start
-        loop.send_coord({"t": "fatal", "g": spec["group"], "r": spec["replica"], "pid": os.getpid(),
-                         "error": f"{type(exc).__name__}: {exc}"})
+        loop.send_coord(Fatal(spec["group"], spec["replica"], os.getpid(), f"{type(exc).__name__}: {exc}"))
         loop.log("failed to start:\n" + traceback.format_exc())
         time.sleep(0.1)
         loop.close()
@@ -491,8 +486,7 @@ def main() -> int:
     if not loop.sub.poll(60_000):
         loop.log("no control broadcast within 60 s; exiting")
         return 2
-    loop.send_coord({"t": "ready", "g": spec["group"], "r": spec["replica"], "pid": os.getpid(),
-                     "stages": list(loop.stages)})
+    loop.send_coord(Ready(spec["group"], spec["replica"], os.getpid(), list(loop.stages)))
     signal.signal(signal.SIGTERM, lambda *_: setattr(loop, "running", False))
     profile_dir = os.environ.get("VOICE_AGENT_PROFILE_DIR")  # cProfile each stage process
     try:

@@ -22,6 +22,7 @@ from typing import Callable
 from runtime.config import PipelineConfig
 from runtime.curve import CurveKeys
 from runtime.endpoints import Endpoints
+from runtime.messages import Fatal, Heartbeat, Hello, Message, Ready, Shutdown, Stats
 
 
 class StageStartError(RuntimeError):
@@ -39,6 +40,7 @@ class Proc:
     last_heartbeat: float = 0.0
     restarts: int = 0
     stats: dict = field(default_factory=dict)
+    stats_reports: int = 0  # how many arrived: a reader waits for one newer than its question
     stderr_tail: list[str] = field(default_factory=list)
 
     @property
@@ -48,7 +50,7 @@ class Proc:
 
 class Supervisor:
     def __init__(self, cfg: PipelineConfig, endpoints: Endpoints, run_token: str,
-                 on_death: Callable[[Proc, str], None], publish: Callable[[dict], None],
+                 on_death: Callable[[Proc, str], None], publish: Callable[[Message], None],
                  curve: CurveKeys | None = None) -> None:
         self.cfg = cfg
         self.curve = curve
@@ -130,32 +132,38 @@ class Supervisor:
         return next(g.stages for g in self.cfg.placement.groups if g.name == p.group)
 
     # ---- messages from the processes ---------------------------------------------------------
-    def on_ready(self, msg: dict) -> None:
-        p = self.procs.get((msg["g"], msg["r"]))
-        if p is None or msg["pid"] != p.pid:
+    def _sender(self, msg: Ready | Fatal | Heartbeat | Stats) -> Proc | None:
+        """The process a message came from, if it is still the current one."""
+        p = self.procs.get((msg.group, msg.replica))
+        return p if p is not None and msg.pid == p.pid else None
+
+    def on_ready(self, msg: Ready) -> None:
+        p = self._sender(msg)
+        if p is None:
             return
         p.ready = True
         p.last_heartbeat = time.monotonic()
         if p.ready_future is not None and not p.ready_future.done():
             p.ready_future.set_result(None)
 
-    def on_fatal(self, msg: dict) -> None:
-        p = self.procs.get((msg["g"], msg["r"]))
-        if p is None or msg["pid"] != p.pid:
+    def on_fatal(self, msg: Fatal) -> None:
+        p = self._sender(msg)
+        if p is None:
             return
         if p.ready_future is not None and not p.ready_future.done():
             p.ready_future.set_exception(StageStartError(
-                f"stage group {p.group!r} (stages {self._stages(p)}) failed to start: {msg['error']}"))
+                f"stage group {p.group!r} (stages {self._stages(p)}) failed to start: {msg.error}"))
 
-    def on_heartbeat(self, msg: dict) -> None:
-        p = self.procs.get((msg["g"], msg["r"]))
-        if p is not None and msg["pid"] == p.pid:
+    def on_heartbeat(self, msg: Heartbeat) -> None:
+        p = self._sender(msg)
+        if p is not None:
             p.last_heartbeat = time.monotonic()
 
-    def on_stats(self, msg: dict) -> None:
-        p = self.procs.get((msg["g"], msg["r"]))
-        if p is not None and msg["pid"] == p.pid:
-            p.stats = msg
+    def on_stats(self, msg: Stats) -> None:
+        p = self._sender(msg)
+        if p is not None:
+            p.stats = msg.report
+            p.stats_reports += 1
             p.last_heartbeat = time.monotonic()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -186,7 +194,7 @@ class Supervisor:
         dead_after = self.cfg.control.dead_after_ms / 1000.0
         while not self.stopping:
             if self.starting():
-                self.publish({"t": "hello"})  # SUB sockets wait for this before reporting ready
+                self.publish(Hello())  # SUB sockets wait for this before reporting ready
                 await asyncio.sleep(0.02)
             else:
                 await asyncio.sleep(0.05)
@@ -204,7 +212,7 @@ class Supervisor:
         self.stopping = True
         if self._monitor is not None:
             self._monitor.cancel()
-        self.publish({"t": "s"})
+        self.publish(Shutdown())
         deadline = time.monotonic() + grace_s
         for p in self.procs.values():
             if p.popen is None:

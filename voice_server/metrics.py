@@ -110,6 +110,13 @@ ACTIVE_SESSIONS = Gauge("voice_active_sessions", "Open sessions, by transport", 
                         registry=REGISTRY)
 SESSIONS = Counter("voice_sessions", "Sessions opened, by transport", ["transport"],
                    registry=REGISTRY)
+PREPARED = Counter("voice_prepared_replies", "Replies generated before their turn was committed "
+                   "(preemptive generation), by outcome", ["outcome"], registry=REGISTRY)
+THINK_TOKENS = Counter("voice_think_tokens", "Think deltas generated for replies, by outcome: "
+                       "used, or wasted (a prepared reply dropped)", ["outcome"], registry=REGISTRY)
+for _o in ("used", "wasted"):
+    PREPARED.labels(_o)
+    THINK_TOKENS.labels(_o)
 for _t in TRANSPORTS:  # every transport shows up, also at zero
     ACTIVE_SESSIONS.labels(_t)
     SESSIONS.labels(_t)
@@ -315,3 +322,13 @@ def routes(pipeline, settings=None, path: str = "/metrics") -> list[Route]:
 
 __all__ = ["REGISTRY", "PipelineCollector", "TurnTimer", "render", "routes", "session_opened",
            "session_closed", "TRANSPORTS"]
+
+
+def prepared_reply(outcome: str, think_tokens: int) -> None:
+    """A prepared reply was adopted ("used") or dropped ("wasted")."""
+    PREPARED.labels(outcome).inc()
+    THINK_TOKENS.labels(outcome).inc(think_tokens)
+
+
+def think_tokens_used(n: int) -> None:
+    THINK_TOKENS.labels("used").inc(n)

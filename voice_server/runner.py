@@ -50,10 +50,12 @@ import numpy as np
 
 from . import session_registry as _registry
 from .logs import bind_ids
+from . import metrics
 from .metrics import TurnTimer
-from .session import (AudioOut, CancelResponse, Close, ConfigureListen, FeedListen, FlushAudio,
-                      PauseAudio, ResumeAudio, SendEvent, Session, StartResponse, StopListen,
-                      TranscribeBuffer)
+from .prepared_reply import PreparedReply, request_key
+from .session import (AudioOut, CancelResponse, Close, ConfigureListen, DropPreparedReply,
+                      FeedListen, FlushAudio, PauseAudio, PrepareReply, ResumeAudio, SendEvent,
+                      Session, StartResponse, StopListen, TranscribeBuffer)
 from .session.server_events import error_body
 
 log = logging.getLogger("voice_server.runner")
@@ -115,7 +117,8 @@ class SessionRunner:
     def __init__(self, session: Session, pipeline, send_event: SendEventFn, *,
                  send_audio: SendAudioFn | None = None, flush_audio: FlushAudioFn | None = None,
                  pause_audio: FlushAudioFn | None = None,
-                 resume_audio: FlushAudioFn | None = None, on_close: CloseFn | None = None, options: RunnerOptions | None = None,
+                 resume_audio: FlushAudioFn | None = None, on_close: CloseFn | None = None,
+                 options: RunnerOptions | None = None,
                  clock: Callable[[], float] = _now_ms, transport: str = "other") -> None:
         self.session = session
         self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio
@@ -152,7 +155,10 @@ class SessionRunner:
         self._tickets: list = []
         # small debug history for tests/ops: the messages each response was started with
         self.started_responses: deque = deque(maxlen=16)
-        self.stats = {"events_sent": 0, "audio_chunks": 0, "aborts": 0}
+        self.stats = {"events_sent": 0, "audio_chunks": 0, "aborts": 0, "prepared": 0,
+                      "prepared_used": 0, "prepared_wasted": 0, "think_tokens": 0,
+                      "think_tokens_wasted": 0}
+        self._prepared: PreparedReply | None = None   # preemptive generation (prepared_reply.py)
 
     # ------------------------------------------------------------------ public
     async def start(self) -> None:
@@ -257,6 +263,10 @@ class SessionRunner:
                                                "messages": list(c.messages),
                                                "modalities": list(c.modalities)})
                 r.task = self._spawn(self._run_response(r), "response")
+            elif isinstance(c, PrepareReply):
+                self._prepare(c)
+            elif isinstance(c, DropPreparedReply):
+                self._drop_prepared()
             elif isinstance(c, TranscribeBuffer):
                 self._spawn(self._transcribe(c.item_id, c.pcm16k), "transcribe")
             elif isinstance(c, AudioOut):
@@ -505,15 +515,71 @@ class SessionRunner:
         self._listen = new
         self._listen_push(("configure", new))
 
+    @staticmethod
+    def _request(messages: list, instructions: str | None, max_tokens: int | None,
+                 modalities: list) -> tuple[dict, list[str]]:
+        """The think(+speak) request a response (or a prepared reply) submits."""
+        msgs = list(messages)
+        if instructions and not any(m.get("role") == "system" for m in msgs):
+            msgs = [{"role": "system", "content": instructions}] + msgs
+        payload: dict[str, Any] = {"messages": msgs}
+        if max_tokens is not None:
+            payload["max_tokens"] = int(max_tokens)
+        return payload, (["think", "speak"] if "audio" in modalities else ["think"])
+
+    def _prepare(self, c: PrepareReply) -> None:
+        self._drop_prepared()
+        if self.draining or self.closed:
+            return
+        payload, route = self._request(c.messages, c.instructions, c.max_tokens, c.modalities)
+        p = PreparedReply(request_key(payload, route))
+        self._prepared = p
+        self.stats["prepared"] += 1
+
+        async def submit():
+            h = await self.pipeline.submit(payload, entry="think", route=route,
+                                           deadline_s=self.opt.response_deadline_s)
+            self._live[h.request_id] = "prepared"
+            if self._prepared is not p and not p.adopted:   # dropped while submitting
+                self._abort(h.request_id, "turn_continues")
+            return h
+
+        async def hold():
+            try:
+                await p.run(submit)
+            finally:
+                if p.request_id is not None:
+                    self._live.pop(p.request_id, None)
+        p.task = self._spawn(hold(), "prepared-reply")
+
+    def _drop_prepared(self) -> None:
+        p, self._prepared = self._prepared, None
+        if p is None:
+            return
+        if p.request_id is not None and p.request_id in self._live:
+            self._abort(p.request_id, "turn_continues")   # nothing of it was sent
+        self.stats["prepared_wasted"] += 1
+        self.stats["think_tokens_wasted"] += p.think_chunks
+        self.stats["think_tokens"] += p.think_chunks
+        metrics.prepared_reply("wasted", p.think_chunks)
+
+    def _adopt_prepared(self, key: str) -> PreparedReply | None:
+        p = self._prepared
+        if p is None:
+            return None
+        if p.key != key:
+            self._drop_prepared()               # the committed turn asks something else
+            return None
+        self._prepared = None
+        p.adopted = True
+        self.stats["prepared_used"] += 1
+        return p
+
     async def _run_response(self, r: _Resp) -> None:
         c = r.cmd
-        msgs = list(c.messages)
-        if c.instructions and not any(m.get("role") == "system" for m in msgs):
-            msgs = [{"role": "system", "content": c.instructions}] + msgs
-        payload: dict[str, Any] = {"messages": msgs}
-        if c.max_tokens is not None:
-            payload["max_tokens"] = int(c.max_tokens)
-        route = ["think", "speak"] if "audio" in c.modalities else ["think"]
+        payload, route = self._request(c.messages, c.instructions, c.max_tokens, c.modalities)
+        think_chunks = 0
+        prepared = None
         try:
             if r.cancel_reason is not None:
                 return  # cancelled before it was submitted: the session already said so
@@ -523,9 +589,16 @@ class SessionRunner:
                                               "message": "the server is shutting down"},
                     self.clock()))
                 return
+            prepared = self._adopt_prepared(request_key(payload, route))
             try:
-                h = await self.pipeline.submit(payload, entry="think", route=route,
-                                               deadline_s=self.opt.response_deadline_s)
+                if prepared is not None:
+                    await prepared.submitted.wait()
+                    if prepared.error is not None:
+                        raise prepared.error
+                    h = prepared
+                else:
+                    h = await self.pipeline.submit(payload, entry="think", route=route,
+                                                   deadline_s=self.opt.response_deadline_s)
             except Exception as exc:  # noqa: BLE001
                 self.dispatch(self.session.response_finished(
                     r.response_id, "failed",
@@ -538,9 +611,11 @@ class SessionRunner:
             if r.cancel_reason is not None or self.closed:
                 self._abort(h.request_id, r.cancel_reason or "disconnected")
             try:
-                async for ev in h:
+                async for ev in (h.replay() if prepared is not None else h):
                     now = self.clock()
                     if ev.kind == "chunk":
+                        if ev.stage == "think":
+                            think_chunks += 1
                         self.turns.chunk(r.response_id, ev.stage)
                         self.dispatch(self.session.response_chunk(r.response_id, ev.stage,
                                                                   ev.payload, now))
@@ -560,6 +635,11 @@ class SessionRunner:
                 self._live.pop(h.request_id, None)
         finally:
             self._responses.pop(r.response_id, None)
+            self.stats["think_tokens"] += think_chunks
+            if prepared is not None:
+                metrics.prepared_reply("used", think_chunks)
+            else:
+                metrics.think_tokens_used(think_chunks)
 
     async def _transcribe(self, item_id: str, pcm: np.ndarray) -> None:
         params = {"sample_rate": LISTEN_RATE, **self.opt.transcribe_params}
@@ -608,6 +688,7 @@ class SessionRunner:
                 if lst is not None:
                     lst.ended = True
             self._listen = None
+            self._drop_prepared()
             for rid in list(self._live):
                 self._abort(rid, "disconnected")
             for r in list(self._responses.values()):

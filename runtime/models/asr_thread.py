@@ -50,14 +50,16 @@ class RecognitionThread:
     """A daemon thread that runs recognition jobs and hands results back to the loop."""
 
     def __init__(self, transcribe: Callable[[list[np.ndarray]], list[str]] | None,
-                 max_batch: int = 8, name: str = "asr") -> None:
+                 max_batch: int = 8, name: str = "asr", efd: int | None = None) -> None:
         self._transcribe = transcribe
         self.max_batch = max(1, int(max_batch))
         self._jobs: deque = deque()
         self._results: deque = deque()
         self._cond = threading.Condition()
         self._busy: dict[int, int] = {}          # stream key -> jobs queued or running
-        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        # Several threads may share one wake-up descriptor (the owner closes it).
+        self._own_efd = efd is None
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if efd is None else efd
         self._stop = False
         self._signalled = False
         self.counters = {"calls": 0, "segments": 0, "dropped_stale": 0, "batch_max": 0,
@@ -113,7 +115,8 @@ class RecognitionThread:
             self._stop = True
             self._cond.notify()
         self._thread.join(timeout=5)
-        os.close(self._efd)
+        if self._own_efd:
+            os.close(self._efd)
 
     # ---- recognition thread ----------------------------------------------------------
     def _take(self) -> list:

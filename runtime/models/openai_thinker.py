@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 from runtime.errors import ErrorCode, StageError
 from runtime.models.async_stream_thinker import AsyncStreamThinker, code_for_status
-from runtime.models.request import ThinkerRequest
+from runtime.models.thinker_request import ThinkerRequest
 from runtime.models.sse import sse_events
 
 

@@ -53,7 +53,7 @@ from typing import Any, AsyncIterator
 from runtime.errors import ErrorCode, StageError
 from runtime.models.async_stream_thinker import AsyncStreamThinker, code_for_status
 from runtime.models.chat import render_template
-from runtime.models.request import ThinkerRequest
+from runtime.models.thinker_request import ThinkerRequest
 from runtime.models.sampling import Range
 
 log = logging.getLogger(__name__)

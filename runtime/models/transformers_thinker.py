@@ -17,7 +17,7 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.chat import Message, fit_messages, render_template
-from runtime.models.request import DEFAULT_SYSTEM_PROMPT, read_request
+from runtime.models.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
 from runtime.models.sampling import LogitSampler, Sampling
 from runtime.models.text_stream import TokenTextStream
 

@@ -111,6 +111,9 @@ class SpeculativeSegments:
             return [_final(value, self.awaiting.pop(tag))]
         if tag == self.spec:
             self.ready[tag] = value
+            if isinstance(value, str) and value.strip():
+                # The words are known before the turn is: a reply can be prepared.
+                return [{"type": "turn_likely_over", "text": value.strip()}]
         return []
 
 

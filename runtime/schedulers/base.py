@@ -14,8 +14,6 @@ from typing import Any, Protocol
 from runtime.errors import ErrorInfo
 from runtime.executor import WorkItem
 
-ENTRY_SRC = "@in"
-
 
 class StageContext(Protocol):
     """What the process loop offers a scheduler."""

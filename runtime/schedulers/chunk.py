@@ -122,7 +122,9 @@ class ChunkScheduler(Scheduler):
 
     def _emit_background(self) -> None:
         """Emit what the executor finished off-thread; end streams that were waiting for it."""
-        for rid, outs in self.executor.collect():
+        results = self.executor.collect()
+        last = {rid: i for i, (rid, _) in enumerate(results)}   # a stream ends on its last one
+        for i, (rid, outs) in enumerate(results):
             req = self.requests.get(rid)
             if req is None or self.ctx.is_dead(rid):
                 continue
@@ -130,7 +132,7 @@ class ChunkScheduler(Scheduler):
                 self.ctx.fail(rid, outs)
                 continue
             outs = list(outs or ())
-            ending = rid in self.awaiting_end and not self.executor.pending(rid)
+            ending = last[rid] == i and rid in self.awaiting_end and not self.executor.pending(rid)
             for i, chunk in enumerate(outs):
                 self.ctx.emit(rid, chunk, end=ending and i == len(outs) - 1)
             if ending:

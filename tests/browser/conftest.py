@@ -3,7 +3,7 @@
 WAV generated at test time, against the real server in-process.
 
 The servers are voice_server.testing.ServerThread (uvicorn on
-127.0.0.1, a free port, the real CPU pipeline).  Skips cleanly when Chromium
+127.0.0.1, a free port, the real CPU pipeline).  Fails with the reason when Chromium
 or Playwright is missing.
 """
 

@@ -9,7 +9,7 @@ import soxr
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import WorkItem
 from runtime.models.clauses import ClauseSegmenter, strip_markdown
-from runtime.models.pocketsphinx_asr import StreamingRecognizer
+from runtime.models.whisper_asr import WhisperASR
 from runtime.models.speak import SpeakExecutor, make_synthesizer
 
 REPLY = "Paris is the capital of France. It is a lovely city."
@@ -26,8 +26,9 @@ def speaker(request) -> SpeakExecutor:
 
 
 @pytest.fixture(scope="module")
-def recognizer() -> StreamingRecognizer:
-    return StreamingRecognizer()
+def recognizer() -> WhisperASR:
+    """Whisper hears both voices; pocketsphinx barely hears espeak-ng (WER 0.6-0.8)."""
+    return WhisperASR()
 
 
 def deltas(text: str, size: int = 3) -> list[str]:
@@ -49,14 +50,11 @@ def feed_deltas(ex: SpeakExecutor, pieces: list[str]) -> list[tuple[int, dict]]:
     return out
 
 
-def transcribe(rec: StreamingRecognizer, audio: np.ndarray, rate: int) -> str:
+def transcribe(rec: WhisperASR, audio: np.ndarray, rate: int) -> str:
     x = audio.astype(np.float32) / 32768
     if rate != 16000:
         x = soxr.resample(x, rate, 16000)
-    pad = np.zeros(4000, np.float32)
-    rec.start()
-    rec.feed((np.concatenate([pad, x, pad]) * 32767).astype(np.int16))
-    return rec.finish()
+    return rec.transcribe([x])[0]
 
 
 def words(text: str) -> set[str]:
@@ -78,9 +76,9 @@ def test_deltas_stream_clause_by_clause(speaker, recognizer):
     assert first["text"] == "Paris is the capital of France."
     assert " ".join(c["text"] for _, c in chunks) == REPLY
     heard = " ".join(transcribe(recognizer, c["audio"], c["sample_rate"]) for _, c in chunks)
-    shared = words(heard) & words(REPLY)
-    # espeak-ng is hard for pocketsphinx (TESTING.md: WER 0.6-0.8), flite is easy
-    assert len(shared) >= (5 if speaker.engine == "flite" else 1), heard
+    said = words(REPLY) - {"is", "the", "of", "it", "a"}  # paris capital france lovely city
+    heard_said = said & words(heard)
+    assert len(heard_said) * 2 > len(said), (heard, heard_said)  # most of them, with either voice
 
 
 def test_whole_text_as_list(speaker):

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import wave
 
 import httpx
 import numpy as np
@@ -25,6 +26,7 @@ from runtime.models.pocketsphinx_asr import StreamingRecognizer
 from voice_server.testing.speech_corpus import human_clips, phone_line
 from voice_server.testing.wer import wer as corpus_text_wer
 from tests.pipeline.conftest import CONFIG, ROOT, wer
+from tests.runtime.conftest import fresh_snapshot
 from voice_server.transports.http_api import routes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -61,14 +63,24 @@ async def turn(p, text: str, route=("think", "speak"), **kw):
     return term, reply, audio
 
 
+FUNCTION_WORDS = frozenset(
+    "a an the is are was were be been am i you he she it we they me my your its our their this that "
+    "these those of to in on at by for with from and or but not no so as if then than do does did "
+    "have has had will would can could shall should may might must there here what which who".split())
+
+
+def content_words(text: str) -> set[str]:
+    words = {w.strip(".,!?;:'\"()").lower() for w in text.split()}
+    return words - FUNCTION_WORDS - {""}
+
+
 def think_stats(p) -> dict:
     return p.snapshot()["processes"]["think/0"]["stages"]["think"]
 
 
 async def fresh_stats(p) -> dict:
-    """Stats are pushed every 0.2 s: wait for one report newer than now."""
-    await asyncio.sleep(0.45)
-    return think_stats(p)
+    """The think stage's stats from a report made after the call."""
+    return (await fresh_snapshot(p))["processes"]["think/0"]["stages"]["think"]
 
 
 def pids(p) -> dict:
@@ -86,7 +98,8 @@ async def test_speech_round_trip(pipeline, flite_wav):
     kinds = [e["type"] for e in events]
     assert kinds.index("speech_started") < kinds.index("speech_stopped") < kinds.index("final")
 
-    term, reply, clips = await turn(pipeline, finals[0])
+    # greedy: a sampled reply is sometimes French, which an English voice cannot say
+    term, reply, clips = await turn(pipeline, finals[0], temperature=0.0)
     assert term.kind == "done", term
     assert reply.strip(), "think replied nothing"
     assert clips, "speak produced no audio"
@@ -97,8 +110,11 @@ async def test_speech_round_trip(pipeline, flite_wav):
     for i in range(0, len(pcm), CHUNK):
         rec.feed(pcm[i:i + CHUNK])
     heard = rec.finish()
-    words = lambda s: {w.strip(".,!?;:'\"").lower() for w in s.split()} - {""}  # noqa: E731
-    assert words(heard) & words(reply), (reply, heard)
+    # Most of what was said must be heard: one shared "the" or "is" proves nothing.
+    said = content_words(reply)
+    assert said, reply
+    got = said & content_words(heard)
+    assert len(got) * 2 > len(said), (reply, heard, sorted(got))
 
 
 @pytest.mark.parametrize("line", ["microphone", "telephone"])
@@ -145,17 +161,15 @@ async def test_abort_mid_generation_frees_sequence_and_silences_speak(pipeline):
     ev = await asyncio.wait_for(h.next_event(), 5)
     assert ev.kind == "cancelled" and ev.reason == "barge_in", ev
     await asyncio.wait_for(ticket, 5)
-    await asyncio.sleep(0.3)
     deadline = time.monotonic() + 3
     while True:
-        ex = think_stats(pipeline)["executor"]
-        procs = pipeline.snapshot()["processes"]
+        procs = (await fresh_snapshot(pipeline))["processes"]  # made after the abort
+        ex = procs["think/0"]["stages"]["think"]["executor"]
         # cells of finished sequences stay as the conversation cache (kv_cells_kept)
         in_use = ex["kv_cells_used"] - ex["kv_cells_kept"]
         if (ex["active"] == base["active"] and in_use == base_in_use
                 and h.request_id not in procs["speak/0"]["held"]) or time.monotonic() > deadline:
             break
-        await asyncio.sleep(0.1)
     assert ex["active"] == base["active"] == 0
     assert in_use == base_in_use, ex
     assert ex["free_sequences"] == base["free_sequences"]
@@ -244,8 +258,9 @@ async def test_cli_chat_text_json(pipeline, tmp_path):
     assert {"transcript", "reply", "audio_seconds", "timings_ms"} <= obj.keys()
     assert obj["transcript"] == QUESTION and obj["reply"]
     assert {"first_token", "first_audio", "total"} <= obj["timings_ms"].keys()
-    if obj["audio_seconds"] > 0:
-        assert out.exists() and out.stat().st_size > 44
+    assert obj["audio_seconds"] > 0.3, obj  # the reply was spoken, and saved
+    with wave.open(str(out)) as w:
+        assert abs(w.getnframes() / w.getframerate() - obj["audio_seconds"]) < 0.01
 
 
 async def test_cli_missing_model_exit_2(pipeline, tmp_path):
@@ -392,8 +407,7 @@ async def test_http_client_disconnect_aborts_request(pipeline, server):
             # leaving the block closes the connection mid-stream
     st = await _wait_state(pipeline, rid)
     assert st["state"] == "cancelled" and st["reason"] == "client_disconnected", st
-    await asyncio.sleep(0.5)
-    assert think_stats(pipeline)["executor"]["active"] == 0
+    assert (await fresh_stats(pipeline))["executor"]["active"] == 0
 
 
 async def test_http_error_after_first_byte_is_in_band(pipeline, server):

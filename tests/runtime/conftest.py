@@ -26,6 +26,25 @@ async def start():
         await p.close()
 
 
+async def fresh_snapshot(p: Pipeline, timeout: float = 5.0) -> dict:
+    """The snapshot once every ready stage process sent two stats reports since the call.
+
+    Stats are pushed every 0.2 s; the first report to arrive may have been made
+    before the call, the second was made after it, so it shows everything that
+    happened before the call.
+    """
+    loop = asyncio.get_running_loop()
+    seen = {k: pr["stats_reports"] for k, pr in p.snapshot()["processes"].items()}
+    deadline = loop.time() + timeout
+    while True:
+        snap = p.snapshot()
+        if all(pr["stats_reports"] >= seen.get(k, 0) + 2
+               for k, pr in snap["processes"].items() if pr["ready"]):
+            return snap
+        assert loop.time() < deadline, f"no fresh stats report within {timeout:g} s"
+        await asyncio.sleep(0.02)
+
+
 async def settle(p: Pipeline, timeout: float = 5.0) -> dict:
     """Wait until no process holds a request and no buffer is lent; return the snapshot."""
     deadline = asyncio.get_running_loop().time() + timeout

@@ -9,17 +9,19 @@ never not at all (a request that hangs).
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 
 from runtime.config import StageConfig
 from runtime.executor import ChunkExecutor, WorkItem
+from runtime.messages import ENTRY_SRC
 from runtime.schedulers.chunk import ChunkScheduler
-from runtime.schedulers.base import ENTRY_SRC
 
 
 class EchoLater(ChunkExecutor):
-    """Echoes each chunk at once and again, upper-cased, from a worker thread after 50 ms."""
+    """Echoes each chunk at once and again, upper-cased, from one worker thread
+    (in order, 20 ms each), as the listen stage's recognition thread does."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -28,6 +30,8 @@ class EchoLater(ChunkExecutor):
         self.done: list[tuple[int, list]] = []
         self.inflight: dict[int, int] = {}
         self.released: list[int] = []
+        self.jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._work, daemon=True).start()
 
     def wakeup_fd(self) -> int:
         return self.efd
@@ -37,14 +41,17 @@ class EchoLater(ChunkExecutor):
             if it.payload:
                 with self.lock:
                     self.inflight[it.request_id] = self.inflight.get(it.request_id, 0) + 1
-                threading.Timer(0.05, self._finish, (it.request_id, it.payload)).start()
+                self.jobs.put((it.request_id, it.payload))
         return [[it.payload] if it.payload else [] for it in items]
 
-    def _finish(self, rid: int, text: str) -> None:
-        with self.lock:
-            self.done.append((rid, [text.upper()]))
-            self.inflight[rid] -= 1
-        os.eventfd_write(self.efd, 1)
+    def _work(self) -> None:
+        while True:
+            rid, text = self.jobs.get()
+            time.sleep(0.02)
+            with self.lock:
+                self.done.append((rid, [text.upper()]))
+                self.inflight[rid] -= 1
+            os.eventfd_write(self.efd, 1)
 
     def has_results(self) -> bool:
         return bool(self.done)
@@ -147,3 +154,20 @@ def test_results_of_a_dropped_request_are_not_emitted():
         time.sleep(0.005)
     run_until(sched, lambda: not sched.has_work())
     assert ctx.out == [(4, "q", False)] and ex.released == [4]
+
+
+def test_several_results_collected_at_once_after_the_end_are_all_emitted():
+    """Found with the listen stage fed faster than real time: three transcripts came
+    back in one collect() after the input ended, and the stream ended on the first."""
+    sched, ctx, ex = make()
+    for chunk in ("a", "b", "c"):
+        sched.on_input(5, ENTRY_SRC, chunk, True, False, {})
+    sched.on_input(5, ENTRY_SRC, "", True, True, {})
+    while sched.order:
+        sched.run_once()                       # the chunks, not yet their background results
+    deadline = time.monotonic() + 5
+    while ex.pending(5) and time.monotonic() < deadline:
+        time.sleep(0.005)                      # all three finish before the loop looks
+    run_until(sched, lambda: not sched.requests)
+    assert [p for _, p, _ in ctx.out[-3:]] == ["A", "B", "C"]
+    assert [e for _, _, e in ctx.out] == [False] * 5 + [True]

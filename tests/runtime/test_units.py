@@ -116,7 +116,8 @@ def test_cuda_keepalive_bookkeeping_on_cpu():
     assert ka.release(lid) == 0
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="hardware, not a dependency: needs a CUDA device and this machine has none")
 def test_cuda_ipc_export_open_same_process():
     from runtime import cuda_ipc
     ka = KeepAlive()
@@ -138,14 +139,16 @@ def test_error_classification_closed_set():
 
 
 def test_heap_trimmer_runs_at_most_once_per_interval():
+    import platform
     import time
 
     from runtime.heap import HeapTrimmer, trim_heap
-    assert trim_heap() in (True, False)  # False only off glibc
+    glibc = platform.libc_ver()[0] == "glibc"
+    assert trim_heap() is glibc  # malloc_trim is glibc's; elsewhere there is nothing to trim
     t = HeapTrimmer(min_interval_s=60)
     assert t.request() is True
     assert t.request() is False  # too soon: dropped, the next close asks again
-    deadline = time.monotonic() + 5
-    while t.trims == 0 and trim_heap() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 5  # the trim runs on a thread of its own
+    while t.trims == 0 and glibc and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert t.trims == 1 or not trim_heap()
+    assert t.trims == (1 if glibc else 0)

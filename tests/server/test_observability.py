@@ -69,7 +69,8 @@ async def test_metrics_stage_gauges_and_turn_histograms(server):
         key = ("voice_stage_held_requests", frozenset({"stage": stage, "group": stage,
                                                        "replica": "0"}.items()))
         assert key in before, f"no held gauge for {stage}"
-        assert total(before, "voice_stage_batch_size_bucket", stage=stage, le="+Inf") >= 0
+        assert ("voice_stage_batch_size_bucket", frozenset({"stage": stage, "group": stage, "replica": "0",
+                                                            "le": "+Inf"}.items())) in before, stage
     for t in ("websocket", "webrtc", "twilio"):
         assert ("voice_active_sessions", frozenset({"transport": t}.items())) in before
     assert ("voice_shm_lent_bytes", frozenset({"owner": "coordinator"}.items())) in before
@@ -105,8 +106,13 @@ async def test_metrics_stage_gauges_and_turn_histograms(server):
         assert done["response"]["status"] == "completed", done
     finally:
         await c.close()
-    await asyncio.sleep(0.7)  # stage stats arrive about twice a second
-    after = await scrape(server)
+    deadline = time.monotonic() + 5  # stage stats arrive five times a second
+    while True:
+        after = await scrape(server)
+        if all(total(after, "voice_stage_steps_total", stage=s) > total(before, "voice_stage_steps_total", stage=s)
+               for s in ("listen", "think", "speak")) or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
 
     def grew(name, **labels):
         return val(after, name, **labels) - val(before, name, **labels)

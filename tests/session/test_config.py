@@ -36,7 +36,9 @@ def test_ga_update_with_unsupported_fields_is_applied_and_reported():
     assert sess["output_modalities"] == ["text"]
     assert sess["audio"]["input"]["format"] == {"type": "audio/pcmu"}
     assert sess["audio"]["output"]["format"] == {"type": "audio/pcma"}
-    assert sess["audio"]["input"]["turn_detection"]["type"] == "server_vad"
+    assert sess["audio"]["input"]["turn_detection"] == {
+        "type": "semantic_vad", "eagerness": "high", "create_response": True,
+        "interrupt_response": True}
     assert sess["audio"]["input"]["transcription"] == {"model": "gpt-4o-transcribe"}
     assert sess["audio"]["input"]["noise_reduction"] is None
     assert sess["audio"]["output"]["voice"] == "marin"
@@ -44,7 +46,24 @@ def test_ga_update_with_unsupported_fields_is_applied_and_reported():
     assert sess["tools"] == [] and sess["tracing"] is None
     assert sess["max_output_tokens"] == 300
     assert s.settings.input_format.sample_rate == 8000
-    assert not of(cmds, ConfigureListen)  # VAD params unchanged
+    [listen] = of(cmds, ConfigureListen)   # semantic end of turn goes to the listen stage
+    assert listen.params["turn_mode"] == "semantic" and listen.params["eagerness"] == "high"
+
+
+def test_semantic_vad_eagerness_is_validated_and_server_vad_restores_the_window():
+    s = new_session()
+    cmds = s.client_event({"type": "session.update", "session": {"type": "realtime", "audio": {
+        "input": {"turn_detection": {"type": "semantic_vad", "eagerness": "eager"}}}}}, 0)
+    [err] = [c.event for c in cmds if getattr(c, "event", {}).get("type") == "error"]
+    assert err["error"]["param"].endswith("turn_detection.eagerness")
+    assert s.settings.turn_detection.type == "server_vad"      # the bad update changed nothing
+    cmds = s.client_event({"type": "session.update", "session": {"type": "realtime", "audio": {
+        "input": {"turn_detection": {"type": "semantic_vad"}}}}}, 1)
+    assert of(cmds, ConfigureListen)[0].params["eagerness"] == "auto"
+    cmds = s.client_event({"type": "session.update", "session": {"type": "realtime", "audio": {
+        "input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 700}}}}}, 2)
+    params = of(cmds, ConfigureListen)[0].params
+    assert params["turn_mode"] == "silence" and params["silence_duration_ms"] == 700
 
 
 def test_beta_shape_aliases():
@@ -71,7 +90,8 @@ def test_turn_detection_merge_null_and_back():
                            "min_speech_ms": 120}}}}}, 0)
     assert of(cmds, ConfigureListen)[0].params == {"threshold": 0.7, "silence_duration_ms": 500,
                                                    "prefix_padding_ms": 200,
-                                                   "min_speech_ms": 120}
+                                                   "min_speech_ms": 120, "turn_mode": "silence",
+                                                   "eagerness": "auto"}
     cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
         "turn_detection": {"type": "server_vad", "idle_timeout_ms": 6000}}}}}, 0)
     td = _updated(cmds)["audio"]["input"]["turn_detection"]

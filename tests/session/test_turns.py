@@ -23,7 +23,8 @@ def test_start_emits_session_created_and_configures_listen():
     assert sess["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
     cfg = of(cmds, ConfigureListen)
     assert cfg and cfg[0].params == {"threshold": 0.5, "silence_duration_ms": 500,
-                                     "prefix_padding_ms": 300, "min_speech_ms": 250}
+                                     "prefix_padding_ms": 300, "min_speech_ms": 250,
+                                     "turn_mode": "silence", "eagerness": "auto"}
     assert s.start(1) == []
 
 
@@ -364,3 +365,40 @@ def test_session_max_duration_closes():
     assert one(cmds, "error")["error"]["code"] == "session_expired"
     assert of(cmds, Close) and of(cmds, StopListen)
     assert s.client_event({"type": "response.create"}, 10001) == []
+
+
+def test_a_reply_is_prepared_during_the_pause_and_matches_the_committed_turn():
+    """Preemptive generation: the words are known before the turn is; the reply the
+    session asks to prepare is exactly the request the committed turn starts, so
+    the runner can adopt it.  Nothing reaches the client until the commit."""
+    from voice_server.session import DropPreparedReply, PrepareReply
+
+    s = new_session()
+    spoken_turn(s, "hello there")                      # a turn before: conversation context
+    done = s.active_response_id
+    s.response_finished(done, "completed", None, 50)
+    s.listen_event({"type": "speech_started", "audio_start_ms": 5000}, 100)
+    cmds = s.listen_event({"type": "turn_likely_over", "text": "what time is it"}, 101)
+    [prep] = of(cmds, PrepareReply)
+    assert events(cmds) == []                          # held: nothing for the client
+    assert prep.messages[-1] == {"role": "user", "content": "what time is it"}
+    s.listen_event({"type": "speech_stopped", "audio_end_ms": 5900}, 102)
+    cmds = s.listen_event({"type": "final", "text": "what time is it", "audio_start_ms": 5000,
+                           "audio_end_ms": 5900}, 103)
+    [start] = of(cmds, StartResponse)
+    assert (start.messages, start.modalities, start.max_tokens, start.instructions) == \
+        (prep.messages, prep.modalities, prep.max_tokens, prep.instructions)
+
+
+def test_a_prepared_reply_is_dropped_when_the_speaker_goes_on():
+    from voice_server.session import DropPreparedReply, PrepareReply
+
+    s = new_session()
+    s.listen_event({"type": "speech_started", "audio_start_ms": 1000}, 10)
+    assert of(s.listen_event({"type": "turn_likely_over", "text": "i would like"}, 11),
+              PrepareReply)
+    cmds = s.listen_event({"type": "turn_continues"}, 12)
+    assert of(cmds, DropPreparedReply) and events(cmds) == []
+    assert s.listen_event({"type": "turn_continues"}, 13) == []      # once
+    # no preparation while a reply is active or without words
+    assert of(s.listen_event({"type": "turn_likely_over", "text": ""}, 14), PrepareReply) == []

@@ -1,13 +1,13 @@
 """Sans-I/O session core of the voice server (see core.py for the API)."""
 
-from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen, FeedListen,
-                       FlushAudio, PauseAudio, ResumeAudio, SendEvent, StartResponse, StopListen,
-                       TranscribeBuffer)
+from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen,
+                       DropPreparedReply, FeedListen, FlushAudio, PauseAudio, PrepareReply,
+                       ResumeAudio, SendEvent, StartResponse, StopListen, TranscribeBuffer)
 from .config import ServerLimits, SessionSettings, TurnDetection, AudioFormat
 from .core import Session
 from .errors import ClientError
 
 __all__ = ["Session", "SessionSettings", "ServerLimits", "TurnDetection", "AudioFormat",
            "ClientError", "Command", "SendEvent", "FeedListen", "ConfigureListen", "StopListen",
-           "TranscribeBuffer", "StartResponse", "CancelResponse", "AudioOut", "FlushAudio",
-           "PauseAudio", "ResumeAudio", "Close"]
+           "TranscribeBuffer", "StartResponse", "PrepareReply", "DropPreparedReply",
+           "CancelResponse", "AudioOut", "FlushAudio", "PauseAudio", "ResumeAudio", "Close"]

@@ -71,6 +71,23 @@ class StartResponse:
 
 
 @dataclass
+class PrepareReply:
+    """Preemptive generation: the listen stage has the words of a turn that looks
+    over, but the turn is not committed yet.  The runner starts the reply it would
+    get (``messages`` as a StartResponse would carry them) and holds its output;
+    a StartResponse with the same request adopts it, anything else drops it."""
+    messages: list
+    modalities: list
+    max_tokens: int | None
+    instructions: str | None
+
+
+@dataclass
+class DropPreparedReply:
+    """The speaker went on: abort the prepared reply; nothing of it reaches the client."""
+
+
+@dataclass
 class CancelResponse:
     """Abort the runtime request (distributed abort). reason: turn_detected |
     client_cancelled | disconnected | session_expired | item_truncated."""
@@ -113,9 +130,9 @@ class Close:
 
 
 Command = Union[SendEvent, FeedListen, ConfigureListen, StopListen, TranscribeBuffer,
-                StartResponse, CancelResponse, AudioOut, FlushAudio, PauseAudio, ResumeAudio,
-                Close]
+                StartResponse, PrepareReply, DropPreparedReply, CancelResponse, AudioOut,
+                FlushAudio, PauseAudio, ResumeAudio, Close]
 
 __all__ = ["SendEvent", "FeedListen", "ConfigureListen", "StopListen", "TranscribeBuffer",
-           "StartResponse", "CancelResponse", "AudioOut", "FlushAudio", "PauseAudio",
-           "ResumeAudio", "Close", "Command"]
+           "StartResponse", "PrepareReply", "DropPreparedReply", "CancelResponse", "AudioOut",
+           "FlushAudio", "PauseAudio", "ResumeAudio", "Close", "Command"]

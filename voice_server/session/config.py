@@ -14,8 +14,9 @@ merging of a client's ``session.update`` into it.
   ``max_response_output_tokens``) and returns a new settings object, or
   raises :class:`ClientError` (the old settings stay in force).
   Unsupported optional fields (tools, tracing, noise_reduction, the
-  transcription model, voice names, semantic_vad's eagerness...) are accepted
-  and ignored; ``semantic_vad`` is treated as ``server_vad``.
+  transcription model, voice names...) are accepted and ignored.
+  ``semantic_vad`` (with ``eagerness``) runs the end-of-turn model in the
+  listen stage.
 * :func:`session_to_wire` - the effective values as reported in
   ``session.created`` / ``session.updated``.
 """
@@ -49,22 +50,35 @@ class AudioFormat(BaseModel):
         return {"type": self.type}
 
 
+EAGERNESS = ("low", "medium", "high", "auto")
+
+
 class TurnDetection(BaseModel):
+    """``server_vad`` ends the turn after a fixed silence; ``semantic_vad`` asks an
+    end-of-turn model at silence onset and waits briefly after a complete-sounding
+    turn, longer after a cut one (``eagerness`` sets how long: listen stage)."""
     model_config = ConfigDict(frozen=True)
-    type: Literal["server_vad"] = "server_vad"
+    type: Literal["server_vad", "semantic_vad"] = "server_vad"
     threshold: float = 0.5
     prefix_padding_ms: int = 300
     silence_duration_ms: int = 500
     idle_timeout_ms: Optional[int] = None
     create_response: bool = True
     interrupt_response: bool = True
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
     min_speech_ms: int = 250  # extension: enforced by the listen stage
 
     def listen_params(self) -> dict:
         return {"threshold": self.threshold, "silence_duration_ms": self.silence_duration_ms,
-                "prefix_padding_ms": self.prefix_padding_ms, "min_speech_ms": self.min_speech_ms}
+                "prefix_padding_ms": self.prefix_padding_ms, "min_speech_ms": self.min_speech_ms,
+                "turn_mode": "semantic" if self.type == "semantic_vad" else "silence",
+                "eagerness": self.eagerness}
 
     def wire(self) -> dict:
+        if self.type == "semantic_vad":
+            return {"type": "semantic_vad", "eagerness": self.eagerness,
+                    "create_response": self.create_response,
+                    "interrupt_response": self.interrupt_response}
         return {"type": "server_vad", "threshold": self.threshold,
                 "prefix_padding_ms": self.prefix_padding_ms,
                 "silence_duration_ms": self.silence_duration_ms,
@@ -241,6 +255,13 @@ def _turn_detection(td: _TurnDetectionIn, current: Optional[TurnDetection],
                                            "create_response", "interrupt_response",
                                            "min_speech_ms")
                if getattr(td, k) is not None}
+    changes["type"] = td.type
+    if td.eagerness is not None:
+        if td.eagerness not in EAGERNESS:
+            raise ClientError("invalid_value", f"Invalid value for '{param}.eagerness': "
+                              f"{td.eagerness!r}. Supported values are: "
+                              + ", ".join(f"'{e}'" for e in EAGERNESS) + ".", f"{param}.eagerness")
+        changes["eagerness"] = td.eagerness
     if "idle_timeout_ms" in td.model_fields_set:
         changes["idle_timeout_ms"] = td.idle_timeout_ms
     return base.model_copy(update=changes)

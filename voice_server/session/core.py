@@ -179,6 +179,7 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
         self._partial_sent: dict[str, str] = {}  # transcript text already sent as deltas
         self._unanswered = False
         self._pending_transcripts: dict[str, int] = {}  # item_id -> content_index
+        self._prepared = False  # a reply is being prepared during the pause (PrepareReply)
         # responses
         self._active: _Response | None = None
         self._last_audio: _Response | None = None

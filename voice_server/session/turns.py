@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..audio_codec import StreamResampler, low_latency_quality
-from .commands import Command, FeedListen
+from .commands import Command, DropPreparedReply, FeedListen, PrepareReply
 from .input_buffer import RATE as LISTEN_RATE
 from .items import Content, Item
 
@@ -84,7 +84,30 @@ class Turns:
         elif t == "final" and (vad or self._speech_item or self._awaiting_final):
             out += self._final(str(ev.get("text", "")), int(ev.get("audio_start_ms", 0)),
                                int(ev.get("audio_end_ms", 0)), now_ms)
+        elif t == "turn_likely_over" and vad:
+            out += self._prepare_reply(str(ev.get("text", "")).strip())
+        elif t == "turn_continues" and vad:
+            out += self._drop_prepared()
         return out
+
+    def _prepare_reply(self, text: str) -> list[Command]:
+        """Preemptive generation: start the reply this turn would get while the
+        silence window is still deciding; the runner holds it (see PrepareReply)."""
+        td = self.settings.turn_detection
+        if not text or td is None or not td.create_response or self._active is not None \
+                or self._speech_item is None or self._awaiting_final or self._pending_transcripts:
+            return []
+        s = self.settings
+        self._prepared = True
+        msgs = self.conversation.messages() + [{"role": "user", "content": text}]
+        return [PrepareReply(msgs, list(s.output_modalities), s.max_output_tokens,
+                             s.instructions or None)]
+
+    def _drop_prepared(self) -> list[Command]:
+        if not self._prepared:
+            return []
+        self._prepared = False
+        return [DropPreparedReply()]
 
     def listen_lost(self, now_ms: float) -> list[Command]:
         """The listen stream failed: an utterance being spoken gets its end and
@@ -136,6 +159,7 @@ class Turns:
     def _commit_speech(self, audio_end_ms: int) -> list[Command]:
         item_id = self._speech_item
         self._speech_item = None
+        self._prepared = False   # the runner adopts or drops it when the response starts
         item = Item(item_id, "user", [Content("input_audio")], status="in_progress")
         prev = self.conversation.add(item)
         self._awaiting_final.append(item_id)

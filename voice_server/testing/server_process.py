@@ -10,6 +10,8 @@ endpoint ``GET /v1/runtime`` like an operator would.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -103,3 +105,22 @@ class ServerProcess(RunningServer):
         if p.stdout is not None:
             p.stdout.close()
         return p.returncode
+
+
+@contextlib.asynccontextmanager
+async def served(config: str, url: str | None = None):
+    """The server a benchmark loads: a running one at ``url`` (an operator's), or
+    ``voice-agent serve --config config`` started here and drained at the end."""
+    proc = None
+    if url:
+        server: RunningServer = RunningServer(url)
+    else:
+        proc = ServerProcess(config)
+        await asyncio.to_thread(proc.start)
+        server = proc
+    try:
+        yield server
+    finally:
+        await server.aclose()
+        if proc is not None:
+            await asyncio.to_thread(proc.stop)

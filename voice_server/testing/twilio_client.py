@@ -42,6 +42,7 @@ class TwilioClient:
         self.echoed: list[str] = []
         self.mic_q: asyncio.Queue = asyncio.Queue()
         self.closed = False
+        self.failure: Exception | None = None  # a bad message from the server: fails the test
         self.chunk = 0
         self._tasks = [asyncio.ensure_future(self._read()), asyncio.ensure_future(self._player()),
                        asyncio.ensure_future(self._mic())]
@@ -116,8 +117,10 @@ class TwilioClient:
                     self.pending = [(now, n) for _, n in self.pending]
                 self.msgs.append(m)
                 self.new.set()
-        except Exception:  # noqa: BLE001
-            pass
+        except websockets.ConnectionClosed:
+            pass  # the server ended the stream; tests check how with wait()/msgs
+        except Exception as exc:  # noqa: BLE001 - kept, raised by wait() and close()
+            self.failure = exc
         finally:
             self.closed = True
             self.new.set()
@@ -138,6 +141,7 @@ class TwilioClient:
             return await next_match(self.msgs, self.new, pred, start, timeout,
                                     closed=lambda: self.closed)
         except NoMatch as e:
+            self._raise_failure()
             if e.closed:
                 raise AssertionError("stream closed while waiting") from None
             raise AssertionError(f"timeout; last: {[m['event'] for m in self.msgs[-8:]]}") \
@@ -159,6 +163,11 @@ class TwilioClient:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self.ws.close()
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise AssertionError(f"bad message from the server: {self.failure!r}") from self.failure
 
 
 __all__ = ["TwilioClient"]

@@ -202,3 +202,37 @@ def test_extension_events_can_be_turned_off():
 def test_nothing_to_pause_without_an_audio_reply():
     s = paced()
     assert s.pause_output(0) == [] and s.resume_output(1) == []
+
+
+def test_barge_in_truncates_and_the_clients_own_truncate_is_still_accepted():
+    s = paced()
+    rid = start_reply(s)
+    got = delta_ms(s.response_chunk(rid, "speak", speak("One two three four.", 3000), 0))
+    more, now = run_clock(s, 1000, 0)
+    got += delta_ms(more)
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 5000}, now)
+    types = [e["type"] for e in evs(cmds)]
+    assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
+    done = next(e for e in evs(cmds) if e["type"] == "response.done")
+    cut = next(e for e in evs(cmds) if e["type"] == "conversation.item.truncated")
+    assert done["response"]["status_details"]["reason"] == "turn_detected"
+    assert abs(cut["audio_end_ms"] - now) <= 1  # played from t=0 without a gap
+    # the client played a little more than the server thinks, up to what it got
+    back = s.client_event({"type": "conversation.item.truncate", "item_id": cut["item_id"],
+                           "content_index": 0, "audio_end_ms": int(got)}, now + 5)
+    assert [e["type"] for e in evs(back)] == ["conversation.item.truncated"]
+    over = s.client_event({"type": "conversation.item.truncate", "item_id": cut["item_id"],
+                           "content_index": 0, "audio_end_ms": int(got) + 200}, now + 6)
+    assert [e["type"] for e in evs(over)] == ["error"]
+
+
+def test_failure_while_audio_is_held_ends_at_once_with_what_was_sent():
+    s = paced()
+    rid = start_reply(s)
+    got = delta_ms(s.response_chunk(rid, "speak", speak("One two three four.", 3000), 0))
+    cmds = s.response_finished(rid, "failed", {"code": "internal", "message": "boom"}, 50)
+    types = [e["type"] for e in evs(cmds)]
+    assert types[0] == "error" and types[-1] == "response.done"
+    assert delta_ms(cmds) == 0 and s.next_output_ms is None
+    item = s.conversation.items[-1]
+    assert abs(item.audio_ms - got) < 1

@@ -236,3 +236,18 @@ def test_failure_while_audio_is_held_ends_at_once_with_what_was_sent():
     assert delta_ms(cmds) == 0 and s.next_output_ms is None
     item = s.conversation.items[-1]
     assert abs(item.audio_ms - got) < 1
+
+
+def test_a_reply_that_ends_while_paused_waits_for_the_resume():
+    s = paced("stream")
+    rid = start_reply(s)
+    cmds = s.response_chunk(rid, "speak", speak("One.", 200), 0)  # all of it released
+    item = next(c.item_id for c in cmds if isinstance(c, AudioOut))
+    assert s.next_output_ms is None
+    s.pause_output(50)
+    assert "response.done" not in [e["type"] for e in evs(
+        s.response_finished(rid, "completed", None, 60))]
+    assert s.active_response_id == rid  # a cancel would still truncate it
+    resumed = s.resume_output(100)
+    assert [c.item_id for c in resumed if isinstance(c, ResumeAudio)] == [item]
+    assert "response.done" in [e["type"] for e in evs(resumed)]

@@ -293,6 +293,12 @@ class Responses:
             r.transcript = item.content[0].transcript or ""
         return paused_item
 
+    def _unpause_transport(self, r: _Response) -> list[Command]:
+        """The reply ended early without a flush: drop what is held and let a
+        stream transport play (and then forget) the paused item's queue."""
+        paused_item = self._drop_held(r)
+        return [ResumeAudio(paused_item)] if paused_item is not None else []
+
     def _truncate_to_model(self, r: _Response, now_ms: float, cut: bool) -> list[Command]:
         """Events mode, paced: the server knows what the client has played
         (OutputPacer's playout model), so a barge-in truncates the item there
@@ -324,19 +330,15 @@ class Responses:
                 tail = self._audio_delta(r, np.zeros(0, np.int16), 0, flush=True)
                 self._pacer.hold([c for c, _ in tail], [ms for _, ms in tail])
                 out += self._pacer.release(now_ms)
-            if self._pacer.holding:
+            if self._pacer.holding or self._pacer.paused:
                 r.generated, r.usage = True, usage  # response.done after the last audio
                 return out
             out += self._done_events(r, "completed", None, usage)
         elif status == "cancelled":
-            paused_item = self._drop_held(r)
-            if paused_item is not None and self.audio_out_mode == "stream":
-                out.append(ResumeAudio(paused_item))
+            out += self._unpause_transport(r)
             out += self._done_events(r, "cancelled", {"type": "cancelled", "reason": None}, usage)
         else:
-            paused_item = self._drop_held(r)
-            if paused_item is not None and self.audio_out_mode == "stream":
-                out.append(ResumeAudio(paused_item))
+            out += self._unpause_transport(r)
             err = error or {}
             code = err.get("code") if err.get("code") in _RUNTIME_ERROR_CODES else "internal"
             etype = "invalid_request_error" if code == "bad_input" else "server_error"
@@ -355,7 +357,8 @@ class Responses:
             return []
         out = self._pacer.release(now_ms)
         r = self._active
-        if r is not None and r.generated and not r.done and not self._pacer.holding:
+        if r is not None and r.generated and not r.done and not self._pacer.holding \
+                and not self._pacer.paused:
             out += self._done_events(r, "completed", None, r.usage)
             self._set_idle_deadline(r, now_ms)
             out += self._maybe_stop_playback(r)

@@ -251,3 +251,17 @@ def test_a_reply_that_ends_while_paused_waits_for_the_resume():
     resumed = s.resume_output(100)
     assert [c.item_id for c in resumed if isinstance(c, ResumeAudio)] == [item]
     assert "response.done" in [e["type"] for e in evs(resumed)]
+
+
+def test_settings_from_the_environment():
+    from voice_server.settings import ServerSettings
+
+    s = ServerSettings.from_sources({}, env={})
+    assert s.output_lead_ms == 300 and s.extension_events is True
+    s = ServerSettings.from_sources({"server": {"output_lead_ms": 120}}, env={})
+    assert s.output_lead_ms == 120
+    s = ServerSettings.from_sources({"server": {"output_lead_ms": 120}}, env={
+        "VOICE_AGENT_OUTPUT_LEAD_MS": "0", "VOICE_AGENT_EXTENSION_EVENTS": "off"})
+    assert s.output_lead_ms == 0 and s.extension_events is False
+    assert ServerSettings.from_sources({}, env={"VOICE_AGENT_EXTENSION_EVENTS": "1"}) \
+        .extension_events is True

@@ -225,6 +225,11 @@ class SessionRunner:
         return bool(self._responses) and not self._live
 
     @property
+    def output_pending(self) -> bool:
+        """The session still holds a reply's output for pacing: a turn in progress."""
+        return not self.closed and self.session.output_held
+
+    @property
     def closing(self) -> bool:
         return self.closed or self._closing is not None
 

@@ -265,3 +265,14 @@ def test_settings_from_the_environment():
     assert s.output_lead_ms == 0 and s.extension_events is False
     assert ServerSettings.from_sources({}, env={"VOICE_AGENT_EXTENSION_EVENTS": "1"}) \
         .extension_events is True
+
+
+def test_output_held_until_the_paced_reply_is_out():
+    """The drain counts a reply still being paced out as a turn in progress."""
+    s = paced()
+    rid = start_reply(s)
+    s.response_chunk(rid, "speak", speak("One two.", 1500), 0)
+    s.response_finished(rid, "completed", None, 5)
+    assert s.output_held
+    run_clock(s, 2000, 5)
+    assert not s.output_held and s.active_response_id is None

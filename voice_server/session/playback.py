@@ -54,6 +54,11 @@ class Playback:
     def output_paused(self) -> bool:
         return self._pacer.paused
 
+    @property
+    def output_held(self) -> bool:
+        """A reply's output is still held for release (pacing or a pause)."""
+        return self._pacer.holding or (self._active is not None and self._active.generated)
+
     def played_position_ms(self, now_ms: float) -> float:
         """Where the listener is in the active (or last) reply's audio: the
         transport's report on stream transports, else the playout model."""

@@ -17,6 +17,7 @@ Auth: ``Authorization: Bearer KEY``, or for browsers the subprotocols
 offered).  Keys come from :class:`voice_server.settings.ServerSettings`;
 Origin, keys, client secrets and ``max_sessions`` are judged by
 :func:`voice_server.transports.access.admit_session`, as on every transport.
+
 Output pacing: ``response.output_audio.delta`` events go out at the rate of
 real time, so the client holds at most ``ServerSettings.output_lead_ms`` of
 audio beyond what it has played (assuming it plays what it gets at once);

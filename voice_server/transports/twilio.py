@@ -16,8 +16,8 @@ and :class:`SessionRunner` unchanged; this module only translates:
 * inbound mu-law -> int16 PCM -> ``runner.input_audio(pcm, 8000)``;
 * ``AudioOut`` -> resampled to 8 kHz (stateful, per item) -> mu-law ->
   ``media`` messages of 20 ms (160 bytes), a ``mark`` after every 200 ms and
-  after each chunk, named ``"<item_id>:<ms>"`` (ms of that item's audio sent
-  so far).  Before an
+  after each chunk (a 100 ms slice when paced), named ``"<item_id>:<ms>"``
+  (ms of that item's audio sent so far).  Before an
   item's first frame goes a ``"<item_id>:0:start"`` mark, after its last
   (on ``response.done``) a ``"<item_id>:<ms>:end"`` mark (the tail frame is
   padded with mu-law silence).  Twilio echoes a mark once the audio before it

@@ -75,6 +75,7 @@ def _busy(pipeline, runners: list) -> list[int]:
         live = {rid: None for r in runners for rid in r.live_requests}
     busy = [rid for rid in list(live) if rid not in listen]
     busy += [1 for r in runners if r.response_pending_submit]  # about to submit
+    busy += [1 for r in runners if r.output_pending]  # generated, still being paced out
     return busy
 
 

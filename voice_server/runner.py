@@ -6,6 +6,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
 
     runner = SessionRunner(session, pipeline, send_event,
                            send_audio=None, flush_audio=None, on_close=None,
+                           pause_audio=None, resume_audio=None,
                            transport="websocket")   # label: websocket | webrtc | twilio
     await runner.start()                  # session.created, listen stream, timers;
                                           # registers in voice_server.session_registry (+ metrics)
@@ -14,6 +15,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
                                           # (binary, oversized): error, rate limited
     runner.input_audio(pcm, rate)         # non-JSON transports (sync)
     runner.playback_progress(item, ms)    # what the listener heard (sync)
+    runner.pause_output() / resume_output()  # hold / release the active reply's audio
     await runner.close()                  # client gone: abort everything, stop tasks
     runner.begin_drain(code, msg)         # server drain: error event, no new responses
     await runner.shutdown(1001, reason)   # end of drain: cancel with events, close
@@ -23,6 +25,9 @@ Rules it keeps:
 * Order: every command is carried out in the order the session returned it.
   Events (and stream-mode audio) go through ONE outbox drained by ONE writer
   task, so no event of a response can overtake its ``response.done``.
+* Pacing: the session holds a reply's output and says when the next part is
+  due (``Session.next_output_ms``); one task calls ``pump_output`` then, so
+  the client holds at most ``output_lead_ms`` of audio it has not played.
 * Barge-in is one event-loop turn: ``CancelResponse`` calls
   ``pipeline.abort`` synchronously, inside the same call that handled the
   listen event (the runtime's output gate closes at once).
@@ -53,15 +58,15 @@ from . import metrics
 from .metrics import TurnTimer
 from .prepared_reply import PreparedReply, request_key
 from .session import (AudioOut, CancelResponse, Close, ConfigureListen, DropPreparedReply,
-                      FeedListen, FlushAudio, PrepareReply, SendEvent, Session, StartResponse,
-                      StopListen, TranscribeBuffer)
+                      FeedListen, FlushAudio, PauseAudio, PrepareReply, ResumeAudio, SendEvent,
+                      Session, StartResponse, StopListen, TranscribeBuffer)
 from .session.server_events import error_body
 
 log = logging.getLogger("voice_server.runner")
 
 SendEventFn = Callable[[dict], Awaitable[None]]
 SendAudioFn = Callable[[str, str, np.ndarray, int], Awaitable[None]]
-FlushAudioFn = Callable[[str], Awaitable[None]]
+FlushAudioFn = Callable[[str], Awaitable[None]]  # also PauseAudio / ResumeAudio
 CloseFn = Callable[[int, str], Awaitable[None]]
 
 _STOP = object()
@@ -114,7 +119,9 @@ def _now_ms() -> float:
 class SessionRunner:
     def __init__(self, session: Session, pipeline, send_event: SendEventFn, *,
                  send_audio: SendAudioFn | None = None, flush_audio: FlushAudioFn | None = None,
-                 on_close: CloseFn | None = None, options: RunnerOptions | None = None,
+                 pause_audio: FlushAudioFn | None = None,
+                 resume_audio: FlushAudioFn | None = None, on_close: CloseFn | None = None,
+                 options: RunnerOptions | None = None,
                  clock: Callable[[], float] = _now_ms, transport: str = "other") -> None:
         self.session = session
         self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio
@@ -125,6 +132,8 @@ class SessionRunner:
         self._send_event = send_event
         self._send_audio = send_audio
         self._flush_audio = flush_audio
+        self._item_actions = {"flush": flush_audio, "pause": pause_audio,
+                              "resume": resume_audio}
         self._on_close = on_close
         self.opt = options or RunnerOptions()
         self.clock = clock
@@ -132,11 +141,14 @@ class SessionRunner:
         self.close_code: tuple[int, str] | None = None
         self._closing: asyncio.Task | None = None
         self._done = asyncio.Event()
-        # outbox: ("event", dict) | ("audio", AudioOut) | ("flush", item_id) | ("close", Close)
+        # outbox: ("event", dict) | ("audio", AudioOut) | ("flush" | "pause" | "resume",
+        # item_id) | ("close", Close)
         self._outbox: deque = deque()
         self._outbox_ready = asyncio.Event()
         # listen input: ("pcm", arr) | ("configure", _Listen) | ("stop", None)
         self._listen_q: deque = deque()
+        self._pace_wake = asyncio.Event()  # the session holds output due earlier
+        self._pace_due: float | None = None  # what the pacer task sleeps until
         self._listen_ready = asyncio.Event()
         self._listen: _Listen | None = None
         self._listen_failures = 0
@@ -158,6 +170,7 @@ class SessionRunner:
         self._spawn(self._writer(), "writer")
         self._spawn(self._listen_writer(), "listen-writer")
         self._spawn(self._ticker(), "ticker")
+        self._spawn(self._pacer(), "pacer")
         self.dispatch(self.session.start(self.clock()))
 
     def client_event(self, raw) -> None:
@@ -171,6 +184,16 @@ class SessionRunner:
     def playback_progress(self, item_id: str, played_ms: float) -> None:
         if not self.closed:
             self.dispatch(self.session.playback_progress(item_id, played_ms, self.clock()))
+
+    def pause_output(self) -> None:
+        """Hold the active reply's audio where it is (``Session.pause_output``)."""
+        if not self.closed:
+            self.dispatch(self.session.pause_output(self.clock()))
+
+    def resume_output(self) -> None:
+        """Release the paused reply from where it stopped (``Session.resume_output``)."""
+        if not self.closed:
+            self.dispatch(self.session.resume_output(self.clock()))
 
     def reject_client_frame(self, code: str, message: str) -> None:
         """The transport got a client frame it cannot hand over as an event
@@ -203,6 +226,11 @@ class SessionRunner:
     def response_pending_submit(self) -> bool:
         """A response was started by the session but is not in the pipeline yet."""
         return bool(self._responses) and not self._live
+
+    @property
+    def output_pending(self) -> bool:
+        """The session still holds a reply's output for pacing: a turn in progress."""
+        return not self.closed and self.session.output_held
 
     @property
     def closing(self) -> bool:
@@ -254,8 +282,16 @@ class SessionRunner:
             elif isinstance(c, FlushAudio):
                 self._flush_outbox_audio(c.item_id)
                 self._push(("flush", c.item_id))
+            elif isinstance(c, PauseAudio):
+                self._push(("pause", c.item_id))
+            elif isinstance(c, ResumeAudio):
+                self._push(("resume", c.item_id))
             elif isinstance(c, Close):
                 self._push(("close", c))
+        if cmds:
+            due = self.session.next_output_ms
+            if due is not None and (self._pace_due is None or due < self._pace_due):
+                self._pace_wake.set()
 
     # -------------------------------------------------------------- internals
     def _spawn(self, coro, name: str) -> asyncio.Task:
@@ -341,9 +377,10 @@ class SessionRunner:
                         await self._send_audio(x.response_id, x.item_id, x.pcm, x.sample_rate)
                         self.stats["audio_chunks"] += 1
                         self.turns.audio_sent(x.response_id)
-                elif kind == "flush":
-                    if self._flush_audio is not None:
-                        await self._flush_audio(x)
+                elif kind in self._item_actions:
+                    action = self._item_actions[kind]
+                    if action is not None:
+                        await action(x)
                 elif kind == "close":
                     self._begin_close(x.code, x.reason)
                     return
@@ -359,6 +396,25 @@ class SessionRunner:
         while True:
             await asyncio.sleep(period)
             self.dispatch(self.session.tick(self.clock()))
+
+    async def _pacer(self) -> None:
+        """Release held output when the session says it is due."""
+        while True:
+            due = self._pace_due = self.session.next_output_ms
+            self._pace_wake.clear()
+            if due is None:
+                await self._pace_wake.wait()
+                continue
+            delay = (due - self.clock()) / 1000.0
+            if delay > 0.001:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._pace_wake.wait(), delay)
+                continue
+            self._pace_due = None
+            cmds = self.session.pump_output(self.clock())
+            self.dispatch(cmds)
+            if not cmds:  # due but nothing to give: do not spin
+                await asyncio.sleep(0.005)
 
     async def _listen_writer(self) -> None:
         cur: _Listen | None = None

@@ -20,7 +20,9 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
 ``VOICE_AGENT_TWILIO_AUTH_TOKEN``, ``VOICE_AGENT_ADMIN_KEYS`` (comma separated),
 ``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``,
-``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, and one
+``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
+``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
+off), and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
@@ -85,6 +87,14 @@ class ServerSettings(BaseModel):
     # header) and the account auth token that checks X-Twilio-Signature (None: no check)
     twilio_stream_url: Optional[str] = None
     twilio_auth_token: Optional[str] = None
+    # agent audio is released in real time so that the listener (WebSocket
+    # client, Twilio, the WebRTC track) holds at most this much it has not
+    # played: the server knows what was heard and can pause the reply.
+    # 0 (or less): sent as fast as it is made
+    output_lead_ms: float = 300.0
+    # voice_agent.* events (voice_agent.output_audio.paused / .resumed) on the
+    # WebSocket and the WebRTC data channel; False: only Realtime API events
+    extension_events: bool = True
 
     @property
     def auth_required(self) -> bool:
@@ -125,6 +135,11 @@ class ServerSettings(BaseModel):
             data["drain_grace_s"] = float(env["VOICE_AGENT_DRAIN_GRACE_S"])
         if env.get("VOICE_AGENT_WS_MAX_MESSAGE_BYTES"):
             data["ws_max_message_bytes"] = int(env["VOICE_AGENT_WS_MAX_MESSAGE_BYTES"])
+        if env.get("VOICE_AGENT_OUTPUT_LEAD_MS"):
+            data["output_lead_ms"] = float(env["VOICE_AGENT_OUTPUT_LEAD_MS"])
+        ext = env.get("VOICE_AGENT_EXTENSION_EVENTS")
+        if ext is not None and ext.strip():
+            data["extension_events"] = ext.strip().lower() not in ("0", "false", "no", "off")
         if env.get("VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES"):
             data["datachannel_max_message_bytes"] = int(
                 env["VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES"])

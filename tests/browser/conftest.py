@@ -165,10 +165,12 @@ def launch(browser_ok, tmp_path):
 @pytest.fixture(scope="session")
 def demo_server(browser_ok):
     """The real CPU pipeline behind the demo; WebRTC (when present) offers
-    127.0.0.1 as its only ICE host."""
+    127.0.0.1 as its only ICE host.  Output unpaced (``output_lead_ms`` 0):
+    the barge-in test checks how the page shows the part of a reply it
+    received but did not play, which paced output keeps to a few hundred ms."""
     settings = ServerSettings.from_sources(
         {}, env={"VOICE_AGENT_ICE_HOSTS": "127.0.0.1"}, api_keys=[API_KEY], max_sessions=8,
-        max_output_tokens=40)
+        max_output_tokens=40, output_lead_ms=0)
     srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
     srv.base_url = f"http://127.0.0.1:{srv.port}"
     yield srv

@@ -200,11 +200,30 @@ async def test_twilio_twiml_and_signatures(server):
     await wait_no_calls(server)
 
 
+@contextlib.contextmanager
+def unpaced(server):
+    """Calls started inside run without output pacing (``output_lead_ms`` 0),
+    as a server configured so does: Twilio then holds the whole reply."""
+    settings = server.app.state.twilio.settings
+    old, settings.output_lead_ms = settings.output_lead_ms, 0
+    try:
+        yield
+    finally:
+        settings.output_lead_ms = old
+
+
 async def test_twilio_barge_in_while_finished_reply_plays(server):
     """Generation is done (end mark sent) but Twilio still plays the reply: the
-    caller talking over it still gets a ``clear`` and the item is truncated."""
-    c = await TwilioClient.connect(base_ws(server), {
-        "instructions": "You tell long, detailed stories.", "max_output_tokens": "48"})
+    caller talking over it still gets a ``clear`` and the item is truncated.
+    Paced output leaves Twilio at most ``output_lead_ms`` after the end mark,
+    so the scenario needs an unpaced call."""
+    with unpaced(server):
+        c = await TwilioClient.connect(base_ws(server), {
+            "instructions": "You tell long, detailed stories.", "max_output_tokens": "48"})
+        deadline = time.monotonic() + 10
+        while not twilio_calls(server):  # its session is made with the setting
+            assert time.monotonic() < deadline, "the call did not start"
+            await asyncio.sleep(0.02)
     try:
         c.say("tell me a story about a cat")
         i, first = await c.wait(lambda m: m["event"] == "media" and m["_item"], timeout=40)

@@ -111,6 +111,19 @@ class FlushAudio:
 
 
 @dataclass
+class PauseAudio:
+    """Stream transports: stop playing this item's queued audio and keep it
+    (``Session.pause_output``); what arrives for it meanwhile is kept too."""
+    item_id: str
+
+
+@dataclass
+class ResumeAudio:
+    """Stream transports: play this item's kept audio again, from where it stopped."""
+    item_id: str
+
+
+@dataclass
 class Close:
     code: int
     reason: str
@@ -118,8 +131,8 @@ class Close:
 
 Command = Union[SendEvent, FeedListen, ConfigureListen, StopListen, TranscribeBuffer,
                 StartResponse, PrepareReply, DropPreparedReply, CancelResponse, AudioOut,
-                FlushAudio, Close]
+                FlushAudio, PauseAudio, ResumeAudio, Close]
 
 __all__ = ["SendEvent", "FeedListen", "ConfigureListen", "StopListen", "TranscribeBuffer",
            "StartResponse", "PrepareReply", "DropPreparedReply", "CancelResponse", "AudioOut",
-           "FlushAudio", "Close", "Command"]
+           "FlushAudio", "PauseAudio", "ResumeAudio", "Close", "Command"]

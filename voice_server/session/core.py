@@ -9,7 +9,7 @@ returns ``list[Command]`` (commands.py) to carry out in order.
 Inputs
 ------
 ``Session(session_id, config=SessionSettings(), audio_out_mode="events"|"stream",
-limits=ServerLimits(), dialect="ga"|"beta")``
+limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events=True)``
 
 * ``start(now_ms)`` -> ``session.created`` (+ ``ConfigureListen`` with VAD on).
   Calling any other input first starts the session implicitly, so a
@@ -37,6 +37,10 @@ limits=ServerLimits(), dialect="ga"|"beta")``
 * ``transcription_result(item_id, text, now_ms, error=None)`` - the answer to
   a ``TranscribeBuffer`` command (error: same dict shape as above).
 * ``playback_progress(item_id, played_ms, now_ms)`` - what the listener heard.
+* ``pump_output(now_ms)`` - release the held output that is due; call it at
+  ``next_output_ms`` (None: nothing due until another input).
+* ``pause_output(now_ms)`` / ``resume_output(now_ms)`` - hold the active
+  reply's audio where it is / release it again from there (below).
 * ``tick(now_ms)`` - timers: server-VAD ``idle_timeout_ms``, the maximum
   session duration (``ServerLimits.max_session_s``) and the idle limit
   (``ServerLimits.idle_timeout_s``: no client event or audio -> ``error``
@@ -51,7 +55,28 @@ limits=ServerLimits(), dialect="ga"|"beta")``
 
 Outputs: ``SendEvent``, ``FeedListen``, ``ConfigureListen``, ``StopListen``,
 ``TranscribeBuffer``, ``StartResponse``, ``CancelResponse``, ``AudioOut``,
-``FlushAudio``, ``Close`` (see commands.py).
+``FlushAudio``, ``PauseAudio``, ``ResumeAudio``, ``Close`` (see commands.py).
+
+Output pacing, pause and resume
+-------------------------------
+With ``output_lead_ms`` > 0 a reply's audio (``response.output_audio.delta``
+of 40 ms, or ``AudioOut`` of 100 ms) and the events that follow it
+(transcript deltas, the ``*.done`` events, ``response.done``) are held in an
+:class:`~voice_server.session.output_pacer.OutputPacer` and released so that
+the listener holds at most ``output_lead_ms`` it has not played
+(``pump_output`` at ``next_output_ms``).  Events that are not the reply's go
+out at once.  The reply stays active until its last audio is released, so a
+barge-in cancels it; on the WebSocket the pacer's playout model gives the
+played position and the barge-in truncates there (``conversation.item.truncated``
+after ``response.done``; the item keeps the audio the client received as its
+length, so the client's own truncate is still accepted).
+``pause_output`` stops the release (generation goes on into the pacer; stream
+transports get ``PauseAudio`` and hold their queue) and ``resume_output``
+goes on from there, the same response and item.  Both send an extension
+event, ``voice_agent.output_audio.paused`` / ``.resumed`` (``response_id``,
+``item_id``, ``audio_end_ms``: the played position), unless
+``extension_events`` is False.  A cancel while paused drops what is held and
+truncates as above.
 
 Turn taking
 -----------
@@ -107,10 +132,16 @@ from .config import ServerLimits, SessionSettings, session_to_wire
 from .errors import ClientError
 from .input_buffer import InputBuffer
 from .items import Content, Conversation, Item
+from .output_pacer import OutputPacer
 from .playback import Playback
 from .responses import Responses, _Response
 from .server_events import EventFactory, IdFactory, error_body
 from .turns import Turns
+
+
+# audio per released slice when pacing: WebSocket deltas of 40 ms; stream
+# transports get 100 ms (five Twilio frames, one mark)
+OUTPUT_SLICE_MS = {"events": 40.0, "stream": 100.0}
 
 
 class Session(ClientEventHandlers, Turns, Responses, Playback):
@@ -121,7 +152,8 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
 
     def __init__(self, session_id: str, config: SessionSettings | None = None,
                  audio_out_mode: str = "events", limits: ServerLimits | None = None,
-                 dialect: str = "ga") -> None:
+                 dialect: str = "ga", output_lead_ms: float = 0.0,
+                 extension_events: bool = True) -> None:
         if audio_out_mode not in ("events", "stream"):
             raise ValueError("audio_out_mode must be 'events' or 'stream'")
         self.session_id = session_id
@@ -153,6 +185,11 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
         # responses
         self._active: _Response | None = None
         self._last_audio: _Response | None = None
+        # output pacing and pause (output_pacer.py, playback.py)
+        self._pacer = OutputPacer(output_lead_ms)
+        self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
+        self._paused_item: str | None = None  # item a stream transport holds paused
+        self.extension_events = extension_events
         self._idle_deadline: float | None = None
         # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
         self._last_traffic_ms: float | None = None
@@ -327,10 +364,11 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
         out: list[Command] = []
         r = self._active
         if r is not None:
-            if r.started:
+            if r.started and not r.generated:
                 out.append(CancelResponse(r.id, "disconnected"))
             r.done = True
             self._active = None
+        self._pacer.drop()
         if self._listening is not None:
             self._listening = None
             out.append(StopListen())

@@ -1,16 +1,82 @@
-"""Playback and truncation (stream-mode transports: WebRTC, Twilio): what the
-listener has heard (``playback_progress``), ``output_audio_buffer.clear`` /
-``.stopped``, cutting the assistant item to the audio that was played, and
-barge-in over a reply that finished generating but is still playing.  Part of
-:class:`voice_server.session.Session` (core.py), split out by section."""
+"""Playback and truncation: what the listener has heard
+(``playback_progress`` from stream transports, the output pacer's playout
+model on the WebSocket), pausing and resuming the reply's audio
+(``pause_output`` / ``resume_output`` and their extension events),
+``output_audio_buffer.clear`` / ``.stopped``, cutting the assistant item to
+the audio that was played, and barge-in over a reply that finished generating
+but is still playing.  Part of :class:`voice_server.session.Session`
+(core.py), split out by section."""
 
 from __future__ import annotations
 
-from .commands import Command, FlushAudio
+from .commands import Command, FlushAudio, PauseAudio, ResumeAudio, SendEvent
 from .responses import _Response
+
+PAUSED_EVENT = "voice_agent.output_audio.paused"
+RESUMED_EVENT = "voice_agent.output_audio.resumed"
 
 
 class Playback:
+    def pause_output(self, now_ms: float) -> list[Command]:
+        """Stop releasing the active reply's audio, keeping it: generation goes
+        on into the held buffer (OutputPacer), a stream transport holds what it
+        has queued (``PauseAudio``).  The listener still plays what it already
+        holds (at most ``output_lead_ms``; nothing on WebRTC, whose track
+        stops).  ``voice_agent.output_audio.paused`` says where playback is.
+        Nothing when no reply with audio is active or it is paused already."""
+        r = self._active
+        if self.closed or r is None or not r.audio or self._pacer.paused:
+            return []
+        self._pacer.paused = True
+        out: list[Command] = []
+        if self.audio_out_mode == "stream" and r.item is not None:
+            self._paused_item = r.item.id
+            out.append(PauseAudio(r.item.id))
+        out += self._extension_event(PAUSED_EVENT, r, now_ms)
+        return out
+
+    def resume_output(self, now_ms: float) -> list[Command]:
+        """Release the paused reply again from exactly where it stopped (the
+        same response and item; no ``response.done`` in between)."""
+        r = self._active
+        if self.closed or not self._pacer.paused:
+            return []
+        self._pacer.paused = False
+        out: list[Command] = []
+        if self._paused_item is not None:
+            out.append(ResumeAudio(self._paused_item))
+            self._paused_item = None
+        if r is not None:
+            out += self._extension_event(RESUMED_EVENT, r, now_ms)
+        return out + self.pump_output(now_ms)
+
+    @property
+    def output_paused(self) -> bool:
+        return self._pacer.paused
+
+    @property
+    def output_held(self) -> bool:
+        """A reply's output is still held for release (pacing or a pause)."""
+        return self._pacer.holding or (self._active is not None and self._active.generated)
+
+    def played_position_ms(self, now_ms: float) -> float:
+        """Where the listener is in the active (or last) reply's audio: the
+        transport's report on stream transports, else the playout model."""
+        r = self._active or self._last_audio
+        item = r.item if r is not None else None
+        if self.audio_out_mode == "stream" and item is not None and item.played_ms is not None:
+            return item.played_ms
+        return self._pacer.played_ms(now_ms)
+
+    def _extension_event(self, type_: str, r: _Response, now_ms: float) -> list[Command]:
+        """An event outside the Realtime API (``voice_agent.*``), sent only
+        to sessions that take them (``extension_events``)."""
+        if not self.extension_events:
+            return []
+        return [SendEvent(self._ev.make(
+            type_, response_id=r.id, item_id=r.item.id if r.item else None,
+            audio_end_ms=int(self.played_position_ms(now_ms))))]
+
     def _interrupt_playback(self) -> list[Command]:
         """Barge-in over a reply that finished generating but is still playing
         (stream mode: a phone network holds seconds of it, a WebRTC track its
@@ -28,6 +94,8 @@ class Playback:
         if r is None:
             return []
         out: list[Command] = []
+        if r is self._active:
+            self._drop_held(r)  # the client cut the audio: what is held goes too
         if self.audio_out_mode == "stream" and r.item is not None:
             out.append(FlushAudio(r.item.id))
             out += self._truncate_to_played(r, before_done=False)

@@ -15,7 +15,7 @@ from runtime.errors import ErrorCode
 from runtime.models.voice_contract import ERROR_CODES, SPEAK, THINK, SpeakChunk
 
 from ..audio_codec import StreamResampler, encode_wire_audio
-from .commands import AudioOut, CancelResponse, Command, FlushAudio, StartResponse
+from .commands import AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, StartResponse
 from .items import Content, Item, Segment
 from .server_events import content_part, response_object, zero_usage
 
@@ -44,6 +44,10 @@ class _Response:
     first_audio_ms: float | None = None
     buffer_started: bool = False
     playback_stopped: bool = False
+    # generation completed while the pacer still held audio: response.done
+    # waits for the last of it (pump_output); the usage to report then
+    generated: bool = False
+    usage: dict | None = None
 
     @property
     def audio(self) -> bool:
@@ -60,6 +64,7 @@ class Responses:
                       output_format=s.output_format, voice=s.voice,
                       input_messages=input_messages)
         self._active = r
+        self._pacer.reset()
         self._unanswered = False
         self._idle_deadline = None
         out: list[Command] = [self._send("response.created",
@@ -146,6 +151,7 @@ class Responses:
         if audio.size == 0 and not text:
             return []
         out = self._ensure_item(r)
+        held: list[tuple[Command, float]] = []
         item = r.item
         if text and r.transcript and not r.transcript[-1].isspace() and not text[0].isspace():
             text = " " + text
@@ -158,23 +164,36 @@ class Responses:
             if self.audio_out_mode == "stream":
                 if not r.buffer_started:
                     r.buffer_started = True
-                    out.append(self._send("output_audio_buffer.started", response_id=r.id))
-                out.append(AudioOut(r.id, item.id, audio, sr))
+                    held.append((self._send("output_audio_buffer.started", response_id=r.id),
+                                 0.0))
+                held += [(AudioOut(r.id, item.id, part, sr), part.size * 1000.0 / sr)
+                         for part in self._slices(audio, sr)]
                 item.audio_ms += dur
             else:
-                out += self._audio_delta(r, audio, sr)
+                held += self._audio_delta(r, audio, sr)
         if text:
             r.transcript += text
             item.content[0].transcript = r.transcript
-            out.append(self._send("response.output_audio_transcript.delta", response_id=r.id,
-                                  item_id=item.id, output_index=0, content_index=0, delta=text))
+            held.append((self._send("response.output_audio_transcript.delta", response_id=r.id,
+                                    item_id=item.id, output_index=0, content_index=0,
+                                    delta=text), 0.0))
         self._last_audio = r
-        return out
+        self._pacer.hold([c for c, _ in held], [ms for _, ms in held])
+        return out + self._pacer.release(now_ms)
+
+    def _slices(self, pcm: np.ndarray, sr: int) -> list[np.ndarray]:
+        """Audio cut to the pacer's step (``output_slice_ms``) when pacing, so
+        the listener is never more than one step beyond the lead."""
+        step = int(sr * self.output_slice_ms / 1000) if self._pacer.paced else 0
+        if step <= 0 or pcm.size <= step:
+            return [pcm]
+        return [pcm[i:i + step] for i in range(0, pcm.size, step)]
 
     def _audio_delta(self, r: _Response, audio: np.ndarray, sr: int,
-                     flush: bool = False) -> list[Command]:
+                     flush: bool = False) -> list[tuple[Command, float]]:
+        """``response.output_audio.delta`` events, each with its audio ms."""
         fmt = r.output_format
-        out: list[Command] = []
+        out: list[tuple[Command, float]] = []
         pcm = np.zeros(0, np.int16)
         if r.resampler is not None and (flush or r.resampler.in_rate != sr):
             pcm = r.resampler.flush()  # tail of the previous rate
@@ -186,10 +205,12 @@ class Responses:
             return out
         r.out_samples += pcm.size
         r.item.audio_ms = r.out_samples * 1000.0 / fmt.sample_rate
-        data = encode_wire_audio(pcm, fmt.type)
-        out.append(self._send("response.output_audio.delta", response_id=r.id, item_id=r.item.id,
-                              output_index=0, content_index=0,
-                              delta=base64.b64encode(data).decode("ascii")))
+        for part in self._slices(pcm, fmt.sample_rate):
+            data = encode_wire_audio(part, fmt.type)
+            out.append((self._send("response.output_audio.delta", response_id=r.id,
+                                   item_id=r.item.id, output_index=0, content_index=0,
+                                   delta=base64.b64encode(data).decode("ascii")),
+                        part.size * 1000.0 / fmt.sample_rate))
         return out
 
     def _done_events(self, r: _Response, status: str, details: dict | None,
@@ -230,8 +251,10 @@ class Responses:
         out: list[Command] = []
         if r is None:
             return list(between or [])
-        if r.started:
+        if r.started and not r.generated:
             out.append(CancelResponse(r.id, reason_cmd or reason))
+        cut = self._pacer.holding  # audio made that the listener will never get
+        paused_item = self._drop_held(r)
         truncated_end = None
         if flush and self.audio_out_mode == "stream" and r.item is not None and r.audio:
             out.append(FlushAudio(r.item.id))
@@ -241,13 +264,59 @@ class Responses:
             if r.item.played_ms is not None and int(r.item.played_ms) < r.item.max_truncate_ms():
                 truncated_end = int(r.item.played_ms)
                 self._truncate_to_played(r, before_done=True)
+        elif paused_item is not None:
+            out.append(ResumeAudio(paused_item))  # not flushed: let the track go on
         out += list(between or [])
         out += self._done_events(r, "cancelled", {"type": "cancelled", "reason": reason}, None)
         if truncated_end is not None and r.in_conversation:
             out.append(self._send("conversation.item.truncated", item_id=r.item.id,
                                   content_index=0, audio_end_ms=truncated_end))
+        if flush and self.audio_out_mode == "events":
+            out += self._truncate_to_model(r, now_ms, cut)
         self._set_idle_deadline(r, now_ms)
         return out
+
+    def _drop_held(self, r: _Response) -> str | None:
+        """The reply ends early: forget the audio still held and cut its item
+        to what was released (the listener never got the rest).  Returns the
+        item a stream transport holds paused, if any."""
+        paused_item = self._paused_item
+        self._paused_item = None
+        self._pacer.paused = False
+        if not self._pacer.holding:
+            return paused_item
+        self._pacer.drop()
+        item = r.item
+        if item is not None and r.audio and self._pacer.released_ms < item.audio_ms:
+            item.truncate(self._pacer.released_ms)
+            r.transcript = item.content[0].transcript or ""
+        return paused_item
+
+    def _unpause_transport(self, r: _Response) -> list[Command]:
+        """The reply ended early without a flush: drop what is held and let a
+        stream transport play (and then forget) the paused item's queue."""
+        paused_item = self._drop_held(r)
+        return [ResumeAudio(paused_item)] if paused_item is not None else []
+
+    def _truncate_to_model(self, r: _Response, now_ms: float, cut: bool) -> list[Command]:
+        """Events mode, paced: the server knows what the client has played
+        (OutputPacer's playout model), so a barge-in truncates the item there
+        without the client's ``conversation.item.truncate``.  ``audio_ms``
+        stays what the client received, so a client that sends its own
+        truncate for a position it reached meanwhile is still accepted.  ``cut``:
+        held audio was dropped, so the item is cut even where the client
+        played all it received."""
+        item = r.item
+        if not self._pacer.paced or item is None or not r.audio or not r.in_conversation:
+            return []
+        received = item.audio_ms
+        end = min(int(self._pacer.played_ms(now_ms)), item.max_truncate_ms())
+        if end >= item.max_truncate_ms() and not cut:
+            return []
+        item.truncate(end)
+        item.audio_ms = received
+        return [self._send("conversation.item.truncated", item_id=item.id, content_index=0,
+                           audio_end_ms=end)]
 
     def response_finished(self, response_id: str, status: str, error: dict | None,
                           now_ms: float, usage: dict | None = None) -> list[Command]:
@@ -257,11 +326,18 @@ class Responses:
         out: list[Command] = []
         if status == "completed":
             if r.audio and r.item is not None and self.audio_out_mode == "events":
-                out += self._audio_delta(r, np.zeros(0, np.int16), 0, flush=True)
+                tail = self._audio_delta(r, np.zeros(0, np.int16), 0, flush=True)
+                self._pacer.hold([c for c, _ in tail], [ms for _, ms in tail])
+                out += self._pacer.release(now_ms)
+            if self._pacer.holding or self._pacer.paused:
+                r.generated, r.usage = True, usage  # response.done after the last audio
+                return out
             out += self._done_events(r, "completed", None, usage)
         elif status == "cancelled":
+            out += self._unpause_transport(r)
             out += self._done_events(r, "cancelled", {"type": "cancelled", "reason": None}, usage)
         else:
+            out += self._unpause_transport(r)
             err = error or {}
             code = err.get("code") if err.get("code") in ERROR_CODES else ErrorCode.INTERNAL.value
             etype = "invalid_request_error" if code == ErrorCode.BAD_INPUT.value else "server_error"
@@ -272,6 +348,26 @@ class Responses:
         self._set_idle_deadline(r, now_ms)
         out += self._maybe_stop_playback(r)
         return out
+
+    def pump_output(self, now_ms: float) -> list[Command]:
+        """Release the held output that is due (call at :attr:`next_output_ms`);
+        the reply's ``response.done`` follows its last audio."""
+        if self.closed:
+            return []
+        out = self._pacer.release(now_ms)
+        r = self._active
+        if r is not None and r.generated and not r.done and not self._pacer.holding \
+                and not self._pacer.paused:
+            out += self._done_events(r, "completed", None, r.usage)
+            self._set_idle_deadline(r, now_ms)
+            out += self._maybe_stop_playback(r)
+        return out
+
+    @property
+    def next_output_ms(self) -> float | None:
+        """When :meth:`pump_output` has something to release (session clock);
+        None while nothing is held or the output is paused."""
+        return None if self.closed else self._pacer.due_ms
 
     def _set_idle_deadline(self, r: _Response, now_ms: float) -> None:
         td = self.settings.turn_detection

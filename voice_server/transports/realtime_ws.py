@@ -17,6 +17,14 @@ Auth: ``Authorization: Bearer KEY``, or for browsers the subprotocols
 offered).  Keys come from :class:`voice_server.settings.ServerSettings`;
 Origin, keys, client secrets and ``max_sessions`` are judged by
 :func:`voice_server.transports.access.admit_session`, as on every transport.
+
+Output pacing: ``response.output_audio.delta`` events go out at the rate of
+real time, so the client holds at most ``ServerSettings.output_lead_ms`` of
+audio beyond what it has played (assuming it plays what it gets at once);
+the session therefore knows the played position, truncates a barged-in reply
+there itself, and can pause a reply (``voice_agent.output_audio.paused`` /
+``.resumed``, unless ``extension_events`` is off).
+
 A client secret ``ek_...`` (``POST /v1/realtime/client_secrets``) works in
 either place instead of a key: single-use, expiring; its session config and
 session id apply to the session (401 ``invalid_client_secret`` otherwise).
@@ -107,7 +115,8 @@ class RealtimeEndpoint:
             except ClientError as exc:
                 log.info("client secret's session config no longer valid: %s", exc.message)
         session = Session(session_id, config, audio_out_mode="events",
-                          limits=s.limits, dialect=dialect)
+                          limits=s.limits, dialect=dialect, output_lead_ms=s.output_lead_ms,
+                          extension_events=s.extension_events)
 
         async def send_event(ev: dict) -> None:
             await ws.send_text(json.dumps(ev, separators=(",", ":"), ensure_ascii=False))

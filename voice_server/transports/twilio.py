@@ -16,13 +16,18 @@ and :class:`SessionRunner` unchanged; this module only translates:
 * inbound mu-law -> int16 PCM -> ``runner.input_audio(pcm, 8000)``;
 * ``AudioOut`` -> resampled to 8 kHz (stateful, per item) -> mu-law ->
   ``media`` messages of 20 ms (160 bytes), a ``mark`` after every 200 ms and
-  after each chunk, named ``"<item_id>:<ms>"`` (ms of that item's audio sent
-  so far).  Before an
+  after each chunk (a 100 ms slice when paced), named ``"<item_id>:<ms>"``
+  (ms of that item's audio sent so far).  Before an
   item's first frame goes a ``"<item_id>:0:start"`` mark, after its last
   (on ``response.done``) a ``"<item_id>:<ms>:end"`` mark (the tail frame is
   padded with mu-law silence).  Twilio echoes a mark once the audio before it
   has played: the echo becomes ``runner.playback_progress(item_id, ms)``, so
   the session knows what the caller heard and barge-in truncates to it.
+* Pacing: the session releases ``AudioOut`` in real time (100 ms slices), so
+  Twilio holds at most ``ServerSettings.output_lead_ms`` of unplayed audio;
+  a paused reply (``Session.pause_output``) simply stops sending ``media``
+  (Twilio plays out what it holds) and resumes where it stopped; only a
+  cancel sends ``clear``.
 * ``FlushAudio`` (barge-in) -> every queued frame of the item is dropped and
   ``clear`` is sent next.  The session core flushes an active response, and
   also a finished reply that is still playing (the marks tell it what was
@@ -248,7 +253,8 @@ class TwilioCall:
         config = SessionSettings(model=s.model, instructions=s.instructions, voice=s.voice,
                                  max_output_tokens=s.max_output_tokens)
         self.session = Session("sess_" + secrets.token_hex(10), config, audio_out_mode="stream",
-                               limits=s.limits)
+                               limits=s.limits, output_lead_ms=s.output_lead_ms,
+                               extension_events=False)  # no channel for events
         self.runner = SessionRunner(self.session, self.ep.pipeline, self._send_event,
                                     send_audio=self._send_audio, flush_audio=self._flush_audio,
                                     on_close=self._on_runner_close,

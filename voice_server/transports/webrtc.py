@@ -32,6 +32,9 @@ Media and events:
   paced in real time (20 ms frames); the session runs with
   ``audio_out_mode="stream"``: ``AudioOut`` fills the track's queue,
   ``FlushAudio`` (barge-in, ``output_audio_buffer.clear``) empties it at once,
+  ``PauseAudio`` / ``ResumeAudio`` hold its queue (silence goes out meanwhile)
+  and let it go on; the session releases audio into it in real time with
+  ``output_lead_ms`` ahead, so the queue stays short,
   and every frame sent reports ``playback_progress`` so truncation knows what
   was heard.  The core emits ``output_audio_buffer.started`` (first audio of
   a response), ``.cleared`` (flush) and ``.stopped`` (everything played).
@@ -153,6 +156,12 @@ class Call:
 
     async def flush_audio(self, item_id: str) -> None:
         self.out_track.flush(item_id)
+
+    async def pause_audio(self, item_id: str) -> None:
+        self.out_track.pause(item_id)
+
+    async def resume_audio(self, item_id: str) -> None:
+        self.out_track.resume(item_id)
 
     async def on_close(self, code: int, reason: str) -> None:
         log.info("call %s: session closed (%s %s)", self.id, code, reason)
@@ -407,7 +416,9 @@ class WebRTCEndpoint:
                 config = apply_session_update(config, sess_cfg, s.limits)
             except ClientError as exc:  # validated at mint time; the limits may have changed
                 return _error(400, exc.code or "invalid_value", exc.message, param=exc.param)
-        session = Session(session_id, config, audio_out_mode="stream", limits=s.limits)
+        session = Session(session_id, config, audio_out_mode="stream", limits=s.limits,
+                          output_lead_ms=s.output_lead_ms,
+                          extension_events=s.extension_events)
         call_id = "rtc_" + secrets.token_hex(12)
         pc = RTCPeerConnection(rtc_configuration(s.ice_servers))
         call = Call(self, call_id, pc, session)
@@ -444,6 +455,7 @@ class WebRTCEndpoint:
 
         runner = SessionRunner(session, self.pipeline, call.send_event,
                                send_audio=call.send_audio, flush_audio=call.flush_audio,
+                               pause_audio=call.pause_audio, resume_audio=call.resume_audio,
                                on_close=call.on_close, options=RunnerOptions.from_settings(s),
                                transport="webrtc")
         call.runner = runner

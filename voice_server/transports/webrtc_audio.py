@@ -8,7 +8,9 @@
   audio sent so far), which the transport forwards to
   ``Session.playback_progress`` - truncation on barge-in uses it.
   ``flush(item_id)`` drops the queued audio of that item at once (barge-in,
-  ``output_audio_buffer.clear``).
+  ``output_audio_buffer.clear``); ``pause(item_id)`` sends silence instead
+  of that item's audio, keeping it queued, until ``resume(item_id)`` (or a
+  flush of it).
 * :func:`frame_to_mono` - an aiortc/PyAV ``AudioFrame`` (the decoded Opus
   mic, usually s16 stereo 48 kHz) to int16 mono.
 """
@@ -130,6 +132,7 @@ def _track_class():
             self._q: deque = deque()  # (item, int16 ndarray at 48 kHz)
             self._queued = 0
             self._items: dict[str, _ItemAudio] = {}
+            self._paused: str | None = None  # item whose audio is held
             self.pacer = FramePacer(OUT_RATE, clock)
             self.frames_sent = 0
             self.audible_frames = 0
@@ -171,7 +174,16 @@ def _track_class():
             self._queued -= dropped
             if item_id is not None and item_id in self._items:
                 self._items[item_id].flushed = True
+            if item_id is None or item_id == self._paused:
+                self._paused = None
             return dropped
+
+        def pause(self, item_id: str) -> None:
+            self._paused = item_id
+
+        def resume(self, item_id: str) -> None:
+            if self._paused == item_id:
+                self._paused = None
 
         @property
         def queued_ms(self) -> float:
@@ -181,7 +193,7 @@ def _track_class():
         def _next_samples(self) -> tuple[np.ndarray, list]:
             need = FRAME_SAMPLES
             parts, touched = [], []
-            while need and self._q:
+            while need and self._q and self._q[0][0].item_id != self._paused:
                 it, pcm = self._q[0]
                 take = pcm[:need]
                 if take.size == pcm.size:

@@ -276,3 +276,33 @@ def test_output_held_until_the_paced_reply_is_out():
     assert s.output_held
     run_clock(s, 2000, 5)
     assert not s.output_held and s.active_response_id is None
+
+
+def test_a_sound_pauses_the_reply_a_click_resumes_it_speech_cancels_it():
+    """The listen stage's onset (first speech frame) pauses the playing reply at
+    once; onset_dropped (too short to be speech: a cough, a click) resumes it,
+    same response; speech_started (min_speech_ms of speech) cancels it as before."""
+    s = paced()
+    rid = start_reply(s)
+    s.response_chunk(rid, "speak", speak("One two three four five six.", 3000), 0.0)
+    run_clock(s, 500, 0.0)
+    paused = s.listen_event({"type": "onset", "audio_start_ms": 9000}, 500.0)
+    assert [e["type"] for e in evs(paused)] == ["voice_agent.output_audio.paused"]
+    assert s.output_paused
+    resumed = s.listen_event({"type": "onset_dropped"}, 620.0)
+    assert evs(resumed)[0]["type"] == "voice_agent.output_audio.resumed"
+    assert not s.output_paused and s.active_response_id == rid
+    assert not [e for e in evs(resumed) if e["type"] == "response.done"]
+    s.listen_event({"type": "onset", "audio_start_ms": 9500}, 900.0)
+    cancelled = s.listen_event({"type": "speech_started", "audio_start_ms": 9500}, 1150.0)
+    types_ = [e["type"] for e in evs(cancelled)]
+    assert types_[0] == "input_audio_buffer.speech_started"
+    done = [e for e in evs(cancelled) if e["type"] == "response.done"]
+    assert done and done[0]["response"]["status"] == "cancelled"
+    assert s.listen_event({"type": "onset_dropped"}, 1200.0) == []   # nothing to resume
+
+
+def test_an_onset_with_no_reply_playing_changes_nothing():
+    s = paced()
+    assert s.listen_event({"type": "onset", "audio_start_ms": 100}, 10.0) == []
+    assert s.listen_event({"type": "onset_dropped"}, 20.0) == []

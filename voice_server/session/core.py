@@ -182,6 +182,7 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
         self._unanswered = False
         self._pending_transcripts: dict[str, int] = {}  # item_id -> content_index
         self._prepared = False  # a reply is being prepared during the pause (PrepareReply)
+        self._paused_for_onset = False  # the reply was paused when the caller made a sound
         # responses
         self._active: _Response | None = None
         self._last_audio: _Response | None = None

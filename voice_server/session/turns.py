@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import (FINAL, LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED, SPEECH_STOPPED,
+from runtime.models.voice_contract import (FINAL, LISTEN_RATE_HZ, ONSET, ONSET_DROPPED, PARTIAL,
+                                           SPEECH_STARTED, SPEECH_STOPPED,
                                            TURN_CONTINUES, TURN_LIKELY_OVER, final_event,
                                            speech_stopped_event)
 
@@ -88,11 +89,34 @@ class Turns:
         elif t == FINAL and (vad or self._speech_item or self._awaiting_final):
             out += self._final(str(ev.get("text", "")), int(ev.get("audio_start_ms", 0)),
                                int(ev.get("audio_end_ms", 0)), now_ms)
+        elif t == ONSET and vad:
+            out += self._onset(now_ms)
+        elif t == ONSET_DROPPED and vad:
+            out += self._onset_dropped(now_ms)
         elif t == TURN_LIKELY_OVER and vad:
             out += self._prepare_reply(str(ev.get("text", "")).strip())
         elif t == TURN_CONTINUES and vad:
             out += self._drop_prepared()
         return out
+
+    def _onset(self, now_ms: float) -> list[Command]:
+        """The caller started to make a sound while a reply plays: pause it at once
+        (not cancel: a cough or a click must not end the reply).  speech_started,
+        which needs min_speech_ms of speech, then cancels it as before; a sound
+        too short to be speech (onset_dropped) resumes it where it stopped."""
+        td = self.settings.turn_detection
+        if td is None or not td.interrupt_response or self._active is None \
+                or self.output_paused:
+            return []
+        out = self.pause_output(now_ms)
+        self._paused_for_onset = bool(out) or self.output_paused
+        return out
+
+    def _onset_dropped(self, now_ms: float) -> list[Command]:
+        if not self._paused_for_onset:
+            return []
+        self._paused_for_onset = False
+        return self.resume_output(now_ms)
 
     def _prepare_reply(self, text: str) -> list[Command]:
         """Preemptive generation: start the reply this turn would get while the
@@ -131,6 +155,7 @@ class Turns:
         self._speech_item = self.ids.new("item")
         self._speech_start_ms = audio_start_ms
         self._idle_deadline = None
+        self._paused_for_onset = False   # real speech: the reply is cancelled below
         started = self._send("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms,
                              item_id=self._speech_item)
         td = self.settings.turn_detection

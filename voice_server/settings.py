@@ -43,7 +43,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .session.config import ServerLimits
+from .session.config import ServerLimits, SessionSettings, TurnDetection
 
 
 class ServerSettings(BaseModel):
@@ -95,6 +95,17 @@ class ServerSettings(BaseModel):
     # voice_agent.* events (voice_agent.output_audio.paused / .resumed) on the
     # WebSocket and the WebRTC data channel; False: only Realtime API events
     extension_events: bool = True
+    # turn detection of a new session, before any session.update: the Realtime
+    # default (server_vad, 500 ms of silence) unless the YAML names another,
+    # e.g. {type: semantic_vad, eagerness: auto} (env VOICE_AGENT_TURN_DETECTION=
+    # server_vad | semantic_vad | semantic_vad:<eagerness>)
+    turn_detection: Optional[TurnDetection] = None
+
+    def session_defaults(self, model: str | None = None) -> SessionSettings:
+        """What a new session starts with, on every transport."""
+        extra = {"turn_detection": self.turn_detection} if self.turn_detection else {}
+        return SessionSettings(model=(model or self.model)[:256], instructions=self.instructions,
+                               voice=self.voice, max_output_tokens=self.max_output_tokens, **extra)
 
     @property
     def auth_required(self) -> bool:
@@ -140,6 +151,10 @@ class ServerSettings(BaseModel):
         ext = env.get("VOICE_AGENT_EXTENSION_EVENTS")
         if ext is not None and ext.strip():
             data["extension_events"] = ext.strip().lower() not in ("0", "false", "no", "off")
+        td = env.get("VOICE_AGENT_TURN_DETECTION")
+        if td:
+            kind, _, eagerness = td.strip().partition(":")
+            data["turn_detection"] = {"type": kind, **({"eagerness": eagerness} if eagerness else {})}
         if env.get("VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES"):
             data["datachannel_max_message_bytes"] = int(
                 env["VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES"])

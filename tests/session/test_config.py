@@ -142,3 +142,25 @@ def test_beta_dialect_renames_output_events():
     assert "response.audio.delta" in t and "response.audio_transcript.delta" in t
     assert "response.audio.done" in t and "conversation.item.created" in t
     assert "response.output_audio.delta" not in t
+
+
+def test_the_server_default_turn_detection_reaches_every_new_session():
+    import pydantic
+    import pytest
+
+    from voice_server.settings import ServerSettings
+
+    yaml_semantic = ServerSettings.from_sources(
+        {"server": {"turn_detection": {"type": "semantic_vad", "eagerness": "high"}}}, env={})
+    td = yaml_semantic.session_defaults().turn_detection
+    assert (td.type, td.eagerness) == ("semantic_vad", "high")
+    env = ServerSettings.from_sources({}, env={"VOICE_AGENT_TURN_DETECTION": "semantic_vad:low"})
+    assert env.session_defaults("m").turn_detection.eagerness == "low"
+    assert env.session_defaults("m").model == "m"
+    assert ServerSettings.from_sources({}, env={}).session_defaults().turn_detection.type == \
+        "server_vad"                                  # the Realtime default
+    with pytest.raises(pydantic.ValidationError):
+        ServerSettings.from_sources({}, env={"VOICE_AGENT_TURN_DETECTION": "psychic_vad"})
+    s = Session("sess_d", yaml_semantic.session_defaults())
+    [listen] = of(s.start(0), ConfigureListen)
+    assert listen.params["turn_mode"] == "semantic" and listen.params["eagerness"] == "high"

@@ -43,7 +43,7 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
 from ..runner import RunnerOptions, SessionRunner
-from ..session import Session, SessionSettings
+from ..session import Session
 from ..session.config import apply_session_update
 from ..session.errors import ClientError
 from ..settings import ServerSettings
@@ -105,8 +105,7 @@ class RealtimeEndpoint:
             return
         model = ws.query_params.get("model") or s.model
         dialect = "beta" if "realtime=v1" in (ws.headers.get("openai-beta") or "") else "ga"
-        config = SessionSettings(model=model[:256], instructions=s.instructions, voice=s.voice,
-                                 max_output_tokens=s.max_output_tokens)
+        config = s.session_defaults(model)
         sess_cfg = dict(secret.session) if secret is not None else {}
         session_id = sess_cfg.pop("_session_id", None) or "sess_" + secrets.token_hex(10)
         if sess_cfg:

@@ -82,7 +82,7 @@ from starlette.websockets import WebSocket, WebSocketState
 
 from ..audio_codec import StreamResampler, mulaw_decode, mulaw_encode
 from ..runner import RunnerOptions, SessionRunner
-from ..session import Session, SessionSettings
+from ..session import Session
 from ..settings import ServerSettings
 from .access import AdmissionTicket, admit, bearer_token, host_of, is_loopback, key_matches, \
     origin_allowed
@@ -250,8 +250,7 @@ class TwilioCall:
         cs = st.get("callSid")
         self.call_sid = cs[:128] if isinstance(cs, str) else None
         s = self.settings
-        config = SessionSettings(model=s.model, instructions=s.instructions, voice=s.voice,
-                                 max_output_tokens=s.max_output_tokens)
+        config = s.session_defaults()
         self.session = Session("sess_" + secrets.token_hex(10), config, audio_out_mode="stream",
                                limits=s.limits, output_lead_ms=s.output_lead_ms,
                                extension_events=False)  # no channel for events

@@ -73,7 +73,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..runner import RunnerOptions, SessionRunner
-from ..session import Session, SessionSettings
+from ..session import Session
 from ..session.config import apply_session_update, session_to_wire
 from ..session.errors import ClientError
 from ..settings import ServerSettings
@@ -341,7 +341,7 @@ class WebRTCEndpoint:
             ttl = float(ea["seconds"])
         sess = body.get("session") or {}
         try:
-            config = self._base_config(None)
+            config = self.settings.session_defaults()
             if sess:
                 apply_session_update(config, sess, self.settings.limits)
         except ClientError as exc:
@@ -358,11 +358,6 @@ class WebRTCEndpoint:
         wire = session_to_wire(effective, session_id, sec.expires_at)
         return JSONResponse({"value": sec.value, "expires_at": sec.expires_at,
                              "session": wire})
-
-    def _base_config(self, model: str | None) -> SessionSettings:
-        s = self.settings
-        return SessionSettings(model=(model or s.model)[:256], instructions=s.instructions,
-                               voice=s.voice, max_output_tokens=s.max_output_tokens)
 
     # ---------------------------------------------------------------- calls
     async def create_call(self, request: Request) -> Response:
@@ -410,7 +405,7 @@ class WebRTCEndpoint:
         secret = admitted.secret
         sess_cfg = dict(secret.session) if secret is not None else {}
         session_id = sess_cfg.pop("_session_id", None) or "sess_" + secrets.token_hex(10)
-        config = self._base_config(request.query_params.get("model"))
+        config = self.settings.session_defaults(request.query_params.get("model"))
         if sess_cfg:
             try:
                 config = apply_session_update(config, sess_cfg, s.limits)

@@ -107,6 +107,18 @@ class ARExecutor(Executor):
         Called exactly once per admitted request: on finish, failure or abort.
         """
 
+    @staticmethod
+    def not_steppable(request_id: int, state: Any) -> Any:
+        """What ``step`` answers for a request it cannot advance: one it never
+        prefilled (an error for that request alone) or one already finished."""
+        if state is None:
+            from runtime.errors import ErrorCode, StageError
+
+            return StageError(ErrorCode.INTERNAL, f"request {request_id} was not prefilled")
+        if state.finished:
+            return StepResult(None, True)
+        return None
+
 
 class ChunkExecutor(Executor):
     """Streaming executor: the scheduler feeds chunks as they arrive."""

@@ -236,21 +236,17 @@ def wire_sample_rate(fmt_type: str, rate: int | None = None) -> int:
 
 def decode_wire_audio(data: bytes, fmt_type: str) -> np.ndarray:
     """Wire bytes in ``fmt_type`` -> int16 PCM at :func:`wire_sample_rate`."""
-    if fmt_type == PCM:
-        return pcm16_from_bytes(data)
-    if fmt_type == PCMU:
-        return mulaw_decode(data)
-    if fmt_type == PCMA:
-        return alaw_decode(data)
-    raise ValueError(f"unknown audio format {fmt_type!r}")
+    return _codec(fmt_type)[0](data)
 
 
 def encode_wire_audio(pcm: np.ndarray, fmt_type: str) -> bytes:
     """int16 PCM (already at the format's rate) -> wire bytes."""
-    if fmt_type == PCM:
-        return pcm16_to_bytes(pcm)
-    if fmt_type == PCMU:
-        return mulaw_encode(pcm)
-    if fmt_type == PCMA:
-        return alaw_encode(pcm)
-    raise ValueError(f"unknown audio format {fmt_type!r}")
+    return _codec(fmt_type)[1](pcm)
+
+
+def _codec(fmt_type: str):
+    try:
+        return {PCM: (pcm16_from_bytes, pcm16_to_bytes), PCMU: (mulaw_decode, mulaw_encode),
+                PCMA: (alaw_decode, alaw_encode)}[fmt_type]
+    except KeyError:
+        raise ValueError(f"unknown audio format {fmt_type!r}") from None

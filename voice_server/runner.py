@@ -360,13 +360,17 @@ class SessionRunner:
         self._listen_ready.set()
 
     # -------------------------------------------------------------- the tasks
+    @staticmethod
+    async def _next(queue: deque, ready: asyncio.Event):
+        """The next item of a task's queue, waiting for one (the producer sets ``ready``)."""
+        while not queue:
+            ready.clear()
+            await ready.wait()
+        return queue.popleft()
+
     async def _writer(self) -> None:
         while True:
-            if not self._outbox:
-                self._outbox_ready.clear()
-                await self._outbox_ready.wait()
-                continue
-            kind, x = self._outbox.popleft()
+            kind, x = await self._next(self._outbox, self._outbox_ready)
             try:
                 if kind == "event":
                     await self._send_event(x)
@@ -419,11 +423,7 @@ class SessionRunner:
     async def _listen_writer(self) -> None:
         cur: _Listen | None = None
         while True:
-            if not self._listen_q:
-                self._listen_ready.clear()
-                await self._listen_ready.wait()
-                continue
-            kind, x = self._listen_q.popleft()
+            kind, x = await self._next(self._listen_q, self._listen_ready)
             if kind == "pcm":
                 # coalesce what queued up meanwhile: fewer, larger messages
                 parts = [x]

@@ -46,6 +46,27 @@ from pydantic import BaseModel, ConfigDict, Field
 from .session.config import ServerLimits, SessionSettings, TurnDetection
 
 
+# Environment variables naming a field (strings; pydantic converts and checks
+# scalars). Comma lists, booleans and the turn detection shorthand are parsed
+# in _from_env.
+_ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
+    "api_keys", "ice_hosts", "allowed_origins", "admin_keys", "max_sessions",
+    "twilio_auth_token", "drain_grace_s", "ws_max_message_bytes", "output_lead_ms",
+    "extension_events", "turn_detection", "datachannel_max_message_bytes")}
+_ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
+
+
+def _from_env(field: str, value: str) -> Any:
+    if field in _ENV_LISTS:
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if field == "extension_events":
+        return value.lower() not in ("0", "false", "no", "off")
+    if field == "turn_detection":      # server_vad | semantic_vad[:eagerness]
+        kind, _, eagerness = value.partition(":")
+        return {"type": kind, **({"eagerness": eagerness} if eagerness else {})}
+    return value
+
+
 class ServerSettings(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -126,38 +147,10 @@ class ServerSettings(BaseModel):
         extra = dict(extra or {})
         src = extra.get("server") if isinstance(extra.get("server"), dict) else extra
         data.update({k: v for k, v in src.items() if k in cls.model_fields})
-        keys = env.get("VOICE_AGENT_API_KEYS")
-        if keys is not None and keys.strip():
-            data["api_keys"] = [k.strip() for k in keys.split(",") if k.strip()]
-        ice_hosts = env.get("VOICE_AGENT_ICE_HOSTS")
-        if ice_hosts is not None and ice_hosts.strip():
-            data["ice_hosts"] = [h.strip() for h in ice_hosts.split(",") if h.strip()]
-        origins = env.get("VOICE_AGENT_ALLOWED_ORIGINS")
-        if origins is not None and origins.strip():
-            data["allowed_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
-        if env.get("VOICE_AGENT_MAX_SESSIONS"):
-            data["max_sessions"] = int(env["VOICE_AGENT_MAX_SESSIONS"])
-        if env.get("VOICE_AGENT_TWILIO_AUTH_TOKEN"):
-            data["twilio_auth_token"] = env["VOICE_AGENT_TWILIO_AUTH_TOKEN"]
-        admin = env.get("VOICE_AGENT_ADMIN_KEYS")
-        if admin is not None and admin.strip():
-            data["admin_keys"] = [k.strip() for k in admin.split(",") if k.strip()]
-        if env.get("VOICE_AGENT_DRAIN_GRACE_S"):
-            data["drain_grace_s"] = float(env["VOICE_AGENT_DRAIN_GRACE_S"])
-        if env.get("VOICE_AGENT_WS_MAX_MESSAGE_BYTES"):
-            data["ws_max_message_bytes"] = int(env["VOICE_AGENT_WS_MAX_MESSAGE_BYTES"])
-        if env.get("VOICE_AGENT_OUTPUT_LEAD_MS"):
-            data["output_lead_ms"] = float(env["VOICE_AGENT_OUTPUT_LEAD_MS"])
-        ext = env.get("VOICE_AGENT_EXTENSION_EVENTS")
-        if ext is not None and ext.strip():
-            data["extension_events"] = ext.strip().lower() not in ("0", "false", "no", "off")
-        td = env.get("VOICE_AGENT_TURN_DETECTION")
-        if td:
-            kind, _, eagerness = td.strip().partition(":")
-            data["turn_detection"] = {"type": kind, **({"eagerness": eagerness} if eagerness else {})}
-        if env.get("VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES"):
-            data["datachannel_max_message_bytes"] = int(
-                env["VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES"])
+        for name, value in env.items():
+            field = _ENV_FIELDS.get(name)
+            if field is not None and value.strip():
+                data[field] = _from_env(field, value.strip())
         lim = {k: env[f"VOICE_AGENT_LIMIT_{k.upper()}"] for k in ServerLimits.model_fields
                if env.get(f"VOICE_AGENT_LIMIT_{k.upper()}")}
         if lim:  # strings: pydantic converts them (lax mode) and checks them

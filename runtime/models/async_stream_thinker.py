@@ -173,11 +173,9 @@ class AsyncStreamThinker(ARExecutor):
         results: dict[int, Any] = {}
         for rid in request_ids:
             s = self._streams.get(rid)
-            if s is None:
-                results[rid] = StageError(ErrorCode.INTERNAL, f"request {rid} was not prefilled")
-                continue
-            if s.finished:
-                results[rid] = StepResult(None, True)
+            early = self.not_steppable(rid, s)
+            if early is not None:
+                results[rid] = early
                 continue
             parts: list[str] = []
             error = None

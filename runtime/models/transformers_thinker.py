@@ -157,11 +157,9 @@ class TransformersThinker(ARExecutor):
         advanced = 0
         for rid in request_ids:
             seq = self._seqs.get(rid)
-            if seq is None:
-                results[rid] = StageError(ErrorCode.INTERNAL, f"request {rid} was not prefilled")
-                continue
-            if seq.finished:
-                results[rid] = StepResult(None, True)
+            early = self.not_steppable(rid, seq)
+            if early is not None:
+                results[rid] = early
                 continue
             try:
                 if seq.pending is not None:

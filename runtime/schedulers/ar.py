@@ -101,17 +101,9 @@ class ARScheduler(Scheduler):
             self.running.remove(rid)
         if rid in self._admitted:
             self._admitted.discard(rid)
-            try:
-                self.executor.release(rid)
-            except Exception:  # noqa: BLE001 - release must not take the stage down
-                pass
-
-    def done(self, rid: int) -> Pending | None:
-        self._leave(rid)
-        return super().done(rid)
+            self._release(rid)
 
     def drop(self, rid: int) -> bool:
-        self._leave(rid)
         try:
             self.waiting.remove(rid)
         except ValueError:

@@ -118,10 +118,22 @@ class Scheduler:
     # ---- ends ----------------------------------------------------------------------
     def drop(self, rid: int) -> bool:
         """Abort or failure: forget the request everywhere; True if it was held."""
+        self._leave(rid)
         return self.requests.pop(rid, None) is not None
 
     def done(self, rid: int) -> Pending | None:
+        self._leave(rid)
         return self.requests.pop(rid, None)
+
+    def _leave(self, rid: int) -> None:
+        """A scheduler's own state for a request that ends (done or dropped)."""
+
+    def _release(self, rid: int) -> None:
+        """Give the executor's state for the request back; never takes the stage down."""
+        try:
+            self.executor.release(rid)
+        except Exception:  # noqa: BLE001 - a failing release must not end the stage
+            pass
 
     def held(self) -> list[int]:
         return list(self.requests)

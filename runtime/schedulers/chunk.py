@@ -212,7 +212,7 @@ class ChunkScheduler(Scheduler):
         if st and st.slices and rid in self.requests:
             self.order.append(rid)
 
-    def _forget(self, rid: int) -> None:
+    def _leave(self, rid: int) -> None:
         self.awaiting_end.discard(rid)
         st = self.streams.pop(rid, None)
         try:
@@ -220,15 +220,4 @@ class ChunkScheduler(Scheduler):
         except ValueError:
             pass
         if st is not None and st.opened:
-            try:
-                self.executor.release(rid)
-            except Exception:  # noqa: BLE001
-                pass
-
-    def done(self, rid: int) -> Pending | None:
-        self._forget(rid)
-        return super().done(rid)
-
-    def drop(self, rid: int) -> bool:
-        self._forget(rid)
-        return super().drop(rid)
+            self._release(rid)

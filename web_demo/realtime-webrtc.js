@@ -30,6 +30,8 @@ async function mintClientSecret(baseUrl, apiKey, model) {
   return body.value || (body.client_secret && body.client_secret.value) || null;
 }
 
+import { deliverServerEvent } from './server-events.js';
+
 function waitIceGathering(pc, timeoutMs) {
   if (pc.iceGatheringState === 'complete') return Promise.resolve();
   return new Promise((resolve) => {
@@ -92,16 +94,7 @@ export class WebRTCTransport {
         resolve();
       };
     });
-    dc.onmessage = (msg) => {
-      let ev;
-      try {
-        ev = JSON.parse(msg.data);
-      } catch (err) {
-        onEvent({ type: 'error', error: { type: 'client_error', code: 'bad_json', message: String(err) } });
-        return;
-      }
-      onEvent(ev);
-    };
+    dc.onmessage = (msg) => deliverServerEvent(msg.data, onEvent);
     dc.onclose = () => onState('closed', { code: 'datachannel', reason: 'data channel closed', byUs: this.closedByUs, opened: true });
 
     const offer = await pc.createOffer();

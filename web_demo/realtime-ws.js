@@ -5,6 +5,8 @@
 // Audio goes up as `input_audio_buffer.append` events (24 kHz PCM16, base64)
 // and comes down as `response.output_audio.delta` events.
 
+import { deliverServerEvent } from './server-events.js';
+
 function b64FromBytes(bytes) {
   let s = '';
   const step = 0x8000;
@@ -64,15 +66,7 @@ export class WebSocketTransport {
         resolve();
       };
       ws.onmessage = (msg) => {
-        if (typeof msg.data !== 'string') return;
-        let ev;
-        try {
-          ev = JSON.parse(msg.data);
-        } catch (err) {
-          onEvent({ type: 'error', error: { type: 'client_error', code: 'bad_json', message: String(err) } });
-          return;
-        }
-        onEvent(ev);
+        if (typeof msg.data === 'string') deliverServerEvent(msg.data, onEvent);
       };
       ws.onerror = () => {
         if (!opened) {

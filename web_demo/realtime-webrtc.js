@@ -9,6 +9,8 @@
 // remote track.  WebRTC-only events: output_audio_buffer.started|stopped|cleared
 // (server) and output_audio_buffer.clear (client).
 
+import { deliverServerEvent } from './server-events.js';
+
 async function mintClientSecret(baseUrl, apiKey, model) {
   let resp;
   try {
@@ -29,8 +31,6 @@ async function mintClientSecret(baseUrl, apiKey, model) {
   // GA shape {value, expires_at, session}; beta shape {client_secret: {value}}
   return body.value || (body.client_secret && body.client_secret.value) || null;
 }
-
-import { deliverServerEvent } from './server-events.js';
 
 function waitIceGathering(pc, timeoutMs) {
   if (pc.iceGatheringState === 'complete') return Promise.resolve();

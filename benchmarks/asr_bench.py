@@ -21,8 +21,12 @@ human sets are skipped with a message.
     .venv/bin/python -m benchmarks.asr_bench
     .venv/bin/python -m benchmarks.asr_bench --engines whisper-tiny.en,pocketsphinx
 
+Also the listen executor's peak RSS with 8 streams speaking at once, for
+pocketsphinx and the default Whisper, each in a process of its own.
+
 Prints a table; writes benchmarks/results/asr.json with keys
-``wer.<engine>.<set>`` and ``cpu_per_audio_s.<engine>``.
+``wer.<engine>.<set>``, ``cpu_per_audio_s.<engine>`` and
+``listen_rss_8_streams_mb.<engine>``.
 """
 
 from __future__ import annotations
@@ -124,10 +128,62 @@ def run_engine(name: str, args: dict, sets: dict[str, list[tuple[Clip, np.ndarra
     return {"wer": wers, "cpu_per_audio_s": round(cpu / max(audio_s, 1e-9), 4)}
 
 
+LISTEN_RSS = r"""
+import json, sys, time
+import numpy as np
+from runtime.executor import WorkItem
+from runtime.models.listen import ListenExecutor
+from voice_server.testing.speech_corpus import human_clips
+
+def rss_mb():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) / 1024 for l in f if l.startswith("VmRSS:"))
+
+ex = ListenExecutor(**json.loads(sys.argv[1]))
+ex.load()
+clips = [c for c in human_clips() if c.group == "librivox"]
+streams = 8
+for rid in range(streams):
+    ex.open(rid, {"sample_rate": 16000})
+peak = rss_mb()
+for k in range(2):                           # every stream speaks twice, all at once
+    audio = [np.concatenate([np.zeros(8000, np.float32), clips[(rid + k) % len(clips)].audio,
+                             np.zeros(16000, np.float32)]) for rid in range(streams)]
+    longest = max(a.size for a in audio)
+    for i in range(0, longest, 320):
+        items = [WorkItem(rid, a[i:i + 320], {}, final=False) for rid, a in enumerate(audio) if i < a.size]
+        ex.process(items)
+        ex.collect()
+        peak = max(peak, rss_mb())
+    deadline = time.monotonic() + 60
+    while any(ex.pending(r) for r in range(streams)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+        ex.collect()
+        peak = max(peak, rss_mb())
+print(json.dumps({"peak_rss_mb": round(peak, 1), "end_rss_mb": round(rss_mb(), 1)}))
+"""
+
+
+def listen_rss(args: dict) -> dict:
+    """Peak RSS of a listen stage's executor with 8 streams talking at once, in a process
+    of its own (so engines compare in one run, and this process does not count)."""
+    import json
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", LISTEN_RSS, json.dumps(args)], capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1:]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--out", default="benchmarks/results/asr.json")
+    ap.add_argument("--skip-rss", action="store_true",
+                    help="leave out the listen-stage memory with 8 streams (each engine)")
     a = ap.parse_args()
     sets: dict[str, list[tuple[Clip, np.ndarray, int]]] = {}
     try:
@@ -152,12 +208,18 @@ def main() -> int:
         results["wer"][name] = {k: v for k, v in r["wer"].items() if not k.endswith("_errors")}
         results["errors"][name] = {k[:-7]: v for k, v in r["wer"].items() if k.endswith("_errors")}
         results["cpu_per_audio_s"][name] = r["cpu_per_audio_s"]
+    if not a.skip_rss:
+        results["listen_rss_8_streams_mb"] = {
+            name: listen_rss({"threads": 1, "asr_threads": 1, **ENGINES[name]})
+            for name in ("pocketsphinx", "whisper-tiny.en")}
     cols = list(sets)
     print(f"{'engine':<22}" + "".join(f"{c:>13}" for c in cols) + f"{'cpu/audio s':>13}")
     for name in results["wer"]:
         row = results["wer"][name]
         print(f"{name:<22}" + "".join(f"{row[c] * 100:>12.1f}%" for c in cols)
               + f"{results['cpu_per_audio_s'][name]:>13.3f}")
+    for name, r in results.get("listen_rss_8_streams_mb", {}).items():
+        print(f"listen executor, 8 streams at once, {name}: peak RSS {r.get('peak_rss_mb')} MB")
     default = results["wer"].get("whisper-tiny.en", {})
     verdicts = {"human<=6%": default.get("human", 1) <= 0.06,
                 "human_phone<=12%": default.get("human_phone", 1) <= 0.12}

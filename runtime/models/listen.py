@@ -277,11 +277,11 @@ class _Stream:
                 self.speech_frames = 1
                 self.silence_start = None
                 self.held_partial = None
-                # Prefix padding gives the recogniser the quiet lead-in it was trained on
-                # and the soft consonant silero scores low.
                 # Said at once, before min_speech_ms confirms it: a server playing a
                 # reply can pause it within a frame of the caller starting to talk.
                 out.append(onset_event(self._ms(self.onset)))
+                # Prefix padding gives the recogniser the quiet lead-in it was trained on
+                # and the soft consonant silero scores low.
                 self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
                 if self.preroll.size:
                     self.turn_audio.append(self.preroll)

@@ -18,7 +18,7 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.models.clauses import ClauseSegmenter, strip_markdown
 from runtime.models.tts_base import Synthesizer, speakable
-from runtime.models.voice_contract import SpeakChunk, speak_chunk
+from runtime.models.voice_contract import TOOL_CALL_EVENTS, SpeakChunk, speak_chunk, think_text
 
 ENGINES = ("flite", "espeak")
 
@@ -46,9 +46,12 @@ def text_of(payload: Any) -> str:
         except UnicodeDecodeError:
             raise StageError(ErrorCode.BAD_INPUT, "speak: bytes payload is not UTF-8 text") from None
     if isinstance(payload, (list, tuple)):
-        if all(isinstance(p, str) for p in payload):
-            return "".join(payload)
-        raise StageError(ErrorCode.BAD_INPUT, "speak: a list payload must contain only str")
+        # a think chunk with tool-call events in it: only its text is spoken
+        if all(isinstance(p, str) or (isinstance(p, dict) and p.get("type") in TOOL_CALL_EVENTS)
+               for p in payload):
+            return think_text(payload)
+        raise StageError(ErrorCode.BAD_INPUT,
+                         "speak: a list payload must contain only str and tool-call events")
     raise StageError(ErrorCode.BAD_INPUT,
                      f"speak: expected text (str or list[str]), got {type(payload).__name__}")
 

@@ -148,9 +148,44 @@ def turn_continues_event() -> TurnContinues:
 
 
 # ------------------------------------------------------- think stage input
+# Tools travel in the OpenAI chat-completions shape, the one every
+# OpenAI-compatible engine (SGLang, vLLM, llama.cpp's server) takes as is:
+#   tools:       [{"type": "function", "function": {"name", "description", "parameters"}}]
+#   tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": N}}
+# and so do the messages that carry a call and its result:
+#   {"role": "assistant", "content": "", "tool_calls": [{"id", "type": "function",
+#                                                        "function": {"name", "arguments"}}]}
+#   {"role": "tool", "tool_call_id": ID, "content": OUTPUT}
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+class ToolFunction(TypedDict):
+    name: str
+    description: NotRequired[str]
+    parameters: NotRequired[dict]
+
+
+class ToolSpec(TypedDict):
+    type: Literal["function"]
+    function: ToolFunction
+
+
+class ToolCallFunction(TypedDict):
+    name: str
+    arguments: str          # JSON text, as the model wrote it
+
+
+class ToolCall(TypedDict):
+    id: str
+    type: Literal["function"]
+    function: ToolCallFunction
+
+
 class ChatMessage(TypedDict):
-    role: Literal["system", "user", "assistant"]
+    role: Literal["system", "user", "assistant", "tool"]
     content: str
+    tool_calls: NotRequired[list[ToolCall]]     # assistant messages only
+    tool_call_id: NotRequired[str]              # tool messages only
 
 
 class ThinkRequest(TypedDict):
@@ -159,13 +194,84 @@ class ThinkRequest(TypedDict):
 
     messages: list[ChatMessage]
     max_tokens: NotRequired[int]
+    tools: NotRequired[list[ToolSpec]]
+    tool_choice: NotRequired[Any]   # one of TOOL_CHOICES or {"type": "function", "function": {"name": N}}
 
 
-def think_request(messages: list[ChatMessage], max_tokens: int | None = None) -> ThinkRequest:
+def think_request(messages: list[ChatMessage], max_tokens: int | None = None,
+                  tools: list[ToolSpec] | None = None, tool_choice: Any = None) -> ThinkRequest:
     req: ThinkRequest = {"messages": messages}
     if max_tokens is not None:
         req["max_tokens"] = int(max_tokens)
+    if tools:
+        req["tools"] = tools
+        if tool_choice is not None:
+            req["tool_choice"] = tool_choice
     return req
+
+
+# ------------------------------------------------------ think stage output
+# A think chunk is either a text delta (``str``, what it always was) or, when
+# the step produced tool-call events, a list of text deltas and tool-call
+# events in the order they were produced.  The speak stage speaks only the
+# text; the server turns the events into Realtime ``function_call`` items.
+TOOL_CALL_DELTA = "tool_call_delta"
+TOOL_CALL_DONE = "tool_call_done"
+TOOL_CALL_EVENTS = (TOOL_CALL_DELTA, TOOL_CALL_DONE)
+
+
+class ToolCallDelta(TypedDict):
+    """A piece of call ``index``'s arguments.  The first delta of a call
+    carries its ``call_id`` and ``name``; ``arguments`` may be empty there."""
+
+    type: Literal["tool_call_delta"]
+    index: int
+    call_id: NotRequired[str]
+    name: NotRequired[str]
+    arguments: str
+
+
+class ToolCallDone(TypedDict):
+    """Call ``index`` is complete; ``arguments`` is its whole JSON text."""
+
+    type: Literal["tool_call_done"]
+    index: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+ThinkEvent = Union[str, ToolCallDelta, ToolCallDone]
+ThinkChunk = Union[str, list[ThinkEvent]]
+
+
+def tool_call_delta_event(index: int, arguments: str, call_id: str | None = None,
+                          name: str | None = None) -> ToolCallDelta:
+    ev: ToolCallDelta = {"type": TOOL_CALL_DELTA, "index": index, "arguments": arguments}
+    if call_id is not None:
+        ev["call_id"] = call_id
+    if name is not None:
+        ev["name"] = name
+    return ev
+
+
+def tool_call_done_event(index: int, call_id: str, name: str, arguments: str) -> ToolCallDone:
+    return {"type": TOOL_CALL_DONE, "index": index, "call_id": call_id, "name": name,
+            "arguments": arguments}
+
+
+def think_events(chunk: Any) -> list[ThinkEvent]:
+    """A think chunk as a list of events (a bare text delta is one event)."""
+    if isinstance(chunk, str):
+        return [chunk] if chunk else []
+    if isinstance(chunk, (list, tuple)):
+        return [e for e in chunk if (isinstance(e, str) and e) or isinstance(e, dict)]
+    return []
+
+
+def think_text(chunk: Any) -> str:
+    """The text a think chunk carries, tool-call events left out."""
+    return "".join(e for e in think_events(chunk) if isinstance(e, str))
 
 
 # ------------------------------------------------------ speak stage output

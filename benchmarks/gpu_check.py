@@ -13,7 +13,10 @@ minutes and says what is missing instead of failing obscurely.
    forwards the tensor it received (torch refuses to re-share such storage, so
    the data plane copies it); after completion and after an abort while the
    tensor is lent, no process may still hold a CUDA lend (``cuda_held``).
-3. SGLang (needs ``sglang`` and a small local HF model: ``--sglang-model`` or
+3. The transformers thinker on cuda:0 in bf16 (a tiny random model written
+   here): four streams side by side, one released mid-way, memory back after
+   close.
+4. SGLang (needs ``sglang`` and a small local HF model: ``--sglang-model`` or
    ``VOICE_AGENT_SGLANG_MODEL``): joined deltas equal SGLang's final text;
    ``prompt_tokens`` equals the chat template's token count; a release after
    the first delta dispatches an abort and the rid leaves SGLang's request
@@ -170,6 +173,68 @@ async def ipc_check() -> dict:
 
 
 # ------------------------------------------------------------------ SGLang
+def transformers_cuda_check() -> dict:
+    """The transformers thinker on cuda:0 (bf16) through its real loading path,
+    on a tiny random model written here: four requests stream to their end
+    side by side, one released mid-way frees its cache, and closing gives the
+    GPU memory back."""
+    import tempfile
+
+    import torch
+
+    from runtime.executor import StepResult, WorkItem
+    from runtime.models.transformers_thinker import TransformersThinker
+    from voice_server.testing.tiny_lm import write_tiny_qwen2
+
+    res: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as d:
+        write_tiny_qwen2(d)
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated(0)
+        t = TransformersThinker(model_path=d, local_files_only=True, device="cuda:0", dtype="bfloat16",
+                                max_tokens=24, temperature=0.8, seed=1, max_context=256)
+        t.load()
+        try:
+            check(next(t.model.parameters()).device.type == "cuda", "the model is not on the GPU")
+            msgs = {"messages": [{"role": "user", "content": "Hello, how are you today?"}]}
+            rids = [1, 2, 3, 4]
+            for r in rids:
+                t.prefill(WorkItem(r, msgs))
+            texts = {r: "" for r in rids}
+            done: set[int] = set()
+            t0 = time.perf_counter()
+            steps = 0
+            while len(done) < len(rids) and steps < 200:
+                live = [r for r in rids if r not in done]
+                if steps == 3 and 4 in live:  # a barge-in: released mid-way
+                    t.release(4)
+                    done.add(4)
+                    continue
+                steps += 1
+                for r, sr in t.step(live).items():
+                    check(isinstance(sr, StepResult), f"request {r}: {sr!r}")
+                    texts[r] += sr.chunk or ""
+                    if sr.finished:
+                        done.add(r)
+                        t.release(r)
+            torch.cuda.synchronize()
+            res["steps"] = steps
+            res["step_ms"] = round((time.perf_counter() - t0) * 1000 / max(steps, 1), 2)
+            check(done == set(rids), f"requests left unfinished: {set(rids) - done}")
+            check(all(texts[r] for r in (1, 2, 3)), f"empty replies: {texts}")
+            check(t.stats()["active"] == 0, f"sequences left: {t.stats()}")
+        finally:
+            t.close()
+        t.model = None
+        import gc
+        gc.collect()
+        torch.cuda.empty_cache()
+        res["allocated_mib_after_close"] = round((torch.cuda.memory_allocated(0) - base) / 2**20, 2)
+        check(torch.cuda.memory_allocated(0) - base < (8 << 20),
+              f"{res['allocated_mib_after_close']} MiB still allocated after close")
+    return res
+
+
 def sglang_missing(model: str | None) -> str | None:
     if _dist_version("sglang") is None:
         return "sglang is not installed (pip install -e '.[gpu]')"
@@ -351,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no CUDA device: {reason}", file=sys.stderr)
         return 2
     ok = run_one("cuda_ipc", lambda: asyncio.run(ipc_check()), results)
+    ok = run_one("transformers_cuda", transformers_cuda_check, results) and ok
     missing = sglang_missing(args.sglang_model)
     if missing:
         results["sglang"] = {"status": "skipped", "why": missing}

@@ -11,46 +11,17 @@ import pytest
 
 from runtime.executor import StepResult, WorkItem
 from runtime.models.transformers_thinker import TransformersThinker
-
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-TEXT = ("The quick brown fox jumps over the lazy dog. Paris is the capital of France. "
-        "Hello, how are you today? I am fine, thank you. Voice agents answer briefly. ") * 20
-
+from voice_server.testing.tiny_lm import write_tiny_qwen2
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=512, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([TEXT], trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>",
-                                   pad_token="<|endoftext|>", bos_token=None)
-    fast.chat_template = CHATML
-
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=fast.vocab_size if fast.vocab_size >= 512 else 512,
-                      hidden_size=256, intermediate_size=768, num_hidden_layers=8,
-                      num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=1024, tie_word_embeddings=True,
-                      eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"))
-    model = Qwen2ForCausalLM(cfg)
-    n_params = sum(p.numel() for p in model.parameters())
+    d = write_tiny_qwen2(tmp_path_factory.mktemp("tiny_qwen2"))
+    n_params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).parameters())
     assert 5e6 < n_params < 15e6
-    d = tmp_path_factory.mktemp("tiny_qwen2")
-    model.save_pretrained(d)
-    fast.save_pretrained(d)
-    return str(d)
+    return d
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,12 @@ A call is announced like any output item (``response.output_item.added``,
 out at once, not behind the reply's paced audio, so a client can start the
 function while the agent still speaks.  A response that ends (cancelled,
 failed, or a thinker that never finished the call) before a call's
-arguments are complete sends no ``.done`` for them: the item ends
-``incomplete`` in ``response.output_item.done`` and an output for it is
-refused, because the client never had arguments to run it with.
+arguments are complete sends no ``.done`` of any kind for that call - some
+clients (LiveKit Agents) run a call on its ``response.output_item.done``,
+whatever its status, and would run it with half its arguments - so the item
+ends ``incomplete`` only in ``response.done``'s ``output`` (and in the
+conversation); an output for it is refused, because the client never had
+arguments to run it with.
 
 In an audio response the thinker's text reaches the speaker before the call
 but comes back as audio after it; the spoken message item is opened first
@@ -97,12 +100,11 @@ class FunctionCalls:
                                   item=item.wire()))
         return out
 
-    def _close_unfinished_call(self, r, item: Item) -> list[Command]:
-        """The response ends before this call's arguments did."""
-        if item.type != FUNCTION_CALL or item.status != "in_progress":
-            return []
-        item.status = "incomplete"
-        return self._item_done_events(r, item)
+    def _close_unfinished_call(self, item: Item) -> None:
+        """The response ends before this call's arguments did: no event (the
+        module docstring says why); ``response.done`` lists it incomplete."""
+        if item.type == FUNCTION_CALL and item.status == "in_progress":
+            item.status = "incomplete"
 
     # -------------------------------------------------------- client side
     def _check_function_output(self, item: Item, param: str = "item") -> None:

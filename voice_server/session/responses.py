@@ -254,7 +254,7 @@ class Responses:
             if item is r.item:
                 out += self._message_done_events(r, status)
             else:
-                out += self._close_unfinished_call(r, item)
+                self._close_unfinished_call(item)
         out.append(self._send("response.done", response=self._response_wire(
             r, status, details, usage if usage is not None else zero_usage())))
         return out

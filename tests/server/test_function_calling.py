@@ -15,13 +15,11 @@ import json
 
 import pytest
 
-from voice_server.settings import ServerSettings
-from voice_server.testing import ServerThread
 from voice_server.testing.audio import flite_pcm
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.rtc_client import RTCClient
 
-from .conftest import API_KEY, ROOT
+from .conftest import API_KEY, loopback_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -44,11 +42,7 @@ RATE = 16000
 
 @pytest.fixture(scope="module")
 def tool_server():
-    settings = ServerSettings.from_sources(
-        env={"VOICE_AGENT_ICE_HOSTS": "127.0.0.1"}, api_keys=[API_KEY], max_sessions=8,
-        max_output_tokens=40)
-    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
-    srv.base = f"http://127.0.0.1:{srv.port}"
+    srv = loopback_server(max_output_tokens=40)
     yield srv
     srv.stop()
 

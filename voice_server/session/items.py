@@ -2,12 +2,13 @@
 
 An :class:`Item` is a ``message`` (user / assistant / system) with content
 parts, a ``function_call`` (``call_id``, ``name``, ``arguments``: the agent
-asks the client to run a function) or a ``function_call_output`` (``call_id``,
-``output``: the client's answer).  Assistant audio items also carry the exact accounting needed for
-truncation: ``audio_ms`` (ms of audio actually sent to the client) and
-``segments`` (one per spoken clause: [start_ms, end_ms) and its text), so a
-cut at ``audio_end_ms`` keeps whole clauses before it and, inside the clause
-being spoken, a proportional share of its words.
+asks the client to run a function) or a ``function_call_output``
+(``call_id``, ``output``: the client's answer).  Assistant audio items also
+carry the exact accounting needed for truncation: ``audio_ms`` (ms of audio
+actually sent to the client) and ``segments`` (one per spoken clause:
+[start_ms, end_ms) and its text), so a cut at ``audio_end_ms`` keeps whole
+clauses before it and, inside the clause being spoken, a proportional share
+of its words.
 
 :class:`Conversation` is the ordered item list; :func:`chat_messages`
 renders items as the chat messages the thinker takes (``voice_contract``):
@@ -61,7 +62,6 @@ def cut_transcript(segments: list[Segment], audio_end_ms: float) -> str:
     return out
 
 
-MESSAGE = "message"
 FUNCTION_CALL = "function_call"
 FUNCTION_CALL_OUTPUT = "function_call_output"
 

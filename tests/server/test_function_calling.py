@@ -32,10 +32,12 @@ FORM = {"type": "function", "name": "file_report",
         "description": "File a detailed incident report.",
         "parameters": {"type": "object", "required": [f"field_{i}" for i in range(8)],
                        "properties": {f"field_{i}": {"type": "string"} for i in range(8)}}}
-INSTRUCTIONS = ("You are a voice assistant. When a tool result is given, tell the user "
-                "what it says in one short sentence.")
+# The small default model (SmolLM2-135M) passes a short result on reliably
+# with this instruction (5 in 5 tries, against 3 in 5 for a JSON result with a
+# looser one): the test checks the protocol, not the model's judgement.
+INSTRUCTIONS = "You are a voice assistant. Repeat the tool result to the user."
 FACT = "sunny"
-OUTPUT = json.dumps({"city": "Paris", "weather": "sunny", "temperature": "23 degrees"})
+OUTPUT = "Sunny, 23 degrees."
 NAMED = {"type": "function", "name": "get_weather"}
 RATE = 16000
 

@@ -46,6 +46,7 @@ from runtime.models.sampling import Sampling
 from runtime.models.text_stream import Utf8Stream
 from runtime.models.tool_call_format import MARKER, CallStream, call_grammar, plain_messages
 from runtime.models.tools import NO_TOOLS, Tools
+from runtime.models.voice_contract import think_chunk, think_events
 
 log = logging.getLogger(__name__)
 
@@ -540,7 +541,7 @@ class LlamaCppThinker(ARExecutor):
             # (the frame's close) carries nothing, so the reply ends here.
             seq.finished = True
             tail = self._chunk(seq, seq.text.flush())
-            return StepResult(_joined(chunk, tail), True)
+            return StepResult(think_chunk(think_events(chunk) + think_events(tail)), True)
         seq.pending = token
         return StepResult(chunk, False)
 
@@ -602,15 +603,6 @@ class LlamaCppThinker(ARExecutor):
             "auto_calls": self._tool_stats["auto_calls"],
             "last_call_probability": self._last_call_p,
         }
-
-
-def _joined(a: Any, b: Any) -> Any:
-    """Two chunks as one: text joins text, events join into one list."""
-    if a is None or b is None:
-        return a if b is None else b
-    if isinstance(a, str) and isinstance(b, str):
-        return a + b
-    return (a if isinstance(a, list) else [a]) + (b if isinstance(b, list) else [b])
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:

@@ -269,6 +269,25 @@ def think_events(chunk: Any) -> list[ThinkEvent]:
     return []
 
 
+def think_chunk(events: list[ThinkEvent]) -> ThinkChunk | None:
+    """Events produced in one step as one chunk: adjacent text deltas joined, a
+    bare ``str`` when there are no tool-call events, None when there is nothing."""
+    out: list[ThinkEvent] = []
+    for e in events:
+        if isinstance(e, str):
+            if not e:
+                continue
+            if out and isinstance(out[-1], str):
+                out[-1] += e
+                continue
+        out.append(e)
+    if not out:
+        return None
+    if len(out) == 1 and isinstance(out[0], str):
+        return out[0]
+    return out
+
+
 def think_text(chunk: Any) -> str:
     """The text a think chunk carries, tool-call events left out."""
     return "".join(e for e in think_events(chunk) if isinstance(e, str))

@@ -48,8 +48,9 @@ def _collect(t, rid, deadline_s=60.0):
     raise AssertionError("stream did not finish")
 
 
-@pytest.fixture(scope="module")
-def server():
+def start_llama_server(*extra: str):
+    """``python -m llama_cpp.server`` on the SmolLM2 GGUF, on a free 127.0.0.1 port:
+    yields (process, base url) and stops it afterwards."""
     pytest.importorskip("llama_cpp")
     for mod in ("fastapi", "sse_starlette", "starlette_context", "pydantic_settings", "uvicorn"):
         pytest.importorskip(mod, reason="pip install 'llama-cpp-python[server]' extras")
@@ -62,7 +63,7 @@ def server():
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "False"],
+         "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "False", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     import httpx
 
@@ -86,6 +87,11 @@ def server():
         proc.wait(10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server():
+    yield from start_llama_server()
 
 
 @pytest.fixture

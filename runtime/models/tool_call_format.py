@@ -19,9 +19,8 @@ arguments are valid JSON for the schema whatever the model's preferences.
 from __future__ import annotations
 
 import json
-import re
 import secrets
-from typing import Any, Sequence
+from typing import Sequence
 
 from runtime.errors import ErrorCode, StageError
 from runtime.models.chat import Message
@@ -240,15 +239,3 @@ class CallStream:
             self._depth -= 1
             return self._depth == 0
         return False
-
-
-_CALL_RE = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
-
-
-def parse_calls(text: str) -> list[dict]:
-    """Calls in a whole reply (for tests and offline checks), as ``{"name", "arguments"}``."""
-    out = []
-    for m in _CALL_RE.finditer(text):
-        obj: Any = json.loads(m.group(1))
-        out.append({"name": obj["name"], "arguments": json.dumps(obj["arguments"])})
-    return out

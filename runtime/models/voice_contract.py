@@ -198,6 +198,20 @@ class ThinkRequest(TypedDict):
     tool_choice: NotRequired[Any]   # one of TOOL_CHOICES or {"type": "function", "function": {"name": N}}
 
 
+def validate_tools(tools: Any, tool_choice: Any = None) -> None:
+    """A ``ValueError`` saying what is wrong with a request's ``tools`` /
+    ``tool_choice`` (names, JSON-Schema parameters, duplicates, a choice
+    naming an unknown tool...); the same check the thinkers apply, for the
+    server to refuse bad tools before submitting."""
+    from runtime.errors import StageError
+    from runtime.models.tools import parse_tools  # on first use: jsonschema loads only with tools
+
+    try:
+        parse_tools(tools, tool_choice)
+    except StageError as e:
+        raise ValueError(str(e)) from None
+
+
 def think_request(messages: list[ChatMessage], max_tokens: int | None = None,
                   tools: list[ToolSpec] | None = None, tool_choice: Any = None) -> ThinkRequest:
     req: ThinkRequest = {"messages": messages}

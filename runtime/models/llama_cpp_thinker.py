@@ -109,7 +109,9 @@ class LlamaCppThinker(ARExecutor):
     becomes a call), max_tool_calls (1: calls per reply when
     parallel_tool_calls is allowed), max_tool_call_tokens (256: the token
     budget of a reply that calls, whatever max_tokens says, so that arguments
-    are not cut).
+    are not cut), max_tool_string_chars (100: the grammar's bound on a string
+    argument the schema leaves unbounded; a 135M model otherwise runs on
+    inside a string until the budget cuts the call).
 
     prefix_cache: every voice turn starts with the same system prompt, and on
     two CPU cores its prefill is most of the time to the first token.  The
@@ -158,6 +160,7 @@ class LlamaCppThinker(ARExecutor):
         self.tool_call_threshold = float(args.get("tool_call_threshold", 0.003))
         self.max_tool_calls = int(args.get("max_tool_calls", 1))
         self.max_tool_call_tokens = int(args.get("max_tool_call_tokens", 256))
+        self.max_tool_string_chars = int(args.get("max_tool_string_chars", 100))
         self._grammars: dict[tuple, str] = {}
         self._tool_stats = {"calls": 0, "auto_decisions": 0, "auto_calls": 0}
         self._last_call_p: float | None = None
@@ -388,7 +391,7 @@ class LlamaCppThinker(ARExecutor):
         if g is None:
             if len(self._grammars) >= 32:  # a session sends the same tools every turn: a small cache does
                 self._grammars.clear()
-            g = self._grammars[key] = call_grammar(callable_, n)
+            g = self._grammars[key] = call_grammar(callable_, n, self.max_tool_string_chars)
         return g
 
     def _decide(self, seq: _Seq, idx: int) -> None:

@@ -166,6 +166,10 @@ def test_release_mid_arguments_frees_the_sequence(thinker):
     assert thinker.stats()["free_sequences"] == free and thinker.stats()["active"] == 0
     text, events = _run(thinker, 7, _user("Say hello."), tools=[])
     assert text.strip() and not events
+    # released before auto decided: both of its sampler chains go
+    thinker.prefill(WorkItem(17, {"messages": _user("Where is order 5?"), "tools": [ORDER], "tool_choice": "auto"}))
+    thinker.release(17)
+    assert thinker.stats()["free_sequences"] == free and thinker.stats()["active"] == 0
 
 
 def test_the_next_reply_uses_the_tool_output(thinker):

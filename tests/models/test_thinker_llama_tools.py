@@ -13,7 +13,8 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import StepResult, WorkItem
 from runtime.models.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.model_files import smollm2_gguf
-from runtime.models.voice_contract import TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events
+from runtime.models.voice_contract import (TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events,
+                                           validate_think_chunk)
 
 
 def _fn(name, description, parameters):
@@ -62,6 +63,8 @@ def _run(t, rid, messages, tools=TOOLS, tool_choice=None, limit=400, **extra):
         if sr is None:
             continue
         assert isinstance(sr, StepResult), sr
+        if sr.chunk is not None:
+            validate_think_chunk(sr.chunk)
         for ev in think_events(sr.chunk):
             if isinstance(ev, str):
                 text += ev

@@ -11,7 +11,7 @@ import pytest
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import WorkItem
 from runtime.models.openai_thinker import OpenAICompatThinker, ToolCallAssembler
-from runtime.models.voice_contract import TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events
+from runtime.models.voice_contract import TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events, validate_think_chunk
 from tests.models.test_thinker_openai import collect_chunks, start_llama_server
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -38,6 +38,8 @@ def _collect(t, rid, payload, deadline_s=60.0):
     """(chunks, text, events) of one reply."""
     t.prefill(WorkItem(rid, payload))
     chunks = collect_chunks(t, rid, deadline_s)
+    for c in chunks:
+        validate_think_chunk(c)
     events = [e for c in chunks for e in think_events(c)]
     return chunks, "".join(e for e in events if isinstance(e, str)), [e for e in events if isinstance(e, dict)]
 

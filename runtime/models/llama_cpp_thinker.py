@@ -217,7 +217,8 @@ class LlamaCppThinker(ARExecutor):
         tmpl = lc.llama_model_chat_template(self._model, None)
         self._template = tmpl.decode("utf-8", "replace") if tmpl else None
         self._piece_buf = ctypes.create_string_buffer(256)
-        self._marker_token = self.tokenize(MARKER)[0]
+        bos = lc.llama_vocab_bos(self._vocab)  # a model that adds BOS to every text must not make it the marker
+        self._marker_token = next(t for t in self.tokenize(MARKER) if t != bos)
         self._prefix: list[int] = []
         if self.prefix_cache:
             self._fill_prefix_cache()

@@ -1,0 +1,152 @@
+"""LiveKit Agents' OpenAI ``RealtimeModel`` against ``voice-agent serve``: a
+text turn, then a turn that must call a ``@function_tool``, the output handed
+back through the chat context, and the reply that uses it.
+
+The model session is used on its own, as ``AgentSession`` drives it (no
+LiveKit room is needed for it).  Runs in the clients' own virtualenv, started
+by tests/server/test_clients_pipecat_livekit.py; it records what the
+application sees and prints it as one JSON object on stdout:
+
+    {"log": [[kind, ...], ...], "failure": null | "what did not happen"}
+
+kinds: ``response`` (transcript, audio bytes, number of function calls),
+``call`` (name, arguments), ``error`` (message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+
+import aiohttp
+from livekit.agents import llm
+from livekit.plugins.openai.realtime import RealtimeModel
+
+
+async def consume(gen: llm.GenerationCreatedEvent, log: list[list]) -> list[llm.FunctionCall]:
+    """Read one generation to its end as AgentSession does: every message's
+    text and audio streams, and the function stream."""
+    text: list[str] = []
+    audio = 0
+    calls: list[llm.FunctionCall] = []
+
+    async def message(m: llm.MessageGeneration) -> None:
+        nonlocal audio
+
+        async def read_text() -> None:
+            async for delta in m.text_stream:
+                text.append(str(delta))
+
+        async def read_audio() -> None:
+            nonlocal audio
+            async for frame in m.audio_stream:
+                audio += frame.samples_per_channel * 2
+
+        await asyncio.gather(read_text(), read_audio())
+
+    async def messages() -> None:
+        await asyncio.gather(*[message(m) async for m in gen.message_stream])
+
+    async def functions() -> None:
+        async for fc in gen.function_stream:
+            calls.append(fc)
+            log.append(["call", fc.name, fc.arguments])
+
+    await asyncio.gather(messages(), functions())
+    log.append(["response", "".join(text), audio, len(calls)])
+    return calls
+
+
+def trace(direction: str, ev: dict) -> None:
+    if not ev.get("type", "").endswith(("audio.delta", "audio_buffer.append")):
+        print(direction, json.dumps(ev)[:600], file=sys.stderr)
+
+
+async def run(args: argparse.Namespace, log: list[list]) -> None:
+    @llm.function_tool(name=args.tool)
+    async def order_status(order_id: str) -> dict:
+        """Look up the delivery status of an order.
+
+        Args:
+            order_id: the order number
+        """
+        return {"order_id": order_id, "status": args.fact}
+
+    async with aiohttp.ClientSession() as http:
+        model = RealtimeModel(model="voice-agent", base_url=args.url, api_key=args.key,
+                              modalities=["audio"], http_session=http)
+        sess = model.session()
+        sess.on("error", lambda ev: log.append(["error", str(ev.error)]))
+        # the server's error events, also those the session settles quietly
+        sess.on("openai_server_event_received",
+                lambda ev: ev["type"] == "error" and log.append(["error", ev["error"]]))
+        if args.trace:
+            sess.on("openai_client_event_queued", lambda ev: trace(">>", ev))
+            sess.on("openai_server_event_received", lambda ev: trace("<<", ev))
+        try:
+            sess.update_options(max_response_output_tokens=48, tool_choice="none")
+            await sess.update_instructions(args.instructions)
+            await sess.update_tools([order_status])
+
+            async def user_turn(text: str, **reply) -> list[llm.FunctionCall]:
+                ctx = sess.chat_ctx.copy()
+                ctx.add_message(role="user", content=text)
+                await sess.update_chat_ctx(ctx)
+                return await reply_to_context(**reply)
+
+            async def reply_to_context(**reply) -> list[llm.FunctionCall]:
+                gen = await asyncio.wait_for(sess.generate_reply(**reply), args.timeout)
+                return await asyncio.wait_for(consume(gen, log), args.timeout)
+
+            # 1. text in, audio and transcript out
+            await user_turn(args.say)
+
+            # 2. the function forced for the session, so the model must call it
+            sess.update_options(tool_choice={"type": "function",
+                                             "function": {"name": args.tool}})
+            calls = await user_turn(args.ask)
+            if not calls:
+                raise TimeoutError("a function call")
+            ctx = sess.chat_ctx.copy()
+            for fc in calls:
+                result = await order_status(**json.loads(fc.arguments))
+                ctx.items.append(llm.FunctionCallOutput(
+                    call_id=fc.call_id, name=fc.name, output=json.dumps(result), is_error=False))
+            await sess.update_chat_ctx(ctx)
+            # the answer: this response may not call again (a response.create override)
+            await reply_to_context(tool_choice="none")
+        finally:
+            await sess.aclose()
+            await model.aclose()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--url", required=True, help="http://HOST:PORT/v1")
+    ap.add_argument("--key", required=True)
+    ap.add_argument("--say", default="Say hello to me.")
+    ap.add_argument("--ask", default="Where is my order 42?")
+    ap.add_argument("--tool", default="get_order_status")
+    ap.add_argument("--fact", default="shipped on Tuesday")
+    ap.add_argument("--instructions", default="You are a helpful assistant.")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--trace", action="store_true", help="every event except audio on stderr")
+    args = ap.parse_args()
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+    log: list[list] = []
+    failure = None
+    try:
+        asyncio.run(run(args, log))
+    except (TimeoutError, asyncio.TimeoutError) as e:
+        failure = f"timed out waiting for: {e or 'a reply'}"
+    except llm.RealtimeError as e:
+        failure = f"realtime error: {e}"
+    print(json.dumps({"log": log, "failure": failure}))
+    return 0 if failure is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

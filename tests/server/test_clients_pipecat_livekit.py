@@ -1,0 +1,107 @@
+"""Pipecat's and LiveKit Agents' OpenAI Realtime clients against the real server:
+a plain turn, then a function-calling turn whose spoken answer uses the
+function's result.
+
+Both libraries pin dependencies below the server's (protobuf, soxr), so they
+live in a virtualenv of their own, ``.venv-clients`` (``make test`` makes it
+from tests/server/clients/requirements.txt; ``VOICE_AGENT_CLIENTS_VENV`` points
+elsewhere).  Each client runs as a process of that venv
+(tests/server/clients/*_client.py), drives the library as an application
+would and prints what the application saw; the assertions are here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.requirements import missing
+from voice_server.testing.audio import flite_pcm, silence
+from .conftest import API_KEY, ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+CLIENTS = Path(__file__).parent / "clients"
+TOOL = "get_order_status"
+FACT = "shipped on Tuesday"
+
+
+def clients_python() -> str:
+    venv = Path(os.environ.get("VOICE_AGENT_CLIENTS_VENV", ROOT / ".venv-clients"))
+    python = venv / "bin" / "python"
+    if not python.exists():
+        missing(f"{python} (make test creates it from {CLIENTS / 'requirements.txt'})")
+    return str(python)
+
+
+async def run_client(script: str, *args: str, timeout: float = 240) -> list[list]:
+    """Run one client to its end; its record of what it saw (it fails the test
+    with its own account and its stderr when it did not get through)."""
+    proc = await asyncio.create_subprocess_exec(
+        clients_python(), str(CLIENTS / script), "--key", API_KEY, "--tool", TOOL,
+        "--fact", FACT, *args, cwd=str(ROOT),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    lines = out.decode().strip().splitlines()
+    tail = err.decode(errors="replace")[-4000:]
+    assert lines, f"{script} printed no record (exit {proc.returncode}):\n{tail}"
+    report = json.loads(lines[-1])
+    assert report["failure"] is None and proc.returncode == 0, \
+        f"{script}: {report['failure']}\nrecord: {report['log']}\n{tail}"
+    errors = [e for e in report["log"] if e[0] == "error"]
+    assert not errors, f"{script}: the server sent errors: {errors}"
+    return report["log"]
+
+
+def check_call(name: str, arguments) -> None:
+    assert name == TOOL
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    assert isinstance(args, dict) and isinstance(args.get("order_id"), str), args
+
+
+def says_fact(transcript: str) -> bool:
+    return "tuesday" in transcript.lower()
+
+
+async def test_pipecat_realtime_service_text_turn_then_spoken_tool_turn(server, tmp_path):
+    speech = np.concatenate([silence(300), flite_pcm("where is my order number forty two"),
+                             silence(200)])
+    pcm = tmp_path / "speech.pcm"
+    pcm.write_bytes(speech.astype("<i2").tobytes())
+    log = await run_client("pipecat_client.py",
+                           "--url", f"ws://127.0.0.1:{server.port}/v1/realtime",
+                           "--speech", str(pcm))
+    responses = [e for e in log if e[0] == "response"]
+    first = responses[0]
+    assert first[1].strip() and first[2] > 0, first  # transcript and audio out of a text turn
+    user = [e for e in log if e[0] == "user"]
+    assert user and "order" in user[0][1].lower(), log
+    calls = [e for e in log if e[0] == "call"]
+    assert len(calls) == 1, log
+    check_call(calls[0][1], calls[0][2])
+    after = [e for e in log[log.index(calls[0]):] if e[0] == "response" and e[1].strip()]
+    assert after and says_fact(after[0][1]) and after[0][2] > 0, log
+
+
+async def test_livekit_realtime_model_text_turn_then_function_tool_turn(server):
+    log = await run_client("livekit_client.py", "--url", f"http://127.0.0.1:{server.port}/v1")
+    responses = [e for e in log if e[0] == "response"]
+    assert len(responses) == 3, log
+    hello, called, answer = responses
+    assert hello[1].strip() and hello[2] > 0 and hello[3] == 0, hello
+    assert called[3] == 1, called
+    calls = [e for e in log if e[0] == "call"]
+    assert len(calls) == 1, log
+    check_call(calls[0][1], calls[0][2])
+    assert answer[3] == 0 and answer[2] > 0 and says_fact(answer[1]), answer
+

@@ -269,7 +269,8 @@ class SessionRunner:
                 self.turns.response_started(c.response_id)
                 self.started_responses.append({"response_id": c.response_id,
                                                "messages": list(c.messages),
-                                               "modalities": list(c.modalities)})
+                                               "modalities": list(c.modalities),
+                                               "tools": c.tools, "tool_choice": c.tool_choice})
                 r.task = self._spawn(self._run_response(r), "response")
             elif isinstance(c, PrepareReply):
                 self._prepare(c)
@@ -524,20 +525,21 @@ class SessionRunner:
         self._listen_push(("configure", new))
 
     @staticmethod
-    def _request(messages: list, instructions: str | None, max_tokens: int | None,
-                 modalities: list) -> tuple[ThinkRequest, list[str]]:
-        """The think(+speak) request a response (or a prepared reply) submits."""
-        msgs = list(messages)
-        if instructions and not any(m.get("role") == "system" for m in msgs):
-            msgs = [{"role": "system", "content": instructions}] + msgs
-        return (think_request(msgs, max_tokens),
-                list(SPOKEN_REPLY_ROUTE if "audio" in modalities else TEXT_REPLY_ROUTE))
+    def _request(c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[str]]:
+        """The think(+speak) request a response (or a prepared reply) submits:
+        the conversation, the instructions as its system message, and the
+        tools (already in the chat-completions shape)."""
+        msgs = list(c.messages)
+        if c.instructions and not any(m.get("role") == "system" for m in msgs):
+            msgs = [{"role": "system", "content": c.instructions}] + msgs
+        return (think_request(msgs, c.max_tokens, c.tools, c.tool_choice),
+                list(SPOKEN_REPLY_ROUTE if "audio" in c.modalities else TEXT_REPLY_ROUTE))
 
     def _prepare(self, c: PrepareReply) -> None:
         self._drop_prepared()
         if self.draining or self.closed:
             return
-        payload, route = self._request(c.messages, c.instructions, c.max_tokens, c.modalities)
+        payload, route = self._request(c)
         p = PreparedReply(request_key(payload, route))
         self._prepared = p
         self.stats["prepared"] += 1
@@ -583,7 +585,7 @@ class SessionRunner:
 
     async def _run_response(self, r: _Resp) -> None:
         c = r.cmd
-        payload, route = self._request(c.messages, c.instructions, c.max_tokens, c.modalities)
+        payload, route = self._request(c)
         think_chunks = 0
         prepared = None
         try:

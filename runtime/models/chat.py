@@ -15,9 +15,11 @@ from typing import Any, Callable, Sequence
 
 from runtime.errors import ErrorCode, StageError
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 
-Message = dict[str, str]
+# {"role", "content"}, plus "tool_calls" on an assistant message that called
+# tools and "tool_call_id" on a tool result (the shapes in voice_contract).
+Message = dict[str, Any]
 
 
 def parse_messages(payload: Any) -> list[Message]:
@@ -39,7 +41,8 @@ def parse_messages(payload: Any) -> list[Message]:
     if not isinstance(msgs, (list, tuple)) or not msgs:
         raise StageError(ErrorCode.BAD_INPUT, "thinker payload needs a non-empty 'messages' list")
     out: list[Message] = []
-    for m in msgs:
+    call_ids: set[str] = set()
+    for i, m in enumerate(msgs):
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise StageError(ErrorCode.BAD_INPUT,
                              f"bad chat message {m!r}: needs role in {ROLES} and content")
@@ -48,8 +51,45 @@ def parse_messages(payload: Any) -> list[Message]:
             content = ""
         if not isinstance(content, str):
             raise StageError(ErrorCode.BAD_INPUT, "chat message content must be a string")
-        out.append({"role": m["role"], "content": content})
+        msg: Message = {"role": m["role"], "content": content}
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            msg["tool_calls"] = _tool_calls(m["tool_calls"], i)
+            call_ids.update(c["id"] for c in msg["tool_calls"])
+        elif m["role"] == "tool":
+            cid = m.get("tool_call_id")
+            if not isinstance(cid, str) or not cid:
+                raise StageError(ErrorCode.BAD_INPUT, f"messages[{i}]: a tool message needs 'tool_call_id'")
+            if cid not in call_ids:
+                raise StageError(ErrorCode.BAD_INPUT,
+                                 f"messages[{i}]: tool_call_id {cid!r} answers no earlier assistant tool call")
+            msg["tool_call_id"] = cid
+        out.append(msg)
     return out
+
+
+def _tool_calls(calls: Any, i: int) -> list[dict]:
+    """An assistant message's calls, each ``{"id", "type": "function", "function": {"name", "arguments"}}``."""
+    if not isinstance(calls, list):
+        raise StageError(ErrorCode.BAD_INPUT, f"messages[{i}].tool_calls must be a list")
+    out = []
+    for j, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(c.get("id"), str) or not c["id"] \
+                or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments", ""), str):
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"messages[{i}].tool_calls[{j}] needs a string 'id' and "
+                             "'function': {'name': str, 'arguments': JSON text}")
+        out.append({"id": c["id"], "type": "function",
+                    "function": {"name": fn["name"], "arguments": fn.get("arguments") or "{}"}})
+    return out
+
+
+def message_chars(messages: Sequence[Message]) -> int:
+    """The characters of a conversation, call arguments included: the budget unit
+    of backends that do not tokenize the prompt themselves."""
+    return sum(len(m["content"]) + sum(len(c["function"]["arguments"]) + len(c["function"]["name"])
+                                       for c in m.get("tool_calls", ()))
+               for m in messages)
 
 
 def with_system_prompt(messages: list[Message], system_prompt: str | None) -> list[Message]:
@@ -73,7 +113,10 @@ def fit_messages(messages: list[Message], measure: Callable[[list[Message]], int
 
     Order of sacrifice: the oldest non-system turns, then the head of the last
     remaining turn (its end is what the user just said), then the head of the
-    system prompt.  ``measure`` is whatever unit the backend limits (tokens of
+    system prompt.  An assistant message that called tools and the tool
+    results that answer it go (or stay) together: a result without its call
+    would be refused by an engine, and a call without its result is a turn
+    the model cannot make sense of.  ``measure`` is whatever unit the backend limits (tokens of
     the rendered prompt, or characters when no tokenizer is at hand).  The
     result may still be over budget only if even an empty turn does not fit;
     callers keep a hard token-level cut as the last resort.
@@ -83,7 +126,10 @@ def fit_messages(messages: list[Message], measure: Callable[[list[Message]], int
     system = [m for m in messages if m["role"] == "system"][:1]
     turns = [m for m in messages if m["role"] != "system"]
     while len(turns) > 1 and measure(system + turns) > budget:
-        turns.pop(0)
+        n = _unit_length(turns)
+        if n >= len(turns):
+            break
+        del turns[:n]
     if not turns:
         turns = [{"role": "user", "content": ""}]
     turns[-1] = dict(turns[-1])
@@ -97,8 +143,17 @@ def fit_messages(messages: list[Message], measure: Callable[[list[Message]], int
     return Fitted(system + turns, True)
 
 
+def _unit_length(turns: list[Message]) -> int:
+    """How many leading messages form one unit: a tool call with its results, or one message."""
+    n = 1
+    if turns[0].get("tool_calls"):
+        while n < len(turns) and turns[n]["role"] == "tool":
+            n += 1
+    return n
+
+
 def _with(message: Message, content: str) -> Message:
-    return {"role": message["role"], "content": content}
+    return {**message, "content": content}
 
 
 def _cut_head(text: str, measure: Callable[[str], int], budget: int) -> str:

@@ -12,16 +12,29 @@ throughput; ``requantize: q4_0`` (see gguf_requant) buys more.
 Sampling uses one llama.cpp sampler chain per sequence (top-k, repeat penalty,
 top-p, temperature, seeded draw) -- measured 0.12 ms per token against 2.6 ms
 for the numpy sampler on the 49k logits, and each request keeps its own random stream.
+
+Tools (function calling, see ``tool_call_format``): a reply that must call a
+tool (``tool_choice`` required or a named function) samples through a
+llama.cpp grammar built from the tools' JSON schemas, so its arguments are
+always valid for the schema.  With ``auto`` the model chooses at its first
+token: when the probability of the call marker's first token reaches
+``tool_call_threshold`` the reply becomes a grammar-constrained call,
+otherwise plain text.  That probability is the model's own, so how well it
+chooses is measurable (``benchmarks/tool_bench.py``), and for the 135M default
+model it is poor.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import logging
 import os
 import time
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
@@ -31,6 +44,8 @@ from runtime.models.model_files import ModelFileMissing, smollm2_gguf
 from runtime.models.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
 from runtime.models.sampling import Sampling
 from runtime.models.text_stream import Utf8Stream
+from runtime.models.tool_call_format import MARKER, CallStream, call_grammar, plain_messages
+from runtime.models.tools import NO_TOOLS, Tools
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +69,10 @@ def _import_llama_cpp() -> Any:
 
 MIN_CONVERSATION_MATCH = 8  # tokens past the system prompt for a kept sequence to be reused
 
+# How a reply is being written: plain text, a grammar-constrained tool call, or
+# not decided yet (tool_choice auto: the first token decides).
+TEXT, CALL, DECIDE = "text", "call", "decide"
+
 
 @dataclass
 class _Seq:
@@ -69,6 +88,11 @@ class _Seq:
     finished: bool = False
     kv: list[int] | None = None  # the tokens this sequence's KV cells hold, by position
                                  # (None: unknown after a failed decode, never reused)
+    mode: str = TEXT
+    sampling: Sampling | None = None
+    grammar: str | None = None   # GBNF for the calls this reply may make
+    calls: CallStream | None = None
+    max_calls: int = 1
 
 
 class LlamaCppThinker(ARExecutor):
@@ -79,7 +103,12 @@ class LlamaCppThinker(ARExecutor):
     repeat_penalty (1.2), seed (None: random per request), verbose (False),
     requantize (None | "q4_0": convert once into cache_dir for faster batched
     decoding, see gguf_requant), cache_dir, prefix_cache (True),
-    conversation_cache (True).
+    conversation_cache (True), tool_call_threshold (0.003: with tool_choice
+    auto, the probability of the call marker's first token at which the reply
+    becomes a call), max_tool_calls (1: calls per reply when
+    parallel_tool_calls is allowed), max_tool_call_tokens (256: the token
+    budget of a reply that calls, whatever max_tokens says, so that arguments
+    are not cut).
 
     prefix_cache: every voice turn starts with the same system prompt, and on
     two CPU cores its prefill is most of the time to the first token.  The
@@ -125,6 +154,12 @@ class LlamaCppThinker(ARExecutor):
         self._conv_hits = 0
         self._conv_reused = 0
         self._kv_evictions = 0
+        self.tool_call_threshold = float(args.get("tool_call_threshold", 0.003))
+        self.max_tool_calls = int(args.get("max_tool_calls", 1))
+        self.max_tool_call_tokens = int(args.get("max_tool_call_tokens", 256))
+        self._grammars: dict[tuple, str] = {}
+        self._tool_stats = {"calls": 0, "auto_decisions": 0, "auto_calls": 0}
+        self._last_call_p: float | None = None
 
     # ------------------------------------------------------------------ load
     def load(self) -> None:
@@ -178,6 +213,7 @@ class LlamaCppThinker(ARExecutor):
         tmpl = lc.llama_model_chat_template(self._model, None)
         self._template = tmpl.decode("utf-8", "replace") if tmpl else None
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._marker_token = self.tokenize(MARKER)[0]
         self._prefix: list[int] = []
         if self.prefix_cache:
             self._fill_prefix_cache()
@@ -260,9 +296,20 @@ class LlamaCppThinker(ARExecutor):
         return render_template(None, messages)
 
     # ------------------------------------------------------------- requests
-    def _new_sampler(self, s: Sampling) -> Any:
+    def _new_sampler(self, s: Sampling, grammar: str | None = None) -> Any:
+        """The chain for text, or with ``grammar`` the chain for a call: the grammar
+        first (it masks every token the call format or a schema forbids), and no
+        repeat penalty (JSON repeats its quotes and braces by design)."""
         lc = self._lc
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        if grammar is not None:
+            g = lc.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
+            if not g:
+                lc.llama_sampler_free(chain)
+                raise StageError(ErrorCode.BAD_INPUT, "llama.cpp refused the grammar built from the tools' "
+                                                      "parameters schemas")
+            lc.llama_sampler_chain_add(chain, g)
+            s = Sampling(temperature=s.temperature, top_p=s.top_p, repeat_penalty=1.0, seed=s.seed)
         if s.temperature <= 0.0:
             if s.repeat_penalty != 1.0:
                 lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(self.top_k or 40))
@@ -297,10 +344,21 @@ class LlamaCppThinker(ARExecutor):
         if not self._free:
             raise StageError(ErrorCode.RESOURCE_EXHAUSTED,
                              f"all {self.max_sequences} llama.cpp sequences are busy")
-        max_tokens = min(req.sampling.max_tokens, max(self.n_ctx_seq // 2, 1))
-        budget = self.n_ctx_seq - max_tokens
-        fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(m))), budget)
-        ids = self.tokenize(self.render(fitted.messages))
+        tools = req.tools
+        if tools.active and not tools.choice.forces_call and req.messages[-1]["role"] == "tool":
+            # auto right after tool results answers with them, from a prompt without
+            # the tools: the small model would rather repeat the call it just made
+            # (marker probability 0.1-0.25 there) or talk about the tools.
+            tools = NO_TOOLS
+        mode = TEXT if not tools.active else CALL if tools.choice.forces_call else DECIDE
+        grammar = self._grammar(tools, req.parallel_tool_calls) if mode != TEXT else None
+        max_tokens = req.sampling.max_tokens if mode == TEXT else max(req.sampling.max_tokens,
+                                                                      self.max_tool_call_tokens)
+        max_tokens = min(max_tokens, max(self.n_ctx_seq // 2, 1))
+        budget = self.n_ctx_seq - max_tokens  # with auto: room for a call even if it ends up answering
+        fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(plain_messages(m, tools)))),
+                              budget)
+        ids = self.tokenize(self.render(plain_messages(fitted.messages, tools)))
         if len(ids) > budget:  # only when even an empty turn does not fit
             ids = ids[-budget:]
         self._last_truncated = fitted.truncated
@@ -308,12 +366,46 @@ class LlamaCppThinker(ARExecutor):
             self._truncated_total += 1
             log.warning("request %s: prompt truncated to %d tokens (truncated=True)",
                         item.request_id, len(ids))
+        sampler = self._new_sampler(req.sampling, grammar if mode == CALL else None)
         seq_id, cached = self._claim_sequence(ids)
         self._seqs[item.request_id] = _Seq(
-            rid=item.request_id, seq_id=seq_id, sampler=self._new_sampler(req.sampling),
+            rid=item.request_id, seq_id=seq_id, sampler=sampler,
             text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached,
-            kv=ids[:cached])
+            kv=ids[:cached], mode=mode, sampling=req.sampling, grammar=grammar,
+            calls=CallStream() if mode == CALL else None,
+            max_calls=self._max_calls(tools, req.parallel_tool_calls))
         self._admitted += 1
+
+    def _max_calls(self, tools: Tools, parallel: bool) -> int:
+        return 1 if tools.choice.name is not None or not parallel else max(self.max_tool_calls, 1)
+
+    def _grammar(self, tools: Tools, parallel: bool) -> str:
+        callable_ = tools.callable_tools()
+        n = self._max_calls(tools, parallel)
+        key = (json.dumps([t.spec() for t in callable_], sort_keys=True), n)
+        g = self._grammars.get(key)
+        if g is None:
+            if len(self._grammars) >= 32:  # a session sends the same tools every turn: a small cache does
+                self._grammars.clear()
+            g = self._grammars[key] = call_grammar(callable_, n)
+        return g
+
+    def _decide(self, seq: _Seq, idx: int) -> None:
+        """tool_choice auto: call when the marker's first token is likely enough."""
+        lc = self._lc
+        logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, idx), shape=(self._n_vocab,))
+        top = float(logits.max())
+        p = float(np.exp(logits[self._marker_token] - top) / np.exp(logits - top).sum())
+        self._last_call_p = p
+        self._tool_stats["auto_decisions"] += 1
+        if p >= self.tool_call_threshold:
+            self._tool_stats["auto_calls"] += 1
+            lc.llama_sampler_free(seq.sampler)
+            seq.sampler = self._new_sampler(seq.sampling, seq.grammar)
+            seq.mode, seq.calls = CALL, CallStream()
+        else:
+            seq.mode = TEXT
+            seq.max_tokens = min(seq.max_tokens, seq.sampling.max_tokens)
 
     def _claim_sequence(self, ids: list[int]) -> tuple[int, int]:
         """A free sequence for this prompt and how many of its tokens are already decoded."""
@@ -423,6 +515,8 @@ class LlamaCppThinker(ARExecutor):
         self._last_batch = len(outputs)
         self._hist[len(outputs)] = self._hist.get(len(outputs), 0) + 1
         for seq, idx in outputs:
+            if seq.mode == DECIDE:
+                self._decide(seq, idx)
             results[seq.rid] = self._emit(seq, lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
         return results
 
@@ -438,14 +532,27 @@ class LlamaCppThinker(ARExecutor):
         seq.generated += 1
         if self._lc.llama_vocab_is_eog(self._vocab, token):
             seq.finished = True
-            return StepResult(seq.text.flush(), True)
-        chunk = seq.text.push(self._piece(token))
-        if seq.generated >= seq.max_tokens or seq.pos + 1 >= self.n_ctx_seq:
+            return StepResult(self._chunk(seq, seq.text.flush()), True)
+        chunk = self._chunk(seq, seq.text.push(self._piece(token)))
+        calls_done = seq.calls is not None and not seq.calls.open_call and len(seq.calls.calls) >= seq.max_calls
+        if seq.generated >= seq.max_tokens or seq.pos + 1 >= self.n_ctx_seq or calls_done:
+            # The last call allowed is complete: what the grammar still has to write
+            # (the frame's close) carries nothing, so the reply ends here.
             seq.finished = True
-            tail = seq.text.flush()
-            return StepResult(((chunk or "") + (tail or "")) or None, True)
+            tail = self._chunk(seq, seq.text.flush())
+            return StepResult(_joined(chunk, tail), True)
         seq.pending = token
         return StepResult(chunk, False)
+
+    def _chunk(self, seq: _Seq, text: str | None) -> Any:
+        """Text as is, or in a call the tool-call events the text makes (None when none)."""
+        if seq.calls is None or not text:
+            return text
+        events = seq.calls.feed(text)
+        if events:
+            self._tool_stats["calls"] += sum(1 for e in events if isinstance(e, dict)
+                                             and e["type"] == "tool_call_done")
+        return events or None
 
     def release(self, request_id: int) -> None:
         seq = self._seqs.pop(request_id, None)
@@ -490,7 +597,20 @@ class LlamaCppThinker(ARExecutor):
             "truncated_total": self._truncated_total,
             "prefix_tokens": len(self._prefix),
             "prefix_hits": self._prefix_hits,
+            "tool_calls": self._tool_stats["calls"],
+            "auto_decisions": self._tool_stats["auto_decisions"],
+            "auto_calls": self._tool_stats["auto_calls"],
+            "last_call_probability": self._last_call_p,
         }
+
+
+def _joined(a: Any, b: Any) -> Any:
+    """Two chunks as one: text joins text, events join into one list."""
+    if a is None or b is None:
+        return a if b is None else b
+    if isinstance(a, str) and isinstance(b, str):
+        return a + b
+    return (a if isinstance(a, list) else [a]) + (b if isinstance(b, list) else [b])
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:

@@ -7,24 +7,42 @@ the thinker: same payload, same overrides, same errors for bad input.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from runtime.errors import ErrorCode, StageError
 from runtime.executor import WorkItem
 from runtime.models.chat import Message, parse_messages, with_system_prompt
 from runtime.models.sampling import Sampling
+from runtime.models.tools import NO_TOOLS, Tools, tools_of
 
 
 @dataclass
 class ThinkerRequest:
     messages: list[Message]
     sampling: Sampling
+    tools: Tools = field(default_factory=lambda: NO_TOOLS)
+    parallel_tool_calls: bool = True
 
 
-def read_request(item: WorkItem, system_prompt: str | None, defaults: Sampling) -> ThinkerRequest:
-    """Messages plus sampling; ``item.params`` overrides the payload, which overrides args."""
+def read_request(item: WorkItem, system_prompt: str | None, defaults: Sampling,
+                 supports_tools: bool = True, engine: str = "this thinker") -> ThinkerRequest:
+    """Messages, tools and sampling; ``item.params`` overrides the payload, which overrides args.
+
+    A backend that cannot carry tools (``supports_tools=False``) refuses a
+    request that offers them or whose history holds tool calls, as
+    ``bad_input``: ignoring them would answer a different question.
+    """
     messages = with_system_prompt(parse_messages(item.payload), system_prompt)
     payload = item.payload if isinstance(item.payload, dict) else None
-    return ThinkerRequest(messages, defaults.override(payload, item.params or {}))
+    tools = tools_of(payload)
+    if not supports_tools and (tools.tools or any(m["role"] == "tool" or m.get("tool_calls")
+                                                  for m in messages)):
+        raise StageError(ErrorCode.BAD_INPUT, f"{engine} does not support tools (function calling); "
+                                              "use the llama.cpp or OpenAI-compatible thinker")
+    parallel = payload.get("parallel_tool_calls", True) if payload else True
+    if not isinstance(parallel, bool):
+        raise StageError(ErrorCode.BAD_INPUT, "parallel_tool_calls must be a boolean")
+    return ThinkerRequest(messages, defaults.override(payload, item.params or {}), tools, parallel)
 
 
 DEFAULT_SYSTEM_PROMPT = (

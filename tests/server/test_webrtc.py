@@ -22,12 +22,9 @@ import httpx
 import pytest
 import websockets
 
-from voice_server.settings import ServerSettings
-
 from voice_server.testing.audio import flite_pcm
-from voice_server.testing import ServerThread
 
-from .conftest import API_KEY, ROOT
+from .conftest import API_KEY, loopback_server
 from voice_server.session_registry import registry_for
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.rtc_client import RTCClient
@@ -43,12 +40,7 @@ RATE = 16000
 
 @pytest.fixture(scope="module")
 def rtc_server():
-    settings = ServerSettings.from_sources(
-        env={"VOICE_AGENT_ICE_HOSTS": "127.0.0.1"}, api_keys=[API_KEY], max_sessions=8,
-        max_output_tokens=24)
-    assert settings.ice_hosts == ["127.0.0.1"] and settings.ice_servers == []
-    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
-    srv.base = f"http://127.0.0.1:{srv.port}"
+    srv = loopback_server(max_output_tokens=24)
     yield srv
     srv.stop()
 

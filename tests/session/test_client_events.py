@@ -36,8 +36,10 @@ def _err(cmds):
      ' "content": [{"type": "input_text", "text": 3}]}}', "invalid_type", "item.content[0].text"),
     ('{"type": "conversation.item.create", "item": {"type": "message", "role": "robot",'
      ' "content": []}}', "invalid_value", "item.role"),
-    ('{"type": "conversation.item.create", "item": {"type": "function_call"}}',
+    ('{"type": "conversation.item.create", "item": {"type": "mcp_call"}}',
      "invalid_value", "item.type"),
+    ('{"type": "conversation.item.create", "item": {"type": "function_call"}}',
+     "missing_required_parameter", "item.call_id"),
     ('{"type": "conversation.item.create", "item": {"type": "message", "role": "user",'
      ' "content": [{"type": "input_image", "image_url": "x"}]}}', "invalid_value",
      "item.content[0].type"),

@@ -43,7 +43,9 @@ def test_ga_update_with_unsupported_fields_is_applied_and_reported():
     assert sess["audio"]["input"]["noise_reduction"] is None
     assert sess["audio"]["output"]["voice"] == "marin"
     assert sess["audio"]["output"]["speed"] == 1.2
-    assert sess["tools"] == [] and sess["tracing"] is None
+    assert sess["tools"] == [{"type": "function", "name": "f",     # kept: function calling
+                              "parameters": {"type": "object", "properties": {}}}]
+    assert sess["tool_choice"] == "auto" and sess["tracing"] is None
     assert sess["max_output_tokens"] == 300
     assert s.settings.input_format.sample_rate == 8000
     [listen] = of(cmds, ConfigureListen)   # semantic end of turn goes to the listen stage

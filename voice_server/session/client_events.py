@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import List, Optional, Union
+from typing import Any, List, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -57,6 +57,11 @@ class ItemIn(BaseModel):
     type: str = "message"
     role: Optional[str] = None
     content: List[ContentIn] = Field(default_factory=list)
+    # function_call / function_call_output
+    call_id: Optional[str] = Field(default=None, min_length=1, max_length=64)
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+    output: Optional[str] = None
 
 
 class ConversationItemCreate(_Event):
@@ -88,7 +93,9 @@ class ResponseParamsIn(BaseModel):
     max_response_output_tokens: Union[int, str, None] = None  # beta
     conversation: Optional[str] = None
     input: Optional[List[dict]] = None
-    # accepted and ignored: tools, tool_choice, temperature, voice, audio, prompt ...
+    tools: Any = None  # checked by tools.py
+    tool_choice: Any = None
+    # accepted and ignored: temperature, voice, audio, prompt ...
 
 
 class ResponseCreate(_Event):

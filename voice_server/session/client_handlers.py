@@ -15,7 +15,9 @@ from .client_events import ItemIn, decode_base64_audio, parse_client_event
 from .commands import Command, SendEvent, TranscribeBuffer
 from .errors import ClientError, from_validation_error
 from .config import _max_tokens, _modalities, apply_session_update
-from .items import Content, Item
+from .items import (FUNCTION_CALL, FUNCTION_CALL_OUTPUT, Content, Item, chat_messages,
+                    function_call_item, function_call_output_item)
+from .tools import parse_tool_choice, parse_tools
 
 
 class ClientEventHandlers:
@@ -111,9 +113,12 @@ class ClientEventHandlers:
 
     def _build_item(self, it: ItemIn, allow_transcribe: bool, param: str = "item"):
         """ItemIn -> (Item, (content_index, pcm16k) | None).  No side effects."""
+        if it.type in (FUNCTION_CALL, FUNCTION_CALL_OUTPUT):
+            return self._build_function_item(it, param), None
         if it.type != "message":
-            raise ClientError("invalid_value", f"Invalid value for '{param}.type': {it.type!r}. "
-                              "Only 'message' items are supported.", f"{param}.type")
+            raise ClientError("invalid_value", f"Invalid value for '{param}.type': "
+                              f"{it.type[:64]!r}. Supported values are: 'message', "
+                              "'function_call', 'function_call_output'.", f"{param}.type")
         if it.role not in ("user", "assistant", "system"):
             raise ClientError("invalid_value" if it.role is not None else
                               "missing_required_parameter",
@@ -164,6 +169,22 @@ class ClientEventHandlers:
         status = "in_progress" if transcribe else "completed"
         return Item(item_id, it.role, content, status=status), transcribe
 
+    def _build_function_item(self, it: ItemIn, param: str) -> Item:
+        needed = ("call_id", "name") if it.type == FUNCTION_CALL else ("call_id", "output")
+        for key in needed:
+            if getattr(it, key) is None:
+                raise ClientError("missing_required_parameter", f"Missing required parameter: "
+                                  f"'{param}.{key}'.", f"{param}.{key}")
+        for key in ("name", "arguments", "output"):
+            value = getattr(it, key)
+            if value is not None and len(value) > self.limits.max_item_text_chars:
+                raise ClientError("string_above_max_length", f"Invalid '{param}.{key}': string "
+                                  "too long.", f"{param}.{key}")
+        item_id = it.id or self.ids.new("item")
+        if it.type == FUNCTION_CALL:
+            return function_call_item(item_id, it.call_id, it.name, it.arguments or "")
+        return function_call_output_item(item_id, it.call_id, it.output)
+
     def _on_conversation_item_create(self, ev, now_ms) -> list[Command]:
         if ev.item.id is not None and ev.item.id in self.conversation:
             raise ClientError("invalid_value", f"Invalid 'item.id': an item with id "
@@ -172,6 +193,11 @@ class ClientEventHandlers:
             raise ClientError("invalid_value", f"Invalid 'previous_item_id': no item with id "
                               f"'{ev.previous_item_id}'.", "previous_item_id")
         item, transcribe = self._build_item(ev.item, allow_transcribe=True)
+        if item.type == FUNCTION_CALL_OUTPUT:
+            self._check_function_output(item)
+        elif item.type == FUNCTION_CALL:
+            self._check_new_call_id(item)
+            self._call_ids.add(item.call_id)
         prev = self.conversation.add(item, ev.previous_item_id)
         out: list[Command] = [self._send("conversation.item.added", previous_item_id=prev,
                                          item=item.wire())]
@@ -220,7 +246,7 @@ class ClientEventHandlers:
 
     def _on_conversation_item_delete(self, ev, now_ms) -> list[Command]:
         item = self._item_or_error(ev.item_id)
-        if self._active is not None and self._active.item is item:
+        if self._active is not None and item.response_id == self._active.id:
             raise ClientError("invalid_value", "Invalid 'item_id': the item belongs to the "
                               "response in progress; cancel it first.", "item_id")
         self.conversation.delete(item.id)
@@ -249,6 +275,7 @@ class ClientEventHandlers:
         metadata = None
         in_conv = True
         input_messages = None
+        tools = tool_choice = None
         if p is not None:
             if p.modalities is not None:
                 modalities = _modalities(p.modalities, "response.modalities")
@@ -273,8 +300,15 @@ class ClientEventHandlers:
             in_conv = p.conversation != "none"
             if p.input is not None:
                 input_messages = self._input_messages(p.input)
+            if "tools" in p.model_fields_set:
+                tools = parse_tools(p.tools, "response.tools", self.limits.max_tools,
+                                    self.limits.max_tools_chars)
+            if p.tool_choice is not None:
+                tool_choice = parse_tool_choice(p.tool_choice, s.tools if tools is None
+                                                else tools, "response.tool_choice")
         return self._create_response(now_ms, ev.event_id, modalities, max_tokens,
-                                     instructions or None, metadata, in_conv, input_messages)
+                                     instructions or None, metadata, in_conv, input_messages,
+                                     tools, tool_choice)
 
     def _check_metadata(self, md: dict) -> dict:
         lim = self.limits
@@ -288,7 +322,7 @@ class ClientEventHandlers:
         return dict(md)
 
     def _input_messages(self, items: list) -> list[dict]:
-        msgs = []
+        built: list[Item] = []
         for i, raw in enumerate(items):
             param = f"response.input[{i}]"
             if raw.get("type") == "item_reference":
@@ -304,10 +338,8 @@ class ClientEventHandlers:
                 except ValidationError as exc:
                     raise from_validation_error(exc, param) from None
                 item, _ = self._build_item(it, allow_transcribe=False, param=param)
-            text = item.text()
-            if text:
-                msgs.append({"role": item.role, "content": text})
-        return msgs
+            built.append(item)
+        return chat_messages(built)
 
     def _on_response_cancel(self, ev, now_ms) -> list[Command]:
         r = self._active

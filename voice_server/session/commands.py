@@ -59,8 +59,10 @@ class TranscribeBuffer:
 class StartResponse:
     """Submit think(+speak) to the runtime.
 
-    ``messages``: [{"role": "user"|"assistant"|"system", "content": str}], the
-    conversation (truncated assistant turns already cut to what was heard).
+    ``messages``: the conversation as chat messages (``voice_contract``:
+    ``{"role", "content"}``, assistant ``tool_calls`` and ``tool`` results),
+    truncated assistant turns already cut to what was heard.  ``tools`` /
+    ``tool_choice``: in the chat-completions shape, None without tools.
     """
     response_id: str
     messages: list
@@ -68,6 +70,8 @@ class StartResponse:
     max_tokens: int | None
     instructions: str | None
     metadata: dict | None = None
+    tools: list | None = None
+    tool_choice: Any = None
 
 
 @dataclass
@@ -80,6 +84,8 @@ class PrepareReply:
     modalities: list
     max_tokens: int | None
     instructions: str | None
+    tools: list | None = None
+    tool_choice: Any = None
 
 
 @dataclass

@@ -13,8 +13,9 @@ merging of a client's ``session.update`` into it.
   top-level ``turn_detection``, ``input_audio_transcription``,
   ``max_response_output_tokens``) and returns a new settings object, or
   raises :class:`ClientError` (the old settings stay in force).
-  Unsupported optional fields (tools, tracing, noise_reduction, the
-  transcription model, voice names...) are accepted and ignored.
+  ``tools`` and ``tool_choice`` are checked (tools.py) and kept.
+  Unsupported optional fields (tracing, noise_reduction, the transcription
+  model, voice names...) are accepted and ignored.
   ``semantic_vad`` (with ``eagerness``) runs the end-of-turn model in the
   listen stage.
 * :func:`session_to_wire` - the effective values as reported in
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..audio_codec import PCM, PCMA, PCMU, G711_RATE
 from .errors import ClientError, from_validation_error
+from .tools import choice_still_valid, parse_tool_choice, parse_tools
 
 # ---------------------------------------------------------------------------
 # Effective settings
@@ -102,6 +104,9 @@ class SessionSettings(BaseModel):
     # still transcribes internally (it needs the text to answer).
     transcription_model: Optional[str] = "server-asr"
     max_output_tokens: Optional[int] = None  # None = "inf"
+    # function tools in the Realtime shape ({"type": "function", "name", ...}, tools.py)
+    tools: List[dict] = Field(default_factory=list)
+    tool_choice: Union[str, dict] = "auto"
 
 
 class ServerLimits(BaseModel):
@@ -117,6 +122,8 @@ class ServerLimits(BaseModel):
     max_metadata_key_chars: int = 64
     max_metadata_value_chars: int = 512
     max_output_tokens_cap: int = 4096
+    max_tools: int = 128
+    max_tools_chars: int = 100_000  # the tools list as JSON
     # no client traffic (events or input audio) for this long: error ``idle_timeout``
     # and close (0 = never)
     idle_timeout_s: float = 600.0
@@ -194,9 +201,9 @@ class _SessionIn(BaseModel):
     input_audio_transcription: Any = None  # beta
     max_output_tokens: Union[int, str, None] = None
     max_response_output_tokens: Union[int, str, None] = None  # beta
-    # accepted and ignored
-    tools: Any = None
+    tools: Any = None  # checked by tools.py
     tool_choice: Any = None
+    # accepted and ignored
     tracing: Any = None
     temperature: Any = None
     include: Any = None
@@ -338,7 +345,24 @@ def apply_session_update(current: SessionSettings, session: Any,
             upd["voice"] = voice["id"]
         elif isinstance(voice, str):
             upd["voice"] = voice
+    upd.update(_tool_settings(s, current, limits))
     return current.model_copy(update=upd)
+
+
+def _tool_settings(s: _SessionIn, current: SessionSettings, limits: ServerLimits) -> dict:
+    """``tools`` / ``tool_choice`` of an update.  A choice kept from before
+    that no longer fits the new tools (a named function that went, ``required``
+    with none left) falls back to ``auto``."""
+    upd: dict[str, Any] = {}
+    tools = current.tools
+    if "tools" in s.model_fields_set:
+        tools = upd["tools"] = parse_tools(s.tools, "session.tools", limits.max_tools,
+                                           limits.max_tools_chars)
+    if s.tool_choice is not None:
+        upd["tool_choice"] = parse_tool_choice(s.tool_choice, tools, "session.tool_choice")
+    elif not choice_still_valid(current.tool_choice, tools):
+        upd["tool_choice"] = "auto"
+    return upd
 
 
 def _transcription_model(value: Any, current: SessionSettings) -> Optional[str]:
@@ -360,8 +384,8 @@ def session_to_wire(settings: SessionSettings, session_id: str,
         "model": settings.model,
         "output_modalities": list(settings.output_modalities),
         "instructions": settings.instructions,
-        "tools": [],
-        "tool_choice": "auto",
+        "tools": [dict(t) for t in settings.tools],
+        "tool_choice": settings.tool_choice,
         "max_output_tokens": "inf" if settings.max_output_tokens is None
         else settings.max_output_tokens,
         "tracing": None,

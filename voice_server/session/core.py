@@ -27,8 +27,10 @@ limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events
   ``{"type":"speech_started","audio_start_ms"}``, ``{"type":"partial","text"}``
   (the full hypothesis so far), ``{"type":"speech_stopped","audio_end_ms"}``,
   ``{"type":"final","text","audio_start_ms","audio_end_ms"}``.
-* ``response_chunk(response_id, stage, payload, now_ms)`` - ``"think"``: str
-  text delta; ``"speak"``: ``{"audio": int16 ndarray, "sample_rate", "text",
+* ``response_chunk(response_id, stage, payload, now_ms)`` - ``"think"``: a
+  ``voice_contract`` think chunk (a str text delta, or a list of text deltas
+  and ``tool_call_delta`` / ``tool_call_done`` events, which become
+  ``function_call`` items: function_calls.py); ``"speak"``: ``{"audio": int16 ndarray, "sample_rate", "text",
   "duration_ms"}``.  Chunks of a response that is not the active one
   (finished, cancelled, unknown) are dropped silently.  The speak chunk is a
   ``voice_contract.SpeakChunk``.
@@ -115,10 +117,22 @@ it and truncates the item to what was heard, as ``output_audio_buffer.clear``
 does (playback.py); the phone network and the WebRTC track hold seconds of
 audio, so without this the caller would be talked over.
 
+Function calling
+----------------
+``tools`` / ``tool_choice`` (``session.update``, ``response.create``) are
+checked in tools.py and reach the thinker with every ``StartResponse``; the
+thinker's calls come out as ``function_call`` items with their arguments
+streamed (``response.function_call_arguments.delta`` / ``.done``); the
+client answers with a ``function_call_output`` item and ``response.create``,
+and the next response's messages carry the call and its result
+(items.chat_messages).  A call cut off by a cancel ends ``incomplete``, with
+no ``.done`` for its arguments, and takes no output.
+
 Where the code is: client_handlers.py (client events), turns.py (input audio,
 listen events, barge-in trigger), responses.py (response lifecycle),
-playback.py (playback position, flush, truncation); this module holds the
-facade, the session's start, timers and end.
+function_calls.py (function call items), playback.py (playback position,
+flush, truncation); this module holds the facade, the session's start,
+timers and end.
 """
 
 from __future__ import annotations
@@ -130,6 +144,7 @@ from .client_handlers import ClientEventHandlers
 from .commands import CancelResponse, Close, Command, ConfigureListen, SendEvent, StopListen
 from .config import ServerLimits, SessionSettings, session_to_wire
 from .errors import ClientError
+from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
 from .items import Content, Conversation, Item
 from .output_pacer import OutputPacer
@@ -144,11 +159,11 @@ from .turns import Turns
 OUTPUT_SLICE_MS = {"events": 40.0, "stream": 100.0}
 
 
-class Session(ClientEventHandlers, Turns, Responses, Playback):
+class Session(ClientEventHandlers, Turns, Responses, FunctionCalls, Playback):
     """One Realtime session (module docstring).  The facade over its sections:
     client events (client_handlers.py), turn taking (turns.py), responses
-    (responses.py), playback and truncation (playback.py); the timers and the
-    session's own life are here."""
+    (responses.py), function calls (function_calls.py), playback and
+    truncation (playback.py); the timers and the session's own life are here."""
 
     def __init__(self, session_id: str, config: SessionSettings | None = None,
                  audio_out_mode: str = "events", limits: ServerLimits | None = None,
@@ -186,6 +201,7 @@ class Session(ClientEventHandlers, Turns, Responses, Playback):
         # responses
         self._active: _Response | None = None
         self._last_audio: _Response | None = None
+        self._call_ids: set[str] = set()  # every function call's call_id, server's and client's
         # output pacing and pause (output_pacer.py, playback.py)
         self._pacer = OutputPacer(output_lead_ms)
         self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]

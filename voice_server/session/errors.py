@@ -27,6 +27,14 @@ input_audio_too_large              append above ServerLimits.max_append_b64_byte
 input_audio_buffer_full            push-to-talk buffer above max_buffered_input_s
 input_audio_buffer_commit_empty    commit with less than min_commit_ms buffered
 string_above_max_length            instructions / metadata too long
+invalid_tool                       a tool's name (pattern, duplicate), too many tools
+unsupported_tool_type              a tool of a type other than ``function``
+invalid_tool_parameters            ``parameters`` not a JSON Schema of an object
+invalid_tool_choice                not auto/none/required/a function among the tools
+function_call_not_found            an output whose call_id matches no function_call item
+function_call_in_progress          an output for a call whose arguments still stream
+function_call_incomplete           an output for a call cut off by a cancel
+function_call_output_duplicate     a second output for one call
 response_cancel_not_active         response.cancel with nothing active (benign)
 conversation_already_has_active_response  response.create while one is active (benign)
 rate_limit_exceeded                more than ServerLimits.max_client_events_per_s

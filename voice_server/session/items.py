@@ -1,14 +1,19 @@
 """Conversation items, their wire form, and audio truncation.
 
 An :class:`Item` is a ``message`` (user / assistant / system) with content
-parts.  Assistant audio items also carry the exact accounting needed for
-truncation: ``audio_ms`` (ms of audio actually sent to the client) and
-``segments`` (one per spoken clause: [start_ms, end_ms) and its text), so a
-cut at ``audio_end_ms`` keeps whole clauses before it and, inside the clause
-being spoken, a proportional share of its words.
+parts, a ``function_call`` (``call_id``, ``name``, ``arguments``: the agent
+asks the client to run a function) or a ``function_call_output``
+(``call_id``, ``output``: the client's answer).  Assistant audio items also
+carry the exact accounting needed for truncation: ``audio_ms`` (ms of audio
+actually sent to the client) and ``segments`` (one per spoken clause:
+[start_ms, end_ms) and its text), so a cut at ``audio_end_ms`` keeps whole
+clauses before it and, inside the clause being spoken, a proportional share
+of its words.
 
-:class:`Conversation` is the ordered item list; :meth:`Conversation.messages`
-renders it as ``[{"role", "content"}]`` for the thinker.
+:class:`Conversation` is the ordered item list; :func:`chat_messages`
+renders items as the chat messages the thinker takes (``voice_contract``):
+``{"role", "content"}``, calls as an assistant message's ``tool_calls``, each
+followed by its ``{"role": "tool", "tool_call_id", "content"}`` result.
 """
 
 from __future__ import annotations
@@ -57,6 +62,21 @@ def cut_transcript(segments: list[Segment], audio_end_ms: float) -> str:
     return out
 
 
+FUNCTION_CALL = "function_call"
+FUNCTION_CALL_OUTPUT = "function_call_output"
+
+
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str = "",
+                       status: str = "completed", response_id: str | None = None) -> "Item":
+    return Item(item_id, "assistant", [], status=status, type=FUNCTION_CALL,
+                response_id=response_id, call_id=call_id, name=name, arguments=arguments)
+
+
+def function_call_output_item(item_id: str, call_id: str, output: str) -> "Item":
+    return Item(item_id, "tool", [], type=FUNCTION_CALL_OUTPUT, call_id=call_id,
+                output=output)
+
+
 @dataclass
 class Item:
     id: str
@@ -70,11 +90,21 @@ class Item:
     played_ms: float | None = None
     truncated_at_ms: float | None = None
     response_id: str | None = None
+    # function_call / function_call_output
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
 
     def wire(self) -> dict:
-        return {"id": self.id, "object": "realtime.item", "type": self.type,
-                "status": self.status, "role": self.role,
-                "content": [c.wire() for c in self.content]}
+        head = {"id": self.id, "object": "realtime.item", "type": self.type,
+                "status": self.status}
+        if self.type == FUNCTION_CALL:
+            return {**head, "call_id": self.call_id, "name": self.name,
+                    "arguments": self.arguments or ""}
+        if self.type == FUNCTION_CALL_OUTPUT:
+            return {**head, "call_id": self.call_id, "output": self.output or ""}
+        return {**head, "role": self.role, "content": [c.wire() for c in self.content]}
 
     def text(self) -> str:
         return "".join(c.plain() for c in self.content).strip()
@@ -153,12 +183,53 @@ class Conversation:
             self.items.remove(item)
         return item
 
-    def messages(self, exclude: set[str] | None = None) -> list[dict]:
-        out = []
-        for it in self.items:
-            if exclude and it.id in exclude:
+    def messages(self) -> list[dict]:
+        return chat_messages(self.items)
+
+    def function_call(self, call_id: str) -> Item | None:
+        return next((it for it in self.items
+                     if it.type == FUNCTION_CALL and it.call_id == call_id), None)
+
+    def function_output(self, call_id: str) -> Item | None:
+        return next((it for it in self.items
+                     if it.type == FUNCTION_CALL_OUTPUT and it.call_id == call_id), None)
+
+
+def chat_messages(items: list[Item]) -> list[dict]:
+    """Items as chat messages for the thinker.
+
+    A call goes into the ``tool_calls`` of the assistant message just before
+    it (the text the agent said first) or of a new empty one, and its result
+    comes right after that message, wherever the client put the output item:
+    chat templates and OpenAI-compatible servers take a call only when its
+    result follows.  A call without an output yet (the client has not
+    answered, or it was cut off) and an output without its call are left out
+    for the same reason."""
+    results = {it.call_id: it for it in items if it.type == FUNCTION_CALL_OUTPUT}
+    calls = {it.call_id for it in items if it.type == FUNCTION_CALL}
+    out: list[dict] = []
+    pending: list[dict] = []   # results of the calls of out[-1]
+    for it in items:
+        if it.type == FUNCTION_CALL:
+            res = results.get(it.call_id)
+            if res is None or it.status != "completed":
                 continue
-            text = it.text()
-            if text:
-                out.append({"role": it.role, "content": text})
-        return out
+            call = {"id": it.call_id, "type": "function",
+                    "function": {"name": it.name or "", "arguments": it.arguments or "{}"}}
+            if out and out[-1]["role"] == "assistant":
+                out[-1].setdefault("tool_calls", []).append(call)
+            else:
+                out += pending
+                pending = []
+                out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            pending.append({"role": "tool", "tool_call_id": it.call_id,
+                            "content": res.output or ""})
+            continue
+        if it.type == FUNCTION_CALL_OUTPUT and it.call_id in calls:
+            continue
+        text = it.text()
+        if text:
+            out += pending
+            pending = []
+            out.append({"role": it.role, "content": text})
+    return out + pending

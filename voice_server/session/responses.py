@@ -1,23 +1,24 @@
 """The response lifecycle: create, start (``StartResponse``), the thinker's
-text and the speaker's audio as events or ``AudioOut``, finish, fail and
-cancel (``CancelResponse`` + ``response.done``).  Part of
+text, tool calls (function_calls.py) and the speaker's audio as events or
+``AudioOut``, finish, fail and cancel (``CancelResponse`` + ``response.done``).  Part of
 :class:`voice_server.session.Session` (core.py), split out by section."""
 
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import ERROR_CODES, SPEAK, THINK, SpeakChunk
+from runtime.models.voice_contract import ERROR_CODES, SPEAK, THINK, SpeakChunk, think_events
 
 from ..audio_codec import StreamResampler, encode_wire_audio
 from .commands import AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, StartResponse
 from .items import Content, Item, Segment
 from .server_events import content_part, response_object, zero_usage
+from .tools import chat_tool_choice, chat_tools, choice_still_valid
 
 
 @dataclass
@@ -32,9 +33,13 @@ class _Response:
     output_format: Any
     voice: str
     input_messages: list | None = None
+    tools: list | None = None  # chat-completions shape (tools.py); None: no tools
+    tool_choice: Any = None
     started: bool = False  # StartResponse emitted
     done: bool = False
-    item: Item | None = None
+    item: Item | None = None  # the message (audio or text) item
+    outputs: list = field(default_factory=list)  # every output item, in order
+    calls: dict = field(default_factory=dict)  # thinker's call index -> function_call item
     text: str = ""  # output_text (text modality)
     transcript: str = ""  # audio transcript sent
     think_text: str = ""
@@ -53,16 +58,25 @@ class _Response:
     def audio(self) -> bool:
         return "audio" in self.modalities
 
+    @property
+    def msg_index(self) -> int:
+        return self.outputs.index(self.item)
+
 
 class Responses:
     def _create_response(self, now_ms, cause, modalities, max_tokens, instructions,
-                         metadata, in_conv, input_messages) -> list[Command]:
+                         metadata, in_conv, input_messages, tools: list | None = None,
+                         tool_choice=None) -> list[Command]:
+        """``tools`` / ``tool_choice``: a ``response.create``'s overrides
+        (Realtime shape, checked); None: the session's."""
         s = self.settings
+        think_tools, think_choice = self._tool_params(tools, tool_choice)
         r = _Response(id=self.ids.new("resp"), modalities=list(modalities),
                       max_tokens=max_tokens, instructions=instructions, metadata=metadata,
                       in_conversation=in_conv, cause_event_id=cause,
                       output_format=s.output_format, voice=s.voice,
-                      input_messages=input_messages)
+                      input_messages=input_messages,
+                      tools=think_tools, tool_choice=think_choice)
         self._active = r
         self._pacer.reset()
         self._unanswered = False
@@ -73,11 +87,24 @@ class Responses:
             out.append(self._start_cmd(r))
         return out
 
+    def _tool_params(self, tools: list | None = None, tool_choice=None) -> tuple:
+        """The tools and tool choice a response takes to the thinker, in the
+        chat-completions shape: the overrides, else the session's (a session
+        choice that does not fit override tools is ``auto``); (None, None)
+        without tools."""
+        s = self.settings
+        tools = s.tools if tools is None else tools
+        if not tools:
+            return None, None
+        if tool_choice is None:
+            tool_choice = s.tool_choice if choice_still_valid(s.tool_choice, tools) else "auto"
+        return chat_tools(tools), chat_tool_choice(tool_choice)
+
     def _start_cmd(self, r: _Response) -> StartResponse:
         r.started = True
         msgs = r.input_messages if r.input_messages is not None else self.conversation.messages()
         return StartResponse(r.id, msgs, list(r.modalities), r.max_tokens, r.instructions,
-                             r.metadata)
+                             r.metadata, r.tools, r.tool_choice)
 
     def _maybe_start_waiting(self) -> list[Command]:
         r = self._active
@@ -89,7 +116,7 @@ class Responses:
                        usage: dict | None = None) -> dict:
         return response_object(
             r.id, status, status_details=details,
-            output=[r.item.wire()] if r.item else [],
+            output=[it.wire() for it in r.outputs],
             conversation_id=self.conversation_id if r.in_conversation else None,
             modalities=r.modalities, max_output_tokens=r.max_tokens,
             output_format=r.output_format.wire(), voice=r.voice, usage=usage,
@@ -104,14 +131,9 @@ class Responses:
                              transcript="" if kind == "output_audio" else None)],
                     status="in_progress", response_id=r.id)
         r.item = item
-        out: list[Command] = [self._send("response.output_item.added", response_id=r.id,
-                                         output_index=0, item=item.wire())]
-        if r.in_conversation:
-            prev = self.conversation.add(item)
-            out.append(self._send("conversation.item.added", previous_item_id=prev,
-                                  item=item.wire()))
+        out = self._add_output_item(r, item)
         out.append(self._send("response.content_part.added", response_id=r.id, item_id=item.id,
-                              output_index=0, content_index=0,
+                              output_index=r.msg_index, content_index=0,
                               part=content_part("audio" if r.audio else "text", "")))
         return out
 
@@ -121,23 +143,30 @@ class Responses:
         if self.closed or r is None or r.id != response_id or r.done or not r.started:
             return []
         if stage == THINK:
-            if not isinstance(payload, str) or not payload:
-                return []
-            if r.audio:
-                r.think_text += payload
-                return []
-            out = self._ensure_item(r)
-            r.text += payload
-            r.item.content[0].text = r.text
-            out.append(self._send("response.output_text.delta", response_id=r.id,
-                                  item_id=r.item.id, output_index=0, content_index=0,
-                                  delta=payload))
+            out: list[Command] = []
+            for ev in think_events(payload):
+                if isinstance(ev, str):
+                    out += self._think_text(r, ev)
+                else:
+                    out += self._tool_call_event(r, ev)
             return out
         if stage == SPEAK:
             if not r.audio or not isinstance(payload, dict):
                 return []
             return self._speak(r, payload, now_ms)
         return []
+
+    def _think_text(self, r: _Response, text: str) -> list[Command]:
+        if r.audio:  # the speaker's chunks carry it, as a transcript of the audio
+            r.think_text += text
+            return []
+        out = self._ensure_item(r)
+        r.text += text
+        r.item.content[0].text = r.text
+        out.append(self._send("response.output_text.delta", response_id=r.id,
+                              item_id=r.item.id, output_index=r.msg_index, content_index=0,
+                              delta=text))
+        return out
 
     def _speak(self, r: _Response, payload: SpeakChunk, now_ms: float) -> list[Command]:
         audio = np.asarray(payload.get("audio", np.zeros(0, np.int16)))
@@ -175,8 +204,8 @@ class Responses:
             r.transcript += text
             item.content[0].transcript = r.transcript
             held.append((self._send("response.output_audio_transcript.delta", response_id=r.id,
-                                    item_id=item.id, output_index=0, content_index=0,
-                                    delta=text), 0.0))
+                                    item_id=item.id, output_index=r.msg_index,
+                                    content_index=0, delta=text), 0.0))
         self._last_audio = r
         self._pacer.hold([c for c, _ in held], [ms for _, ms in held])
         return out + self._pacer.release(now_ms)
@@ -208,7 +237,8 @@ class Responses:
         for part in self._slices(pcm, fmt.sample_rate):
             data = encode_wire_audio(part, fmt.type)
             out.append((self._send("response.output_audio.delta", response_id=r.id,
-                                   item_id=r.item.id, output_index=0, content_index=0,
+                                   item_id=r.item.id, output_index=r.msg_index,
+                                   content_index=0,
                                    delta=base64.b64encode(data).decode("ascii")),
                         part.size * 1000.0 / fmt.sample_rate))
         return out
@@ -220,29 +250,32 @@ class Responses:
         if self._active is r:
             self._active = None
         out: list[Command] = []
-        item = r.item
-        if item is not None:
-            common = dict(response_id=r.id, item_id=item.id, output_index=0, content_index=0)
-            if r.audio:
-                transcript = item.content[0].transcript or ""
-                out.append(self._send("response.output_audio.done", **common))
-                out.append(self._send("response.output_audio_transcript.done",
-                                      transcript=transcript, **common))
-                part = content_part("audio", transcript)
+        for item in r.outputs:
+            if item is r.item:
+                out += self._message_done_events(r, status)
             else:
-                out.append(self._send("response.output_text.done", text=r.text, **common))
-                part = content_part("text", r.text)
-            out.append(self._send("response.content_part.done", part=part, **common))
-            item.status = "completed" if status == "completed" else "incomplete"
-            out.append(self._send("response.output_item.done", response_id=r.id, output_index=0,
-                                  item=item.wire()))
-            if r.in_conversation and item.id in self.conversation:
-                out.append(self._send("conversation.item.done",
-                                      previous_item_id=self.conversation.previous_of(item.id),
-                                      item=item.wire()))
+                self._close_unfinished_call(item)
         out.append(self._send("response.done", response=self._response_wire(
             r, status, details, usage if usage is not None else zero_usage())))
         return out
+
+    def _message_done_events(self, r: _Response, status: str) -> list[Command]:
+        item = r.item
+        out: list[Command] = []
+        common = dict(response_id=r.id, item_id=item.id, output_index=r.msg_index,
+                      content_index=0)
+        if r.audio:
+            transcript = item.content[0].transcript or ""
+            out.append(self._send("response.output_audio.done", **common))
+            out.append(self._send("response.output_audio_transcript.done",
+                                  transcript=transcript, **common))
+            part = content_part("audio", transcript)
+        else:
+            out.append(self._send("response.output_text.done", text=r.text, **common))
+            part = content_part("text", r.text)
+        out.append(self._send("response.content_part.done", part=part, **common))
+        item.status = "completed" if status == "completed" else "incomplete"
+        return out + self._item_done_events(r, item)
 
     def _cancel_active(self, reason: str, now_ms: float, flush: bool,
                        between: list | None = None, reason_cmd: str | None = None) \

@@ -1,0 +1,165 @@
+"""Function tools and tool_choice on a think request, checked once for every thinker.
+
+A bad tool must fail the request that carries it with ``bad_input`` before any
+engine sees it: an engine would either reject it later with another code, or
+(worse) build a grammar from a broken schema, or silently ignore it.  So the
+shapes of ``tools`` and ``tool_choice`` (the OpenAI chat-completions shape,
+see ``voice_contract``) are validated here and normalised: every tool ends up
+with a ``parameters`` object schema, and ``tool_choice`` with one of four
+modes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.errors import ErrorCode, StageError
+from runtime.models.voice_contract import TOOL_CHOICES
+
+NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+
+AUTO, NONE, REQUIRED, FUNCTION = "auto", "none", "required", "function"
+
+
+def _bad(message: str) -> StageError:
+    return StageError(ErrorCode.BAD_INPUT, message)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict
+
+    def spec(self) -> dict:
+        """The OpenAI chat-completions shape, as engines take it."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """``mode`` is auto | none | required | function (then ``name`` is the function)."""
+
+    mode: str = AUTO
+    name: str | None = None
+
+    def spec(self) -> Any:
+        """The OpenAI chat-completions shape, as engines take it."""
+        if self.mode == FUNCTION:
+            return {"type": "function", "function": {"name": self.name}}
+        return self.mode
+
+    @property
+    def forces_call(self) -> bool:
+        return self.mode in (REQUIRED, FUNCTION)
+
+
+@dataclass(frozen=True)
+class Tools:
+    """The tools a request offers and how the model may use them (empty: none offered)."""
+
+    tools: tuple[Tool, ...] = ()
+    choice: ToolChoice = field(default_factory=lambda: ToolChoice(NONE))
+
+    @property
+    def active(self) -> bool:
+        """True when the model may (or must) call a tool in this reply."""
+        return bool(self.tools) and self.choice.mode != NONE
+
+    def callable_tools(self) -> tuple[Tool, ...]:
+        """The tools the reply may call: all of them, or the one tool_choice names."""
+        if not self.active:
+            return ()
+        if self.choice.mode == FUNCTION:
+            return tuple(t for t in self.tools if t.name == self.choice.name)
+        return self.tools
+
+    def by_name(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+NO_TOOLS = Tools()
+
+
+def _check_parameters(name: str, params: Any) -> dict:
+    if params is None:
+        return dict(EMPTY_PARAMETERS)
+    if not isinstance(params, dict):
+        raise _bad(f"tool {name!r}: 'parameters' must be a JSON Schema object, got {type(params).__name__}")
+    from jsonschema import Draft202012Validator, SchemaError
+
+    try:
+        Draft202012Validator.check_schema(params)
+    except SchemaError as e:
+        raise _bad(f"tool {name!r}: 'parameters' is not a valid JSON Schema: {e.message}") from None
+    kind = params.get("type", "object")
+    if kind != "object":
+        raise _bad(f"tool {name!r}: 'parameters' must describe an object (type 'object'), got type {kind!r}")
+    return params
+
+
+def parse_tool(spec: Any, i: int) -> Tool:
+    """One tool in the chat-completions shape; the flat Realtime shape
+    (``{"type": "function", "name", ...}``) is accepted too."""
+    if not isinstance(spec, dict):
+        raise _bad(f"tools[{i}] must be an object, got {type(spec).__name__}")
+    if spec.get("type", "function") != "function":
+        raise _bad(f"tools[{i}]: only type 'function' is supported, got {spec.get('type')!r}")
+    fn = spec.get("function", spec)
+    if not isinstance(fn, dict):
+        raise _bad(f"tools[{i}].function must be an object")
+    name = fn.get("name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise _bad(f"tools[{i}]: name {name!r} must match {NAME_RE.pattern}")
+    desc = fn.get("description") or ""
+    if not isinstance(desc, str):
+        raise _bad(f"tool {name!r}: 'description' must be a string")
+    return Tool(name, desc, _check_parameters(name, fn.get("parameters")))
+
+
+def parse_tool_choice(choice: Any, tools: tuple[Tool, ...]) -> ToolChoice:
+    if choice is None:
+        return ToolChoice(AUTO if tools else NONE)
+    if not tools:
+        raise _bad("tool_choice was given but the request offers no tools")
+    if isinstance(choice, str):
+        if choice not in TOOL_CHOICES:
+            raise _bad(f"tool_choice {choice!r} must be one of {TOOL_CHOICES} or a named function")
+        return ToolChoice(choice)
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        fn = choice.get("function", choice)  # chat-completions nests the name, Realtime does not
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str):
+            raise _bad("tool_choice {'type': 'function'} needs function.name")
+        if not any(t.name == name for t in tools):
+            raise _bad(f"tool_choice names the function {name!r}, which is not among the tools "
+                       f"({', '.join(t.name for t in tools)})")
+        return ToolChoice(FUNCTION, name)
+    raise _bad(f"tool_choice {choice!r} must be one of {TOOL_CHOICES} or "
+               "{'type': 'function', 'function': {'name': ...}}")
+
+
+def parse_tools(tools: Any, tool_choice: Any = None) -> Tools:
+    """Validated, normalised ``tools`` and ``tool_choice`` of a think request."""
+    if tools is None:
+        tools = []
+    if not isinstance(tools, (list, tuple)):
+        raise _bad(f"'tools' must be a list, got {type(tools).__name__}")
+    parsed = tuple(parse_tool(spec, i) for i, spec in enumerate(tools))
+    seen: set[str] = set()
+    for t in parsed:
+        if t.name in seen:
+            raise _bad(f"two tools are named {t.name!r}; tool names must be unique")
+        seen.add(t.name)
+    return Tools(parsed, parse_tool_choice(tool_choice, parsed))
+
+
+def tools_of(payload: Any) -> Tools:
+    """The tools of a think payload (a bare transcript or message list offers none)."""
+    if not isinstance(payload, dict):
+        return NO_TOOLS
+    return parse_tools(payload.get("tools"), payload.get("tool_choice"))

@@ -27,8 +27,13 @@ from .conftest import API_KEY, ROOT
 pytestmark = pytest.mark.timeout(300)
 
 CLIENTS = Path(__file__).parent / "clients"
-TOOL = "get_order_status"
-FACT = "shipped on Tuesday"
+TOOL = "get_weather"
+# What the function returns, and the word of it the spoken answer must carry.
+# The small default thinker (SmolLM2-135M) passes a short plain result on
+# reliably when told to repeat it (the clients' instructions); these tests
+# check the clients' protocol, not the model's judgement.
+RESULT = "Sunny, 23 degrees."
+FACT = "sunny"
 
 
 def clients_python() -> str:
@@ -44,7 +49,7 @@ async def run_client(script: str, *args: str, timeout: float = 240) -> list[list
     with its own account and its stderr when it did not get through)."""
     proc = await asyncio.create_subprocess_exec(
         clients_python(), str(CLIENTS / script), "--key", API_KEY, "--tool", TOOL,
-        "--fact", FACT, *args, cwd=str(ROOT),
+        "--fact", RESULT, *args, cwd=str(ROOT),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -66,15 +71,15 @@ async def run_client(script: str, *args: str, timeout: float = 240) -> list[list
 def check_call(name: str, arguments) -> None:
     assert name == TOOL
     args = json.loads(arguments) if isinstance(arguments, str) else arguments
-    assert isinstance(args, dict) and isinstance(args.get("order_id"), str), args
+    assert isinstance(args, dict) and isinstance(args.get("city"), str), args
 
 
 def says_fact(transcript: str) -> bool:
-    return "tuesday" in transcript.lower()
+    return FACT in transcript.lower()
 
 
 async def test_pipecat_realtime_service_text_turn_then_spoken_tool_turn(server, tmp_path):
-    speech = np.concatenate([silence(300), flite_pcm("where is my order number forty two"),
+    speech = np.concatenate([silence(300), flite_pcm("what is the weather like in paris today"),
                              silence(200)])
     pcm = tmp_path / "speech.pcm"
     pcm.write_bytes(speech.astype("<i2").tobytes())
@@ -85,7 +90,7 @@ async def test_pipecat_realtime_service_text_turn_then_spoken_tool_turn(server, 
     first = responses[0]
     assert first[1].strip() and first[2] > 0, first  # transcript and audio out of a text turn
     user = [e for e in log if e[0] == "user"]
-    assert user and "order" in user[0][1].lower(), log
+    assert user and "weather" in user[0][1].lower(), log
     calls = [e for e in log if e[0] == "call"]
     assert len(calls) == 1, log
     check_call(calls[0][1], calls[0][2])

@@ -67,13 +67,13 @@ def trace(direction: str, ev: dict) -> None:
 
 async def run(args: argparse.Namespace, log: list[list]) -> None:
     @llm.function_tool(name=args.tool)
-    async def order_status(order_id: str) -> dict:
-        """Look up the delivery status of an order.
+    async def weather(city: str) -> str:
+        """Get the current weather in a city.
 
         Args:
-            order_id: the order number
+            city: the city
         """
-        return {"order_id": order_id, "status": args.fact}
+        return args.fact
 
     async with aiohttp.ClientSession() as http:
         model = RealtimeModel(model="voice-agent", base_url=args.url, api_key=args.key,
@@ -89,7 +89,7 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
         try:
             sess.update_options(max_response_output_tokens=48, tool_choice="none")
             await sess.update_instructions(args.instructions)
-            await sess.update_tools([order_status])
+            await sess.update_tools([weather])
 
             async def user_turn(text: str, **reply) -> list[llm.FunctionCall]:
                 ctx = sess.chat_ctx.copy()
@@ -112,9 +112,9 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
                 raise TimeoutError("a function call")
             ctx = sess.chat_ctx.copy()
             for fc in calls:
-                result = await order_status(**json.loads(fc.arguments))
+                result = await weather(**json.loads(fc.arguments))
                 ctx.items.append(llm.FunctionCallOutput(
-                    call_id=fc.call_id, name=fc.name, output=json.dumps(result), is_error=False))
+                    call_id=fc.call_id, name=fc.name, output=result, is_error=False))
             await sess.update_chat_ctx(ctx)
             # the answer: this response may not call again (a response.create override)
             await reply_to_context(tool_choice="none")
@@ -127,11 +127,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", required=True, help="http://HOST:PORT/v1")
     ap.add_argument("--key", required=True)
-    ap.add_argument("--say", default="Say hello to me.")
-    ap.add_argument("--ask", default="Where is my order 42?")
-    ap.add_argument("--tool", default="get_order_status")
-    ap.add_argument("--fact", default="shipped on Tuesday")
-    ap.add_argument("--instructions", default="You are a helpful assistant.")
+    ap.add_argument("--say", default="Hi.")
+    ap.add_argument("--ask", default="What is the weather like in Paris today?")
+    ap.add_argument("--tool", default="get_weather")
+    ap.add_argument("--fact", default="Sunny, 23 degrees.")
+    ap.add_argument("--instructions",
+                    default="You are a voice assistant. Repeat the tool result to the user.")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--trace", action="store_true", help="every event except audio on stderr")
     args = ap.parse_args()

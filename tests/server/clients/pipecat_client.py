@@ -120,10 +120,10 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
         api_key=args.key, base_url=args.url,
         settings=settings(model="voice-agent", system_instruction=args.instructions,
                           session_properties=session_properties("none", args.instructions)))
-    tool = FunctionSchema(name=args.tool, description="Look up the delivery status of an order.",
-                          properties={"order_id": {"type": "string",
-                                                   "description": "the order number"}},
-                          required=["order_id"])
+    tool = FunctionSchema(name=args.tool, description="Get the current weather in a city.",
+                          properties={"city": {"type": "string",
+                                                   "description": "the city"}},
+                          required=["city"])
     context = LLMContext(messages=[{"role": "user", "content": args.say}],
                          tools=ToolsSchema(standard_tools=[tool]))
     aggregators = LLMContextAggregatorPair(context)
@@ -132,16 +132,16 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
     worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=RATE),
                             idle_timeout_secs=None)
 
-    async def order_status(params: FunctionCallParams) -> None:
+    async def weather(params: FunctionCallParams) -> None:
         rec.log.append(["call", params.function_name, dict(params.arguments)])
         # A forced call stays forced for every response; the app lets the
         # model answer before handing back the result.
         n = rec.settings_applied
         await worker.queue_frame(settings_frame("none"))
         await rec.wait("tool_choice none applied", lambda: rec.settings_applied > n, 10)
-        await params.result_callback({"status": args.fact})
+        await params.result_callback(args.fact)
 
-    llm.register_function(args.tool, order_status)
+    llm.register_function(args.tool, weather)
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     running = asyncio.ensure_future(runner.run())
@@ -183,10 +183,11 @@ def main() -> int:
     ap.add_argument("--url", required=True, help="ws://HOST:PORT/v1/realtime")
     ap.add_argument("--key", required=True)
     ap.add_argument("--speech", required=True, help="int16 mono 24 kHz PCM file: the spoken turn")
-    ap.add_argument("--say", default="Say hello to me.")
-    ap.add_argument("--tool", default="get_order_status")
-    ap.add_argument("--fact", default="shipped on Tuesday")
-    ap.add_argument("--instructions", default="You are a helpful assistant.")
+    ap.add_argument("--say", default="Hi.")
+    ap.add_argument("--tool", default="get_weather")
+    ap.add_argument("--fact", default="Sunny, 23 degrees.")
+    ap.add_argument("--instructions",
+                    default="You are a voice assistant. Repeat the tool result to the user.")
     ap.add_argument("--timeout", type=float, default=60.0)
     args = ap.parse_args()
     logger.remove()

@@ -49,7 +49,7 @@ async def run_client(script: str, *args: str, timeout: float = 240) -> list[list
     with its own account and its stderr when it did not get through)."""
     proc = await asyncio.create_subprocess_exec(
         clients_python(), str(CLIENTS / script), "--key", API_KEY, "--tool", TOOL,
-        "--fact", RESULT, *args, cwd=str(ROOT),
+        "--result", RESULT, *args, cwd=str(ROOT),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)

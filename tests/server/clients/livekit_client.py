@@ -5,11 +5,8 @@ back through the chat context, and the reply that uses it.
 The model session is used on its own, as ``AgentSession`` drives it (no
 LiveKit room is needed for it).  Runs in the clients' own virtualenv, started
 by tests/server/test_clients_pipecat_livekit.py; it records what the
-application sees and prints it as one JSON object on stdout:
-
-    {"log": [[kind, ...], ...], "failure": null | "what did not happen"}
-
-kinds: ``response`` (transcript, audio bytes, number of function calls),
+application sees for the test to judge (client_report.py), whose kinds here
+are ``response`` (transcript, audio bytes, number of function calls),
 ``call`` (name, arguments), ``error`` (message).
 """
 
@@ -22,6 +19,7 @@ import logging
 import sys
 
 import aiohttp
+from client_report import arguments, report
 from livekit.agents import llm
 from livekit.plugins.openai.realtime import RealtimeModel
 
@@ -34,8 +32,6 @@ async def consume(gen: llm.GenerationCreatedEvent, log: list[list]) -> list[llm.
     calls: list[llm.FunctionCall] = []
 
     async def message(m: llm.MessageGeneration) -> None:
-        nonlocal audio
-
         async def read_text() -> None:
             async for delta in m.text_stream:
                 text.append(str(delta))
@@ -73,7 +69,7 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
         Args:
             city: the city
         """
-        return args.fact
+        return args.result
 
     async with aiohttp.ClientSession() as http:
         model = RealtimeModel(model="voice-agent", base_url=args.url, api_key=args.key,
@@ -124,29 +120,14 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--url", required=True, help="http://HOST:PORT/v1")
-    ap.add_argument("--key", required=True)
-    ap.add_argument("--say", default="Hi.")
-    ap.add_argument("--ask", default="What is the weather like in Paris today?")
-    ap.add_argument("--tool", default="get_weather")
-    ap.add_argument("--fact", default="Sunny, 23 degrees.")
-    ap.add_argument("--instructions",
-                    default="You are a voice assistant. Repeat the tool result to the user.")
-    ap.add_argument("--timeout", type=float, default=60.0)
+    ap = arguments("http://HOST:PORT/v1")
+    ap.add_argument("--ask", default="What is the weather like in Paris today?",
+                    help="the turn that calls the function")
     ap.add_argument("--trace", action="store_true", help="every event except audio on stderr")
     args = ap.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO)
     log: list[list] = []
-    failure = None
-    try:
-        asyncio.run(run(args, log))
-    except (TimeoutError, asyncio.TimeoutError) as e:
-        failure = f"timed out waiting for: {e or 'a reply'}"
-    except llm.RealtimeError as e:
-        failure = f"realtime error: {e}"
-    print(json.dumps({"log": log, "failure": failure}))
-    return 0 if failure is None else 1
+    return report(run(args, log), log, (llm.RealtimeError,))
 
 
 if __name__ == "__main__":

@@ -5,12 +5,9 @@ uses its result.
 Runs in the clients' own virtualenv (pipecat pins protobuf and soxr below the
 server's), started by tests/server/test_clients_pipecat_livekit.py.  It only
 drives the client and records what the application would see; the test
-judges the record, printed as one JSON object on stdout:
-
-    {"log": [[kind, ...], ...], "failure": null | "what did not happen"}
-
-kinds: ``response`` (transcript, audio bytes), ``call`` (name, arguments),
-``user`` (input transcript), ``error`` (message).
+judges the record (client_report.py), whose kinds here are ``response``
+(transcript, audio bytes), ``call`` (name, arguments), ``user`` (input
+transcript), ``error`` (message).
 
 The pipeline is the one a Pipecat app builds minus the transport (frames are
 queued where its input would be, a tap reads what its output would play), so
@@ -22,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from client_report import arguments, report
 from loguru import logger
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
@@ -139,7 +136,7 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
         n = rec.settings_applied
         await worker.queue_frame(settings_frame("none"))
         await rec.wait("tool_choice none applied", lambda: rec.settings_applied > n, 10)
-        await params.result_callback(args.fact)
+        await params.result_callback(args.result)
 
     llm.register_function(args.tool, weather)
     runner = WorkerRunner(handle_sigint=False)
@@ -179,27 +176,13 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--url", required=True, help="ws://HOST:PORT/v1/realtime")
-    ap.add_argument("--key", required=True)
+    ap = arguments("ws://HOST:PORT/v1/realtime")
     ap.add_argument("--speech", required=True, help="int16 mono 24 kHz PCM file: the spoken turn")
-    ap.add_argument("--say", default="Hi.")
-    ap.add_argument("--tool", default="get_weather")
-    ap.add_argument("--fact", default="Sunny, 23 degrees.")
-    ap.add_argument("--instructions",
-                    default="You are a voice assistant. Repeat the tool result to the user.")
-    ap.add_argument("--timeout", type=float, default=60.0)
     args = ap.parse_args()
     logger.remove()
     logger.add(sys.stderr, level="INFO")
     rec = Record()
-    failure = None
-    try:
-        asyncio.run(run(args, rec))
-    except TimeoutError as e:
-        failure = f"timed out waiting for: {e}"
-    print(json.dumps({"log": rec.log, "failure": failure}))
-    return 0 if failure is None else 1
+    return report(run(args, rec), rec.log)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Pipecat's and LiveKit Agents' OpenAI Realtime clients against the real server:
-a plain turn, then a function-calling turn whose spoken answer uses the
-function's result.
+a text turn, a function-calling turn whose spoken answer uses the function's
+result, and a spoken turn the server's turn detection answers.
 
 Both libraries pin dependencies below the server's (protobuf, soxr), so they
 live in a virtualenv of their own, ``.venv-clients`` (``make test`` makes it
@@ -78,19 +78,27 @@ def says_fact(transcript: str) -> bool:
     return FACT in transcript.lower()
 
 
-async def test_pipecat_realtime_service_text_turn_then_spoken_tool_turn(server, tmp_path):
-    speech = np.concatenate([silence(300), flite_pcm("what is the weather like in paris today"),
-                             silence(200)])
-    pcm = tmp_path / "speech.pcm"
-    pcm.write_bytes(speech.astype("<i2").tobytes())
-    log = await run_client("pipecat_client.py",
-                           "--url", f"ws://127.0.0.1:{server.port}/v1/realtime",
-                           "--speech", str(pcm))
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory) -> str:
+    """The spoken turn, int16 mono 24 kHz, as both clients' microphones send it."""
+    pcm = np.concatenate([silence(300), flite_pcm("what is the weather like in paris today"),
+                          silence(200)])
+    path = tmp_path_factory.mktemp("clients") / "speech.pcm"
+    path.write_bytes(pcm.astype("<i2").tobytes())
+    return str(path)
+
+
+def heard_question(log: list[list]) -> bool:
+    return any(e[0] == "user" and "weather" in e[1].lower() for e in log)
+
+
+async def test_pipecat_realtime_service_text_turn_then_spoken_tool_turn(server, speech):
+    log = await run_client("pipecat_client.py", "--speech", speech,
+                           "--url", f"ws://127.0.0.1:{server.port}/v1/realtime")
     responses = [e for e in log if e[0] == "response"]
     first = responses[0]
     assert first[1].strip() and first[2] > 0, first  # transcript and audio out of a text turn
-    user = [e for e in log if e[0] == "user"]
-    assert user and "weather" in user[0][1].lower(), log
+    assert heard_question(log), log
     calls = [e for e in log if e[0] == "call"]
     assert len(calls) == 1, log
     check_call(calls[0][1], calls[0][2])
@@ -98,15 +106,18 @@ async def test_pipecat_realtime_service_text_turn_then_spoken_tool_turn(server, 
     assert after and says_fact(after[0][1]) and after[0][2] > 0, log
 
 
-async def test_livekit_realtime_model_text_turn_then_function_tool_turn(server):
-    log = await run_client("livekit_client.py", "--url", f"http://127.0.0.1:{server.port}/v1")
+async def test_livekit_realtime_model_text_tool_and_spoken_turns(server, speech):
+    log = await run_client("livekit_client.py", "--speech", speech,
+                           "--url", f"http://127.0.0.1:{server.port}/v1")
     responses = [e for e in log if e[0] == "response"]
-    assert len(responses) == 3, log
-    hello, called, answer = responses
+    assert len(responses) == 4, log
+    hello, called, answer, spoken = responses
     assert hello[1].strip() and hello[2] > 0 and hello[3] == 0, hello
     assert called[3] == 1, called
     calls = [e for e in log if e[0] == "call"]
     assert len(calls) == 1, log
     check_call(calls[0][1], calls[0][2])
     assert answer[3] == 0 and answer[2] > 0 and says_fact(answer[1]), answer
-
+    # the server's turn detection answered the spoken turn by itself
+    assert heard_question(log), log
+    assert spoken[1].strip() and spoken[2] > 0 and spoken[3] == 0, spoken

@@ -1,13 +1,13 @@
 """LiveKit Agents' OpenAI ``RealtimeModel`` against ``voice-agent serve``: a
 text turn, then a turn that must call a ``@function_tool``, the output handed
-back through the chat context, and the reply that uses it.
+back through the chat context and the reply that uses it, then a spoken turn.
 
 The model session is used on its own, as ``AgentSession`` drives it (no
 LiveKit room is needed for it).  Runs in the clients' own virtualenv, started
 by tests/server/test_clients_pipecat_livekit.py; it records what the
 application sees for the test to judge (client_report.py), whose kinds here
 are ``response`` (transcript, audio bytes, number of function calls),
-``call`` (name, arguments), ``error`` (message).
+``call`` (name, arguments), ``user`` (input transcript), ``error`` (message).
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ import asyncio
 import json
 import logging
 import sys
+from pathlib import Path
 
 import aiohttp
-from client_report import arguments, report
+from client_run import RATE, arguments, microphone, report, within
+from livekit import rtc
 from livekit.agents import llm
 from livekit.plugins.openai.realtime import RealtimeModel
 
@@ -94,8 +96,8 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
                 return await reply_to_context(**reply)
 
             async def reply_to_context(**reply) -> list[llm.FunctionCall]:
-                gen = await asyncio.wait_for(sess.generate_reply(**reply), args.timeout)
-                return await asyncio.wait_for(consume(gen, log), args.timeout)
+                gen = await within(sess.generate_reply(**reply), "response.created", args.timeout)
+                return await within(consume(gen, log), "response.done", args.timeout)
 
             # 1. text in, audio and transcript out
             await user_turn(args.say)
@@ -114,6 +116,25 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
             await sess.update_chat_ctx(ctx)
             # the answer: this response may not call again (a response.create override)
             await reply_to_context(tool_choice="none")
+
+            # 3. spoken: the server's turn detection ends the turn and answers by itself
+            sess.update_options(tool_choice="none")
+            answered: asyncio.Future[llm.GenerationCreatedEvent] = asyncio.Future()
+            sess.on("generation_created", lambda ev: ev.user_initiated or answered.done()
+                    or answered.set_result(ev))
+            sess.on("input_audio_transcription_completed",
+                    lambda ev: ev.is_final and log.append(["user", ev.transcript]))
+
+            async def send(pcm: bytes) -> None:
+                sess.push_audio(rtc.AudioFrame(data=pcm, sample_rate=RATE, num_channels=1,
+                                               samples_per_channel=len(pcm) // 2))
+
+            mic = asyncio.ensure_future(microphone(send, Path(args.speech).read_bytes()))
+            try:
+                gen = await within(answered, "a response to the spoken turn", args.timeout)
+                await within(consume(gen, log), "response.done", args.timeout)
+            finally:
+                mic.cancel()
         finally:
             await sess.aclose()
             await model.aclose()

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from client_report import arguments, report
+from client_run import RATE, arguments, microphone, report
 from loguru import logger
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
@@ -40,10 +40,6 @@ from pipecat.services.llm_service import FunctionCallParams
 from pipecat.services.openai.realtime import events
 from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
 from pipecat.workers.runner import WorkerRunner
-
-RATE = 24000
-FRAME_BYTES = RATE * 20 // 1000 * 2  # 20 ms of int16 mono
-
 
 class Tap(FrameProcessor):
     """Calls ``seen(frame, direction)`` for every frame and passes it on."""
@@ -118,8 +114,7 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
         settings=settings(model="voice-agent", system_instruction=args.instructions,
                           session_properties=session_properties("none", args.instructions)))
     tool = FunctionSchema(name=args.tool, description="Get the current weather in a city.",
-                          properties={"city": {"type": "string",
-                                                   "description": "the city"}},
+                          properties={"city": {"type": "string", "description": "the city"}},
                           required=["city"])
     context = LLMContext(messages=[{"role": "user", "content": args.say}],
                          tools=ToolsSchema(standard_tools=[tool]))
@@ -153,16 +148,11 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
         await worker.queue_frame(settings_frame("required"))
         await rec.wait("tool_choice required applied", lambda: rec.settings_applied > n, 10)
 
-        async def microphone() -> None:
-            pcm = speech
-            while True:  # the speech, then silence for as long as the call lasts
-                for i in range(0, len(pcm), FRAME_BYTES):
-                    await worker.queue_frame(InputAudioRawFrame(
-                        audio=pcm[i:i + FRAME_BYTES], sample_rate=RATE, num_channels=1))
-                    await asyncio.sleep(0.02)
-                pcm = bytes(FRAME_BYTES * 10)
+        async def send(pcm: bytes) -> None:
+            await worker.queue_frame(InputAudioRawFrame(audio=pcm, sample_rate=RATE,
+                                                        num_channels=1))
 
-        mic = asyncio.ensure_future(microphone())
+        mic = asyncio.ensure_future(microphone(send, speech))
         await rec.wait("function call", lambda: rec.kinds("call"), args.timeout)
         called = len(rec.log)
         await rec.wait("spoken answer after the function result",
@@ -177,7 +167,6 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
 
 def main() -> int:
     ap = arguments("ws://HOST:PORT/v1/realtime")
-    ap.add_argument("--speech", required=True, help="int16 mono 24 kHz PCM file: the spoken turn")
     args = ap.parse_args()
     logger.remove()
     logger.add(sys.stderr, level="INFO")

@@ -1,5 +1,6 @@
-"""The command line and the report the client scripts share (stdlib only: it
-runs in the clients' virtualenv, beside pipecat_client.py and livekit_client.py).
+"""What the client scripts share: their command line, a microphone, a bounded
+wait and the report (stdlib only: it runs in the clients' virtualenv, beside
+pipecat_client.py and livekit_client.py).
 
 The report is one JSON object on stdout, ``{"log": [[kind, ...], ...],
 "failure": null | "what did not happen"}``; the test judges it.
@@ -10,7 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TypeVar
+
+RATE = 24000
+FRAME_BYTES = RATE * 20 // 1000 * 2  # 20 ms of int16 mono
+T = TypeVar("T")
 
 
 def arguments(url_help: str) -> argparse.ArgumentParser:
@@ -23,7 +29,26 @@ def arguments(url_help: str) -> argparse.ArgumentParser:
     ap.add_argument("--instructions",
                     default="You are a voice assistant. Repeat the tool result to the user.")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds for each step")
+    ap.add_argument("--speech", required=True, help="int16 mono 24 kHz PCM file: the spoken turn")
     return ap
+
+
+async def microphone(send: Callable[[bytes], Awaitable[None]], pcm: bytes) -> None:
+    """20 ms frames at the pace of real time: the speech, then silence until
+    cancelled, as a live microphone keeps sending while the agent answers."""
+    while True:
+        for i in range(0, len(pcm), FRAME_BYTES):
+            await send(pcm[i:i + FRAME_BYTES])
+            await asyncio.sleep(0.02)
+        pcm = bytes(FRAME_BYTES * 10)
+
+
+async def within(aw: Awaitable[T], what: str, timeout: float) -> T:
+    """``aw``, or a TimeoutError that says what did not happen."""
+    try:
+        return await asyncio.wait_for(aw, timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(what) from None
 
 
 def report(run: Coroutine, log: list[list],
@@ -33,7 +58,7 @@ def report(run: Coroutine, log: list[list],
     try:
         asyncio.run(run)
     except TimeoutError as e:
-        failure = f"timed out waiting for: {e or 'a step'}"
+        failure = f"timed out waiting for: {e}"
     except failures as e:
         failure = f"{type(e).__name__}: {e}"
     print(json.dumps({"log": log, "failure": failure}))

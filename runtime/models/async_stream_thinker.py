@@ -3,7 +3,9 @@
 The AR scheduler calls ``step()`` in a tight loop and must never block on a
 network read.  So each request's stream runs as a task on one private asyncio
 loop thread and pushes text deltas into a per-request queue; ``step()`` only
-drains queues.  ``release()`` first tells the engine to stop (``_abort``, on
+drains queues.  A stream yields text deltas and, when the engine calls tools,
+tool-call events (``voice_contract``); a step's chunk is what arrived since
+the last step.  ``release()`` first tells the engine to stop (``_abort``, on
 the loop thread, while the engine still knows the request) and only then
 cancels the task, which closes the stream.  The order matters: some engines
 forget a request when its stream is cancelled, after which an abort is
@@ -22,9 +24,10 @@ from typing import Any, AsyncIterator, Mapping
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
-from runtime.models.chat import fit_messages
+from runtime.models.chat import fit_messages, message_chars
 from runtime.models.thinker_request import DEFAULT_SYSTEM_PROMPT, ThinkerRequest, read_request
 from runtime.models.sampling import Range, Sampling, require_within
+from runtime.models.voice_contract import ThinkEvent, think_chunk
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,7 @@ class AsyncStreamThinker(ARExecutor):
     idle_wait_s = 0.005  # nothing arrived: the scheduler may wait this long before stepping again
     engine_name = "engine"
     sampling_limits: Mapping[str, Range] = {}  # narrower ranges the engine enforces itself
+    supports_tools = False  # a backend that passes tools through says so
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
@@ -85,8 +89,8 @@ class AsyncStreamThinker(ARExecutor):
     async def _stop(self) -> None:
         """Runs on the loop thread during close."""
 
-    async def _generate(self, request_id: int, req: ThinkerRequest) -> AsyncIterator[str]:
-        """Yield text deltas; raise StageError with the right code on failure."""
+    async def _generate(self, request_id: int, req: ThinkerRequest) -> AsyncIterator[ThinkEvent]:
+        """Yield text deltas and tool-call events; raise StageError with the right code on failure."""
         raise NotImplementedError
         yield ""  # pragma: no cover
 
@@ -136,9 +140,9 @@ class AsyncStreamThinker(ARExecutor):
 
     # ------------------------------------------------------------- requests
     def _fit(self, item: WorkItem) -> ThinkerRequest:
-        req = read_request(item, self.system_prompt, self.defaults)
-        fitted = fit_messages(req.messages, lambda ms: sum(len(m["content"]) for m in ms),
-                              self.max_prompt_chars)
+        req = read_request(item, self.system_prompt, self.defaults, self.supports_tools,
+                           f"the {self.engine_name} thinker")
+        fitted = fit_messages(req.messages, message_chars, self.max_prompt_chars)
         self._last_truncated = fitted.truncated
         if fitted.truncated:
             self._truncated_total += 1
@@ -177,7 +181,7 @@ class AsyncStreamThinker(ARExecutor):
             if early is not None:
                 results[rid] = early
                 continue
-            parts: list[str] = []
+            parts: list[ThinkEvent] = []
             error = None
             while True:
                 try:
@@ -195,7 +199,7 @@ class AsyncStreamThinker(ARExecutor):
             if error is not None:
                 results[rid] = error
             elif parts or s.finished:
-                results[rid] = StepResult("".join(parts) or None, s.finished)
+                results[rid] = StepResult(think_chunk(parts), s.finished)
         self._last_batch = sum(1 for r in results.values() if isinstance(r, StepResult))
         if self._last_batch:
             self._hist[self._last_batch] = self._hist.get(self._last_batch, 0) + 1

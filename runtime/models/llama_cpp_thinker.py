@@ -46,6 +46,7 @@ from runtime.models.sampling import Sampling
 from runtime.models.text_stream import Utf8Stream
 from runtime.models.tool_call_format import MARKER, CallStream, call_grammar, plain_messages
 from runtime.models.tools import NO_TOOLS, Tools
+from runtime.models.voice_contract import think_chunk, think_events
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,9 @@ class LlamaCppThinker(ARExecutor):
     becomes a call), max_tool_calls (1: calls per reply when
     parallel_tool_calls is allowed), max_tool_call_tokens (256: the token
     budget of a reply that calls, whatever max_tokens says, so that arguments
-    are not cut).
+    are not cut), max_tool_string_chars (100: the grammar's bound on a string
+    argument the schema leaves unbounded; a 135M model otherwise runs on
+    inside a string until the budget cuts the call).
 
     prefix_cache: every voice turn starts with the same system prompt, and on
     two CPU cores its prefill is most of the time to the first token.  The
@@ -157,6 +160,7 @@ class LlamaCppThinker(ARExecutor):
         self.tool_call_threshold = float(args.get("tool_call_threshold", 0.003))
         self.max_tool_calls = int(args.get("max_tool_calls", 1))
         self.max_tool_call_tokens = int(args.get("max_tool_call_tokens", 256))
+        self.max_tool_string_chars = int(args.get("max_tool_string_chars", 100))
         self._grammars: dict[tuple, str] = {}
         self._tool_stats = {"calls": 0, "auto_decisions": 0, "auto_calls": 0}
         self._last_call_p: float | None = None
@@ -387,7 +391,7 @@ class LlamaCppThinker(ARExecutor):
         if g is None:
             if len(self._grammars) >= 32:  # a session sends the same tools every turn: a small cache does
                 self._grammars.clear()
-            g = self._grammars[key] = call_grammar(callable_, n)
+            g = self._grammars[key] = call_grammar(callable_, n, self.max_tool_string_chars)
         return g
 
     def _decide(self, seq: _Seq, idx: int) -> None:
@@ -540,7 +544,7 @@ class LlamaCppThinker(ARExecutor):
             # (the frame's close) carries nothing, so the reply ends here.
             seq.finished = True
             tail = self._chunk(seq, seq.text.flush())
-            return StepResult(_joined(chunk, tail), True)
+            return StepResult(think_chunk(think_events(chunk) + think_events(tail)), True)
         seq.pending = token
         return StepResult(chunk, False)
 
@@ -602,15 +606,6 @@ class LlamaCppThinker(ARExecutor):
             "auto_calls": self._tool_stats["auto_calls"],
             "last_call_probability": self._last_call_p,
         }
-
-
-def _joined(a: Any, b: Any) -> Any:
-    """Two chunks as one: text joins text, events join into one list."""
-    if a is None or b is None:
-        return a if b is None else b
-    if isinstance(a, str) and isinstance(b, str):
-        return a + b
-    return (a if isinstance(a, list) else [a]) + (b if isinstance(b, list) else [b])
 
 
 def _common_prefix(a: list[int], b: list[int], limit: int) -> int:

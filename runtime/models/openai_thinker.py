@@ -15,6 +15,8 @@ from runtime.errors import ErrorCode, StageError
 from runtime.models.async_stream_thinker import AsyncStreamThinker, code_for_status
 from runtime.models.thinker_request import ThinkerRequest
 from runtime.models.sse import sse_events
+from runtime.models.tool_call_format import new_call_id
+from runtime.models.voice_contract import ThinkEvent, tool_call_delta_event, tool_call_done_event
 
 
 def status_code_error(status: int, body: str) -> StageError:
@@ -30,8 +32,14 @@ class OpenAICompatThinker(AsyncStreamThinker):
     "repeat_penalty" for llama.cpp servers; null for APIs that refuse unknown
     fields), extra_body (dict merged into each request last), plus the common
     thinker args (system_prompt, max_tokens, temperature, top_p, repeat_penalty,
-    seed, max_prompt_chars).
+    seed, max_prompt_chars), stream_tool_calls (True; false asks for the
+    whole reply at once when the request offers tools, for servers that cannot
+    stream a call they chose themselves: llama-cpp-python's
+    ``chatml-function-calling`` with tool_choice auto).
     """
+
+    supports_tools = True
+    engine_name = "OpenAI-compatible"
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
@@ -40,6 +48,7 @@ class OpenAICompatThinker(AsyncStreamThinker):
         self.api_key = args.get("api_key")
         self.extra_body = dict(args.get("extra_body") or {})
         self.penalty_field = args.get("penalty_field", "repetition_penalty")
+        self.stream_tool_calls = bool(args.get("stream_tool_calls", True))
         self._client = None
 
     async def _start(self) -> None:
@@ -66,24 +75,42 @@ class OpenAICompatThinker(AsyncStreamThinker):
             body[self.penalty_field] = s.repeat_penalty
         if s.seed is not None:
             body["seed"] = s.seed
+        if req.tools.tools:
+            body["tools"] = [t.spec() for t in req.tools.tools]
+            body["tool_choice"] = req.tools.choice.spec()
+            if not req.parallel_tool_calls:
+                body["parallel_tool_calls"] = False
+            if not self.stream_tool_calls:
+                body["stream"] = False
         body.update(self.extra_body)
         return body
 
-    async def _generate(self, request_id: int, req: ThinkerRequest) -> AsyncIterator[str]:
+    async def _generate(self, request_id: int, req: ThinkerRequest) -> AsyncIterator[ThinkEvent]:
         httpx = self._httpx
+        body = self._body(req)
+        calls = ToolCallAssembler()
         try:
-            async with self._client.stream("POST", "/chat/completions", json=self._body(req)) as resp:
+            async with self._client.stream("POST", "/chat/completions", json=body) as resp:
                 if resp.status_code >= 400:
-                    body = (await resp.aread()).decode("utf-8", "replace")
-                    raise status_code_error(resp.status_code, body)
+                    text = (await resp.aread()).decode("utf-8", "replace")
+                    raise status_code_error(resp.status_code, text)
+                if not body["stream"]:
+                    for ev in self._whole_reply((await resp.aread()).decode("utf-8", "replace"), calls):
+                        yield ev
+                    return
                 async for ev in sse_events(resp.aiter_lines()):
                     if ev.data.strip() == "[DONE]":
-                        return
-                    delta, finished = self._parse_chunk(ev.data)
+                        break
+                    delta, pieces, finished = self._parse_event(ev.data)
                     if delta:
                         yield delta
+                    for piece in pieces:
+                        for out in calls.add(piece):
+                            yield out
                     if finished:
-                        return
+                        break
+            for out in calls.finish():
+                yield out
         except StageError:
             raise
         except httpx.TimeoutException as e:
@@ -95,9 +122,27 @@ class OpenAICompatThinker(AsyncStreamThinker):
             raise StageError(ErrorCode.STAGE_UNAVAILABLE,
                              f"chat server {self.base_url} dropped the stream: {e!r}") from None
 
+    def _whole_reply(self, data: str, calls: "ToolCallAssembler") -> list[ThinkEvent]:
+        """A non-streamed completion as the events a stream would have carried."""
+        try:
+            obj = json.loads(data)
+            msg = obj["choices"][0]["message"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise StageError(ErrorCode.INTERNAL, f"chat server sent no completion: {data[:200]!r}") from None
+        out: list[ThinkEvent] = [msg["content"]] if msg.get("content") else []
+        for i, call in enumerate(msg.get("tool_calls") or []):
+            out.extend(calls.add({**call, "index": call.get("index", i)}))
+        return out + calls.finish()
+
+    @classmethod
+    def _parse_chunk(cls, data: str) -> tuple[str | None, bool]:
+        """One event's text delta and whether the stream is finished."""
+        delta, _, finished = cls._parse_event(data)
+        return delta, finished
+
     @staticmethod
-    def _parse_chunk(data: str) -> tuple[str | None, bool]:
-        """One event's text delta and whether the stream is finished.
+    def _parse_event(data: str) -> tuple[str | None, list[dict], bool]:
+        """One event's text delta, tool-call pieces and whether the stream is finished.
 
         An ``error`` event carries the server's HTTP status in ``code`` (SGLang,
         vLLM): that status picks the error code.  ``finish_reason: "abort"``
@@ -121,12 +166,66 @@ class OpenAICompatThinker(AsyncStreamThinker):
             raise StageError(code, f"chat server error{f' {status}' if status else ''}: {msg}")
         choices = obj.get("choices") or []
         if not choices:
-            return None, False
+            return None, [], False
         ch = choices[0]
-        delta = (ch.get("delta") or {}).get("content")
+        d = ch.get("delta") or {}
+        delta = d.get("content")
         if delta is None and "text" in ch:  # completions-style servers
             delta = ch.get("text")
+        pieces = d.get("tool_calls") or []
+        if not isinstance(pieces, list) or not all(isinstance(p, dict) for p in pieces):
+            raise StageError(ErrorCode.INTERNAL, f"chat server sent malformed tool_calls: {data[:200]!r}")
         reason = ch.get("finish_reason")
         if reason == "abort":
             raise StageError(ErrorCode.CANCELLED, "chat server aborted the request before it finished")
-        return delta, reason is not None
+        return delta, pieces, reason is not None
+
+
+class ToolCallAssembler:
+    """Streamed ``tool_calls`` pieces -> contract events.
+
+    OpenAI-style servers send a call's id and name with its first piece and
+    then argument text under the same ``index``; a server that repeats the
+    name or id on every piece (llama-cpp-python) is read the same way.  Calls
+    come one after another, so a new index completes the previous call.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict] = {}
+        self._open: int | None = None
+        self._index_of: dict[int, int] = {}  # the server's index -> ours (0, 1, ... in order)
+
+    def add(self, piece: dict) -> list[ThinkEvent]:
+        out: list[ThinkEvent] = []
+        server_index = piece.get("index", 0)
+        fn = piece.get("function") or {}
+        args = fn.get("arguments") or ""
+        if server_index not in self._index_of:
+            out.extend(self._close())
+            index = self._index_of[server_index] = len(self._index_of)
+            name = fn.get("name")
+            if not isinstance(name, str) or not name:
+                raise StageError(ErrorCode.INTERNAL, "chat server started a tool call without a name")
+            call = self._calls[index] = {"call_id": piece.get("id") or new_call_id(), "name": name,
+                                         "arguments": args}
+            self._open = index
+            out.append(tool_call_delta_event(index, args, call["call_id"], name))
+            return out
+        index = self._index_of[server_index]
+        if index != self._open:
+            raise StageError(ErrorCode.INTERNAL, f"chat server went back to tool call {server_index}")
+        if args:
+            self._calls[index]["arguments"] += args
+            out.append(tool_call_delta_event(index, args))
+        return out
+
+    def _close(self) -> list[ThinkEvent]:
+        if self._open is None:
+            return []
+        c, index = self._calls[self._open], self._open
+        self._open = None
+        return [tool_call_done_event(index, c["call_id"], c["name"], c["arguments"] or "{}")]
+
+    def finish(self) -> list[ThinkEvent]:
+        """The stream ended: the call still open is complete."""
+        return self._close()

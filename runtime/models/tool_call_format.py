@@ -19,7 +19,6 @@ arguments are valid JSON for the schema whatever the model's preferences.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from typing import Any, Sequence
 
@@ -136,15 +135,46 @@ def _literal(text: str) -> str:
     return json.dumps(text)  # a GBNF literal escapes like a JSON string
 
 
-def call_grammar(tools: Sequence[Tool], max_calls: int) -> str:
-    """GBNF for one to ``max_calls`` calls of ``tools``, arguments valid for each schema."""
+# A JSON string character: anything but a quote, a backslash or a control
+# character, or an escape.  llama-cpp-python 0.3's converter lets raw control
+# characters (newlines) into strings, which is not JSON; this rule replaces its own.
+JSON_CHAR_RULE = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
+_STRING_BOUNDS = ("maxLength", "enum", "const", "pattern", "format")
+
+
+def capped_strings(schema: Any, max_chars: int) -> Any:
+    """``schema`` with ``maxLength: max_chars`` on every string that has no bound.
+
+    Every string the capped schema admits is valid for the original; what it
+    buys is an end: a small model can run on inside a string ("99999...")
+    until the token budget cuts the call, which then never completes.
+    """
+    if isinstance(schema, list):
+        return [capped_strings(s, max_chars) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: capped_strings(v, max_chars) if k in _SUBSCHEMA_KEYS else v for k, v in schema.items()}
+    for k in ("properties", "$defs", "definitions"):
+        if isinstance(schema.get(k), dict):
+            out[k] = {name: capped_strings(sub, max_chars) for name, sub in schema[k].items()}
+    if schema.get("type") == "string" and not any(b in schema for b in _STRING_BOUNDS):
+        out["maxLength"] = max_chars
+    return out
+
+
+_SUBSCHEMA_KEYS = ("items", "anyOf", "oneOf", "allOf", "additionalProperties", "prefixItems")
+
+
+def call_grammar(tools: Sequence[Tool], max_calls: int, max_string_chars: int = 100) -> str:
+    """GBNF for one to ``max_calls`` calls of ``tools``, arguments valid for each schema
+    (strings without a bound capped at ``max_string_chars``, see :func:`capped_strings`)."""
     from llama_cpp.llama_grammar import SchemaConverter
 
     conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     alts = []
     for i, tool in enumerate(tools):
         try:
-            schema = conv.resolve_refs(tool.parameters, f"tool-{i}")
+            schema = conv.resolve_refs(capped_strings(tool.parameters, max_string_chars), f"tool-{i}")
             args_rule = conv.visit(schema, f"args-{i}")
         except Exception as e:  # the converter raises on schema features it cannot express
             raise StageError(ErrorCode.BAD_INPUT, f"tool {tool.name!r}: its parameters schema cannot be "
@@ -154,6 +184,8 @@ def call_grammar(tools: Sequence[Tool], max_calls: int) -> str:
     conv._add_rule("call", f"{_literal(CALL_OPEN + _NAME_HEAD)} call-name {_literal('}' + CALL_CLOSE)}")
     more = " ".join(['( "\\n" call'] * (max_calls - 1)) + " )?" * (max_calls - 1) if max_calls > 1 else ""
     conv._add_rule("root", f"call {more}".strip())
+    if "char" in conv._rules:
+        conv._rules["char"] = JSON_CHAR_RULE
     return conv.format_grammar()
 
 
@@ -240,15 +272,3 @@ class CallStream:
             self._depth -= 1
             return self._depth == 0
         return False
-
-
-_CALL_RE = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
-
-
-def parse_calls(text: str) -> list[dict]:
-    """Calls in a whole reply (for tests and offline checks), as ``{"name", "arguments"}``."""
-    out = []
-    for m in _CALL_RE.finditer(text):
-        obj: Any = json.loads(m.group(1))
-        out.append({"name": obj["name"], "arguments": json.dumps(obj["arguments"])})
-    return out

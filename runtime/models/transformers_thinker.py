@@ -48,6 +48,8 @@ class TransformersThinker(ARExecutor):
 
     idle_wait_s = 0.0
 
+    supports_tools = False  # no tool format or grammar here: requests with tools are refused
+
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
         self.defaults = Sampling.from_args(args)
@@ -123,7 +125,8 @@ class TransformersThinker(ARExecutor):
     def prefill(self, item: WorkItem) -> None:
         if self.model is None:
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, "TransformersThinker.load() was not called")
-        req = read_request(item, self.system_prompt, self.defaults)
+        req = read_request(item, self.system_prompt, self.defaults, self.supports_tools,
+                           "the transformers thinker")
         budget = max(self.max_context - req.sampling.max_tokens, 8)
         fitted = fit_messages(req.messages, lambda m: len(self._encode(self._render(m))), budget)
         ids = self._encode(self._render(fitted.messages))[-budget:]

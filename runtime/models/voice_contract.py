@@ -198,6 +198,20 @@ class ThinkRequest(TypedDict):
     tool_choice: NotRequired[Any]   # one of TOOL_CHOICES or {"type": "function", "function": {"name": N}}
 
 
+def validate_tools(tools: Any, tool_choice: Any = None) -> None:
+    """A ``ValueError`` saying what is wrong with a request's ``tools`` /
+    ``tool_choice`` (names, JSON-Schema parameters, duplicates, a choice
+    naming an unknown tool...); the same check the thinkers apply, for the
+    server to refuse bad tools before submitting."""
+    from runtime.errors import StageError
+    from runtime.models.tools import parse_tools  # on first use: jsonschema loads only with tools
+
+    try:
+        parse_tools(tools, tool_choice)
+    except StageError as e:
+        raise ValueError(str(e)) from None
+
+
 def think_request(messages: list[ChatMessage], max_tokens: int | None = None,
                   tools: list[ToolSpec] | None = None, tool_choice: Any = None) -> ThinkRequest:
     req: ThinkRequest = {"messages": messages}
@@ -267,6 +281,25 @@ def think_events(chunk: Any) -> list[ThinkEvent]:
     if isinstance(chunk, (list, tuple)):
         return [e for e in chunk if (isinstance(e, str) and e) or isinstance(e, dict)]
     return []
+
+
+def think_chunk(events: list[ThinkEvent]) -> ThinkChunk | None:
+    """Events produced in one step as one chunk: adjacent text deltas joined, a
+    bare ``str`` when there are no tool-call events, None when there is nothing."""
+    out: list[ThinkEvent] = []
+    for e in events:
+        if isinstance(e, str):
+            if not e:
+                continue
+            if out and isinstance(out[-1], str):
+                out[-1] += e
+                continue
+        out.append(e)
+    if not out:
+        return None
+    if len(out) == 1 and isinstance(out[0], str):
+        return out[0]
+    return out
 
 
 def think_text(chunk: Any) -> str:

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
 import time
 
 import pytest
@@ -16,12 +12,7 @@ from runtime.executor import StepResult, WorkItem
 from runtime.models.openai_thinker import OpenAICompatThinker, status_code_error
 from runtime.models.sse import sse_events
 from tests.requirements import missing
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from voice_server.testing.llama_server import LlamaServer, free_port
 
 
 def _ask(rid, text, **params):
@@ -48,44 +39,29 @@ def _collect(t, rid, deadline_s=60.0):
     raise AssertionError("stream did not finish")
 
 
-@pytest.fixture(scope="module")
-def server():
+def start_llama_server(*extra: str):
+    """``python -m llama_cpp.server`` on the SmolLM2 GGUF, on a free 127.0.0.1 port:
+    yields (process, base url) and stops it afterwards."""
     pytest.importorskip("llama_cpp")
     for mod in ("fastapi", "sse_starlette", "starlette_context", "pydantic_settings", "uvicorn"):
         pytest.importorskip(mod, reason="pip install 'llama-cpp-python[server]' extras")
     from runtime.models.model_files import ModelFileMissing, smollm2_gguf
 
     try:
-        model = smollm2_gguf()
+        smollm2_gguf()
     except ModelFileMissing as e:
         missing(str(e))
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", model, "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "2048", "--n_threads", "2", "--verbose", "False"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    import httpx
-
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            pytest.fail("llama_cpp.server exited: " + proc.stderr.read().decode()[-2000:])
-        try:
-            if httpx.get(url + "/v1/models", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("llama_cpp.server did not come up within 60 s")
-        time.sleep(0.2)
-    yield proc, url
-    proc.terminate()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        srv = LlamaServer(*extra).start()
+    except RuntimeError as e:
+        pytest.fail(str(e))
+    yield srv.proc, srv.url
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def server():
+    yield from start_llama_server()
 
 
 @pytest.fixture
@@ -154,7 +130,7 @@ def test_release_mid_stream_closes_connection(server, thinker):
 
 
 def test_server_not_running_is_stage_unavailable():
-    t = OpenAICompatThinker(base_url=f"http://127.0.0.1:{_free_port()}/v1", connect_timeout_s=2)
+    t = OpenAICompatThinker(base_url=f"http://127.0.0.1:{free_port()}/v1", connect_timeout_s=2)
     t.load()
     try:
         t.prefill(_ask(4, "hi"))

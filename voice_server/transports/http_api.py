@@ -50,7 +50,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import SPEAK, TEXT_REPLY_ROUTE, THINK, think_request
+from runtime.models.voice_contract import (SPEAK, TEXT_REPLY_ROUTE, THINK, TOOL_CALL_DELTA, TOOL_CALL_DONE,
+                                           think_events, think_request, validate_tools)
 
 from .access import bearer_token, key_matches, origin_allowed
 
@@ -60,7 +61,8 @@ SPEECH_FORMATS = ("pcm", "wav")
 OPENAI_ONLY_FORMATS = ("mp3", "opus", "aac", "flac")
 STREAM_FORMATS = ("audio", "sse")
 SPEECH_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLE_MAP = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+            "tool": "tool"}
 DISCONNECT_POLL_S = 0.25
 
 # runtime error code -> (HTTP status, OpenAI error type)
@@ -570,7 +572,13 @@ class HttpApi:
                 raise ApiError(400, f"messages[{i}].content must be a string",
                                param=f"messages[{i}].content", code="invalid_type")
             total += len(content)
-            out.append({"role": ROLE_MAP[m["role"]], "content": content})
+            msg = {"role": ROLE_MAP[m["role"]], "content": content}
+            # call shapes are checked by the thinker (a bad one is a 400 before the first byte)
+            if m.get("tool_calls") is not None and m["role"] == "assistant":
+                msg["tool_calls"] = m["tool_calls"]
+            if m["role"] == "tool":
+                msg["tool_call_id"] = m.get("tool_call_id")
+            out.append(msg)
         limit = int(_setting(self.settings, "max_prompt_chars"))
         if total > limit:
             raise ApiError(413, f"the messages hold {total} characters; the limit is {limit}",
@@ -578,13 +586,23 @@ class HttpApi:
         n = data.get("n", 1)
         if n not in (1, None):
             raise ApiError(400, "only n=1 is supported", param="n", code="unsupported_value")
-        for unsupported in ("tools", "functions", "stop", "logprobs"):
+        for unsupported in ("functions", "function_call", "stop", "logprobs"):
             if data.get(unsupported):
-                raise ApiError(400, f"'{unsupported}' is not supported by this server",
+                raise ApiError(400, f"'{unsupported}' is not supported by this server"
+                                    + (" (use 'tools')" if unsupported.startswith("function") else ""),
                                param=unsupported, code="unsupported_parameter")
         if "stream" in data and not isinstance(data["stream"], bool) and data["stream"] is not None:
             raise ApiError(400, "'stream' must be a boolean", param="stream", code="invalid_type")
-        payload: dict = think_request(out)
+        tools, tool_choice = data.get("tools"), data.get("tool_choice")
+        if tools is not None or tool_choice is not None:
+            try:
+                validate_tools(tools, tool_choice)
+            except ValueError as e:
+                raise ApiError(400, str(e), param="tool_choice" if "tool_choice" in str(e) else "tools",
+                               code="invalid_value") from None
+        payload: dict = think_request(out, tools=tools or None, tool_choice=tool_choice)
+        if data.get("parallel_tool_calls") is not None:
+            payload["parallel_tool_calls"] = data["parallel_tool_calls"]
         max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
         if max_tokens is not None:
             payload["max_tokens"] = max_tokens   # validated by the thinker -> 400 before the first byte
@@ -614,27 +632,39 @@ class HttpApi:
         created = int(time.time())
         headers = {"X-Request-Id": str(turn.rid), "Cache-Control": "no-cache"}
 
+        calls = _Calls()
+
         def finish_reason(n_chunks: int) -> str:
-            return "length" if n_chunks >= max_tokens else "stop"
+            if calls.done:
+                return "tool_calls"
+            return "length" if n_chunks >= max_tokens or calls.started else "stop"
 
         if not stream:
             parts: list[str] = []
+            n = 0
             ev = first
             try:
                 while ev.kind == "chunk":
-                    if isinstance(ev.payload, str):
-                        parts.append(ev.payload)
+                    n += 1
+                    for e in think_events(ev.payload):
+                        if isinstance(e, str):
+                            parts.append(e)
+                        else:
+                            calls.add(e)
                     ev = await self._first_event(request, turn)
             except BaseException:
                 turn.abort("client_disconnected")
                 raise
             if ev.kind != "done":
                 raise runtime_error(ev)
+            message: dict = {"role": "assistant", "content": "".join(parts) or (None if calls.done else "")}
+            if calls.done:
+                message["tool_calls"] = calls.done
             return JSONResponse({
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(parts)},
-                             "finish_reason": finish_reason(len(parts)), "logprobs": None}],
-                "usage": {"prompt_tokens": None, "completion_tokens": len(parts), "total_tokens": None},
+                "choices": [{"index": 0, "message": message,
+                             "finish_reason": finish_reason(n), "logprobs": None}],
+                "usage": {"prompt_tokens": None, "completion_tokens": n, "total_tokens": None},
             }, headers=headers)
 
         def chunk(delta: dict, finish: str | None = None) -> bytes:
@@ -648,9 +678,12 @@ class HttpApi:
                 yield chunk({"role": "assistant", "content": ""})
                 while True:
                     if ev.kind == "chunk":
-                        if isinstance(ev.payload, str) and ev.payload:
-                            n += 1
-                            yield chunk({"content": ev.payload})
+                        n += 1
+                        for e in think_events(ev.payload):
+                            if isinstance(e, str):
+                                yield chunk({"content": e})
+                            elif (piece := calls.add(e)) is not None:
+                                yield chunk({"tool_calls": [piece]})
                     elif ev.kind == "done":
                         yield chunk({}, finish_reason(n))
                         if include_usage:
@@ -671,6 +704,29 @@ class HttpApi:
 
         return PipelineStream(body(), lambda: turn.abort("client_disconnected"), headers=headers,
                               media_type="text/event-stream")
+
+
+class _Calls:
+    """The tool calls of one chat completion, from the think stage's call events."""
+
+    def __init__(self) -> None:
+        self.started: set[int] = set()
+        self.done: list[dict] = []
+
+    def add(self, ev: dict) -> dict | None:
+        """Record one event; the streamed ``delta.tool_calls`` item it makes, if any."""
+        i = ev.get("index", 0)
+        if ev.get("type") == TOOL_CALL_DONE:
+            self.done.append({"id": ev["call_id"], "type": "function",
+                              "function": {"name": ev["name"], "arguments": ev["arguments"]}})
+            return None
+        if ev.get("type") != TOOL_CALL_DELTA:
+            return None
+        if i not in self.started:
+            self.started.add(i)
+            return {"index": i, "id": ev.get("call_id"), "type": "function",
+                    "function": {"name": ev.get("name"), "arguments": ev.get("arguments", "")}}
+        return {"index": i, "function": {"arguments": ev.get("arguments", "")}} if ev.get("arguments") else None
 
 
 def _wrap(fn):

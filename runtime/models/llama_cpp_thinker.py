@@ -91,7 +91,7 @@ class _Seq:
                                  # (None: unknown after a failed decode, never reused)
     mode: str = TEXT
     sampling: Sampling | None = None
-    grammar: str | None = None   # GBNF for the calls this reply may make
+    call_sampler: Any = None     # tool_choice auto: the grammar chain, ready if the reply calls
     calls: CallStream | None = None
     max_calls: int = 1
 
@@ -217,7 +217,8 @@ class LlamaCppThinker(ARExecutor):
         tmpl = lc.llama_model_chat_template(self._model, None)
         self._template = tmpl.decode("utf-8", "replace") if tmpl else None
         self._piece_buf = ctypes.create_string_buffer(256)
-        self._marker_token = self.tokenize(MARKER)[0]
+        bos = lc.llama_vocab_bos(self._vocab)  # a model that adds BOS to every text must not make it the marker
+        self._marker_token = next(t for t in self.tokenize(MARKER) if t != bos)
         self._prefix: list[int] = []
         if self.prefix_cache:
             self._fill_prefix_cache()
@@ -370,12 +371,16 @@ class LlamaCppThinker(ARExecutor):
             self._truncated_total += 1
             log.warning("request %s: prompt truncated to %d tokens (truncated=True)",
                         item.request_id, len(ids))
-        sampler = self._new_sampler(req.sampling, grammar if mode == CALL else None)
+        # Built here, not when auto decides, so that a grammar llama.cpp refuses fails this
+        # request at admission instead of the step that carries every request.
+        call_sampler = self._new_sampler(req.sampling, grammar) if grammar is not None else None
+        sampler = call_sampler if mode == CALL else self._new_sampler(req.sampling)
         seq_id, cached = self._claim_sequence(ids)
         self._seqs[item.request_id] = _Seq(
             rid=item.request_id, seq_id=seq_id, sampler=sampler,
             text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached,
-            kv=ids[:cached], mode=mode, sampling=req.sampling, grammar=grammar,
+            kv=ids[:cached], mode=mode, sampling=req.sampling,
+            call_sampler=call_sampler if mode == DECIDE else None,
             calls=CallStream() if mode == CALL else None,
             max_calls=self._max_calls(tools, req.parallel_tool_calls))
         self._admitted += 1
@@ -402,14 +407,16 @@ class LlamaCppThinker(ARExecutor):
         p = float(np.exp(logits[self._marker_token] - top) / np.exp(logits - top).sum())
         self._last_call_p = p
         self._tool_stats["auto_decisions"] += 1
+        unused = seq.call_sampler
         if p >= self.tool_call_threshold:
             self._tool_stats["auto_calls"] += 1
-            lc.llama_sampler_free(seq.sampler)
-            seq.sampler = self._new_sampler(seq.sampling, seq.grammar)
+            unused, seq.sampler = seq.sampler, seq.call_sampler
             seq.mode, seq.calls = CALL, CallStream()
         else:
             seq.mode = TEXT
             seq.max_tokens = min(seq.max_tokens, seq.sampling.max_tokens)
+        seq.call_sampler = None
+        lc.llama_sampler_free(unused)
 
     def _claim_sequence(self, ids: list[int]) -> tuple[int, int]:
         """A free sequence for this prompt and how many of its tokens are already decoded."""
@@ -568,6 +575,8 @@ class LlamaCppThinker(ARExecutor):
         else:
             lc.llama_memory_seq_rm(self._mem, seq.seq_id, -1, -1)
         lc.llama_sampler_free(seq.sampler)
+        if seq.call_sampler is not None:  # released before auto decided
+            lc.llama_sampler_free(seq.call_sampler)
         self._free.append(seq.seq_id)
 
     # ---------------------------------------------------------------- stats

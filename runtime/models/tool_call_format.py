@@ -40,7 +40,7 @@ _TOOLS_INTRO = (
     "You have these tools:\n{tools}\n\n"
     "When a tool can answer the user, reply only with "
     '<tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>. Otherwise answer normally.\n\n'
-    "Examples:\nUser: What is the weather in Rome?\n"
+    "Examples:\nUser: {example_ask}\n"
     'Assistant: <tool_call>{{"name": "{example}", "arguments": {{...}}}}</tool_call>\n'
     "User: Hello!\nAssistant: Hello! How can I help you?"
 )
@@ -60,7 +60,9 @@ def _signature(tool: Tool) -> str:
 
 def tools_prompt(tools: Sequence[Tool]) -> str:
     """The paragraph appended to the system prompt that lists the tools and the call format."""
-    return _TOOLS_INTRO.format(tools="\n".join(_signature(t) for t in tools), example=tools[0].name)
+    first = tools[0]  # the example asks for what the first tool does, in its own words
+    return _TOOLS_INTRO.format(tools="\n".join(_signature(t) for t in tools), example=first.name,
+                               example_ask=first.description.strip() or f"Use {first.name}.")
 
 
 def call_text(name: str, arguments: str) -> str:

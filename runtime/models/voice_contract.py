@@ -8,9 +8,10 @@ that a renamed key or a new event type cannot reach one side only.
 
 Payloads travel as plain msgpack dicts, so the shapes are ``TypedDict``\\ s (no
 cost on the hot path: building one is building a dict) with one constructor
-per shape.  :func:`validate_listen_event` and :func:`validate_speak_chunk`
-check a payload against its shape; they are for tests and for code that takes
-payloads from outside the pipeline, not for every chunk.
+per shape.  :func:`validate_listen_event`, :func:`validate_speak_chunk` and
+:func:`validate_think_chunk` check a payload against its shape; they are for
+tests and for code that takes payloads from outside the pipeline, not for
+every chunk.
 """
 
 from __future__ import annotations
@@ -341,10 +342,28 @@ def validate_speak_chunk(payload: Any) -> SpeakChunk:
     return chunk
 
 
+def validate_think_chunk(payload: Any) -> ThinkChunk:
+    """``payload`` if it is a think chunk: a ``str``, or a non-empty list of
+    text deltas and tool-call events of exactly their shapes (strict types, no
+    extra keys); a ``ValueError`` saying why otherwise."""
+    if isinstance(payload, str):
+        return payload
+    if not isinstance(payload, list) or not payload:
+        raise ValueError(f"a think chunk is a str or a non-empty list, got {type(payload).__name__}")
+    adapter = _adapters()[2]
+    for e in payload:
+        if isinstance(e, str):
+            continue
+        adapter.validate_python(e, strict=True)
+        if e["type"] == TOOL_CALL_DELTA and ("call_id" in e) != ("name" in e):
+            raise ValueError(f"a tool_call_delta carries call_id and name together or neither: {e!r}")
+    return payload
+
+
 # pydantic is imported on first use: the stages and the CLI, which only build
 # payloads, do not pay for building the validators.
 @functools.cache
-def _adapters() -> tuple[Any, Any]:
+def _adapters() -> tuple[Any, Any, Any]:
     from typing import Annotated
 
     from pydantic import ConfigDict, Field, TypeAdapter, with_config
@@ -352,4 +371,5 @@ def _adapters() -> tuple[Any, Any]:
     forbid = with_config(ConfigDict(extra="forbid", arbitrary_types_allowed=True))
     shapes = typing.get_args(ListenEvent)
     listen = Annotated[Union[tuple(forbid(shape) for shape in shapes)], Field(discriminator="type")]
-    return TypeAdapter(listen), TypeAdapter(forbid(SpeakChunk))
+    calls = Annotated[Union[forbid(ToolCallDelta), forbid(ToolCallDone)], Field(discriminator="type")]
+    return TypeAdapter(listen), TypeAdapter(forbid(SpeakChunk)), TypeAdapter(calls)

@@ -13,7 +13,8 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import StepResult, WorkItem
 from runtime.models.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.model_files import smollm2_gguf
-from runtime.models.voice_contract import TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events
+from runtime.models.voice_contract import (TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events,
+                                           validate_think_chunk)
 
 
 def _fn(name, description, parameters):
@@ -62,6 +63,8 @@ def _run(t, rid, messages, tools=TOOLS, tool_choice=None, limit=400, **extra):
         if sr is None:
             continue
         assert isinstance(sr, StepResult), sr
+        if sr.chunk is not None:
+            validate_think_chunk(sr.chunk)
         for ev in think_events(sr.chunk):
             if isinstance(ev, str):
                 text += ev
@@ -166,6 +169,10 @@ def test_release_mid_arguments_frees_the_sequence(thinker):
     assert thinker.stats()["free_sequences"] == free and thinker.stats()["active"] == 0
     text, events = _run(thinker, 7, _user("Say hello."), tools=[])
     assert text.strip() and not events
+    # released before auto decided: both of its sampler chains go
+    thinker.prefill(WorkItem(17, {"messages": _user("Where is order 5?"), "tools": [ORDER], "tool_choice": "auto"}))
+    thinker.release(17)
+    assert thinker.stats()["free_sequences"] == free and thinker.stats()["active"] == 0
 
 
 def test_the_next_reply_uses_the_tool_output(thinker):

@@ -19,9 +19,9 @@ def _ask(rid, text, **params):
     return WorkItem(rid, {"messages": [{"role": "user", "content": text}]}, params=params)
 
 
-def _collect(t, rid, deadline_s=60.0):
+def collect_chunks(t, rid, deadline_s=60.0) -> list:
     """Step like the AR scheduler does: drain, and wait idle_wait_s when nothing came."""
-    text, end = "", time.monotonic() + deadline_s
+    chunks, end = [], time.monotonic() + deadline_s
     while time.monotonic() < end:
         res = t.step([rid])
         if rid not in res:
@@ -32,11 +32,18 @@ def _collect(t, rid, deadline_s=60.0):
             t.release(rid)
             raise r
         assert isinstance(r, StepResult)
-        text += r.chunk or ""
+        if r.chunk is not None:
+            chunks.append(r.chunk)
         if r.finished:
             t.release(rid)
-            return text
+            return chunks
     raise AssertionError("stream did not finish")
+
+
+def _collect(t, rid, deadline_s=60.0) -> str:
+    chunks = collect_chunks(t, rid, deadline_s)
+    assert all(isinstance(c, str) for c in chunks), chunks
+    return "".join(chunks)
 
 
 def start_llama_server(*extra: str):

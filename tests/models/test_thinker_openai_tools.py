@@ -4,16 +4,15 @@ started here with its function-calling chat format (127.0.0.1 only)."""
 from __future__ import annotations
 
 import json
-import time
 
 import jsonschema
 import pytest
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import StepResult, WorkItem
+from runtime.executor import WorkItem
 from runtime.models.openai_thinker import OpenAICompatThinker, ToolCallAssembler
-from runtime.models.voice_contract import TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events
-from tests.models.test_thinker_openai import start_llama_server
+from runtime.models.voice_contract import TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events, validate_think_chunk
+from tests.models.test_thinker_openai import collect_chunks, start_llama_server
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city.",
@@ -36,26 +35,13 @@ def _thinker(url, **args):
 
 
 def _collect(t, rid, payload, deadline_s=60.0):
-    """(chunks, text, events) of one reply, stepping like the AR scheduler."""
+    """(chunks, text, events) of one reply."""
     t.prefill(WorkItem(rid, payload))
-    chunks, end = [], time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        r = t.step([rid]).get(rid)
-        if r is None:
-            time.sleep(t.idle_wait_s)
-            continue
-        if isinstance(r, Exception):
-            t.release(rid)
-            raise r
-        assert isinstance(r, StepResult)
-        if r.chunk is not None:
-            chunks.append(r.chunk)
-        if r.finished:
-            t.release(rid)
-            events = [e for c in chunks for e in think_events(c)]
-            return chunks, "".join(e for e in events if isinstance(e, str)), \
-                [e for e in events if isinstance(e, dict)]
-    raise AssertionError("stream did not finish")
+    chunks = collect_chunks(t, rid, deadline_s)
+    for c in chunks:
+        validate_think_chunk(c)
+    events = [e for c in chunks for e in think_events(c)]
+    return chunks, "".join(e for e in events if isinstance(e, str)), [e for e in events if isinstance(e, dict)]
 
 
 def test_streamed_named_call_becomes_delta_events_then_done(server):

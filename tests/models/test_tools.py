@@ -11,7 +11,8 @@ from runtime.errors import ErrorCode, StageError
 from runtime.models.chat import fit_messages, message_chars, parse_messages
 from runtime.models.tool_call_format import CallStream, call_grammar, call_text, plain_messages
 from runtime.models.tools import FUNCTION, REQUIRED, parse_tools, tools_of
-from runtime.models.voice_contract import think_chunk, validate_tools
+from runtime.models.voice_contract import (think_chunk, tool_call_delta_event, tool_call_done_event,
+                                           validate_think_chunk, validate_tools)
 
 
 def fn(name, parameters=None, description="d"):
@@ -140,3 +141,16 @@ def test_think_chunk_joins_text_and_keeps_events():
     assert think_chunk(["a", "b", ""]) == "ab"
     assert think_chunk(["a", ev, "b", "c"]) == ["a", ev, "bc"]
     assert think_chunk([]) is None
+
+
+def test_think_chunk_validator():
+    good = ["hi", tool_call_delta_event(0, "", "call_1", "f"), tool_call_delta_event(0, '{"a"'),
+            tool_call_done_event(0, "call_1", "f", '{"a": 1}')]
+    assert validate_think_chunk(good) is good and validate_think_chunk("text") == "text"
+    for bad in ([], None, [{"type": "tool_call_done", "index": 0}],
+                [{"type": "tool_call_delta", "index": 0, "arguments": "", "extra": 1}],
+                [{"type": "tool_call_delta", "index": "0", "arguments": ""}],
+                [{"type": "tool_call_delta", "index": 0, "arguments": "", "call_id": "c"}],
+                [{"type": "nope"}]):
+        with pytest.raises(ValueError):
+            validate_think_chunk(bad)

@@ -25,6 +25,12 @@ Error rules (docs/CONCEPTS.md, "Errors"):
   before the first byte (polled while waiting) and after it (a disconnect
   listener runs beside every stream).
 
+Chat completions take ``tools`` / ``tool_choice`` / ``parallel_tool_calls``
+and answer with ``tool_calls`` (finish_reason ``tool_calls``), streamed as
+OpenAI's ``delta.tool_calls`` pieces: the think stage's call events
+(docs/TOOLS.md), through the same thinker a Realtime session uses.  Bad tools
+are a 400 before anything is submitted.
+
 Speech output is 16-bit little-endian mono PCM at ``speech_sample_rate``
 (24 kHz by default, what OpenAI clients assume for ``pcm``), resampled from
 the TTS engine's rate; ``X-Sample-Rate`` says the rate, ``X-Request-Id`` the

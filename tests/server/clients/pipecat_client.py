@@ -1,6 +1,6 @@
 """Pipecat's OpenAI Realtime service against ``voice-agent serve``: a text turn,
-then a spoken turn that must call a registered function, and the reply that
-uses its result.
+then a spoken turn that must call a registered function and the reply that
+uses its result, then the same question spoken again.
 
 Runs in the clients' own virtualenv (pipecat pins protobuf and soxr below the
 server's), started by tests/server/test_clients_pipecat_livekit.py.  It only
@@ -152,12 +152,21 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
             await worker.queue_frame(InputAudioRawFrame(audio=pcm, sample_rate=RATE,
                                                         num_channels=1))
 
+        def spoken_after(start: int) -> bool:
+            return any(e[0] == "response" and e[1].strip() for e in rec.log[start:])
+
         mic = asyncio.ensure_future(microphone(send, speech))
         await rec.wait("function call", lambda: rec.kinds("call"), args.timeout)
         called = len(rec.log)
         await rec.wait("spoken answer after the function result",
-                       lambda: any(e[0] == "response" and e[1].strip()
-                                   for e in rec.log[called:]), args.timeout)
+                       lambda: spoken_after(called), args.timeout)
+
+        # 3. the question again: answered from the result in the conversation
+        mic.cancel()
+        asked = len(rec.log)
+        mic = asyncio.ensure_future(microphone(send, speech))
+        await rec.wait("spoken answer to the question asked again",
+                       lambda: spoken_after(asked), args.timeout)
     finally:
         if mic is not None:
             mic.cancel()

@@ -1,11 +1,12 @@
 """LiveKit Agents' OpenAI ``RealtimeModel`` against ``voice-agent serve``: a
 text turn, then a turn that must call a ``@function_tool``, the output handed
-back through the chat context and the reply that uses it, then a spoken turn.
+back through the chat context and the reply that uses it, then the same
+question spoken.
 
 The model session is used on its own, as ``AgentSession`` drives it (no
 LiveKit room is needed for it).  Runs in the clients' own virtualenv, started
 by tests/server/test_clients_pipecat_livekit.py; it records what the
-application sees for the test to judge (client_report.py), whose kinds here
+application sees for the test to judge (client_run.py), whose kinds here
 are ``response`` (transcript, audio bytes, number of function calls),
 ``call`` (name, arguments), ``user`` (input transcript), ``error`` (message).
 """

@@ -5,7 +5,7 @@ uses its result, then the same question spoken again.
 Runs in the clients' own virtualenv (pipecat pins protobuf and soxr below the
 server's), started by tests/server/test_clients_pipecat_livekit.py.  It only
 drives the client and records what the application would see; the test
-judges the record (client_report.py), whose kinds here are ``response``
+judges the record (client_run.py), whose kinds here are ``response``
 (transcript, audio bytes), ``call`` (name, arguments), ``user`` (input
 transcript), ``error`` (message).
 
@@ -40,6 +40,7 @@ from pipecat.services.llm_service import FunctionCallParams
 from pipecat.services.openai.realtime import events
 from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
 from pipecat.workers.runner import WorkerRunner
+
 
 class Tap(FrameProcessor):
     """Calls ``seen(frame, direction)`` for every frame and passes it on."""

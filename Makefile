@@ -6,6 +6,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
+# Pipecat and LiveKit Agents, the third-party clients the tests drive: their own
+# venv, since pipecat pins protobuf and soxr below the server's.
+CLIENTS_VENV := .venv-clients
+CLIENTS_REQUIREMENTS := tests/server/clients/requirements.txt
 STAMPS := .stamps
 # pocketsphinx-testdata and alsa-utils carry the human speech recordings the ASR
 # tests and benchmarks are judged on.
@@ -22,7 +26,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
 SMART_TURN := $(MODELS_DIR)/smart-turn-v3.2/smart-turn-v3.2-cpu.onnx
 
-.PHONY: setup serve test bench clean-venv apt
+.PHONY: setup serve test bench clean-venv apt clients
 
 setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN)
 
@@ -58,10 +62,17 @@ $(STAMPS)/pip: pyproject.toml | $(PY)
 $(SMART_TURN): | $(STAMPS)/pip
 	$(PY) -m runtime.models.fetch_smart_turn
 
+clients: $(STAMPS)/clients
+
+$(STAMPS)/clients: $(CLIENTS_REQUIREMENTS)
+	$(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/pip install -q -r $(CLIENTS_REQUIREMENTS)
+	@mkdir -p $(STAMPS) && touch $@
+
 serve: setup
 	$(VENV)/bin/voice-agent serve --config $(CONFIG) --host $(HOST) --port $(PORT)
 
-test: setup
+test: setup $(STAMPS)/clients
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: setup
@@ -70,4 +81,4 @@ bench: setup
 	$(PY) benchmarks/realtime_bench.py --quick
 
 clean-venv:
-	rm -rf $(VENV) $(STAMPS)
+	rm -rf $(VENV) $(CLIENTS_VENV) $(STAMPS)

@@ -327,6 +327,22 @@ def test_item_create_variants_insert_delete_retrieve():
                            {"role": "assistant", "content": "said"}]
 
 
+def test_item_create_after_root_goes_first():
+    """``previous_item_id: "root"`` is the beginning of the conversation (LiveKit
+    Agents sends it for the first item it syncs)."""
+    s = new_session()
+    cmds = s.client_event({"type": "conversation.item.create", "previous_item_id": "root",
+                           "item": {"id": "b", "type": "message", "role": "user",
+                                    "content": [{"type": "input_text", "text": "second"}]}}, 0)
+    assert "error" not in types(cmds)
+    assert one(cmds, "conversation.item.added")["previous_item_id"] is None
+    cmds = s.client_event({"type": "conversation.item.create", "previous_item_id": "root",
+                           "item": {"id": "a", "type": "message", "role": "user",
+                                    "content": [{"type": "input_text", "text": "first"}]}}, 0)
+    assert one(cmds, "conversation.item.added")["previous_item_id"] is None
+    assert [i.id for i in s.conversation.items] == ["a", "b"]
+
+
 def test_user_input_audio_item_is_transcribed():
     s = new_session()
     cmds = s.client_event({"type": "conversation.item.create", "item": {

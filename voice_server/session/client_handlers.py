@@ -189,7 +189,7 @@ class ClientEventHandlers:
         if ev.item.id is not None and ev.item.id in self.conversation:
             raise ClientError("invalid_value", f"Invalid 'item.id': an item with id "
                               f"'{ev.item.id}' already exists.", "item.id")
-        if ev.previous_item_id is not None and ev.previous_item_id not in self.conversation:
+        if not self.conversation.has_position(ev.previous_item_id):
             raise ClientError("invalid_value", f"Invalid 'previous_item_id': no item with id "
                               f"'{ev.previous_item_id}'.", "previous_item_id")
         item, transcribe = self._build_item(ev.item, allow_transcribe=True)

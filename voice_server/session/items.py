@@ -129,6 +129,9 @@ class Item:
         return int(math.ceil(self.audio_ms - 1e-6))
 
 
+ROOT = "root"  # previous_item_id meaning "at the beginning of the conversation"
+
+
 class Conversation:
     def __init__(self) -> None:
         self.items: list[Item] = []
@@ -146,12 +149,21 @@ class Conversation:
     def last_id(self) -> str | None:
         return self.items[-1].id if self.items else None
 
+    def has_position(self, previous_item_id: str | None) -> bool:
+        """Whether an item can be put after ``previous_item_id``: None (the
+        end), ``"root"`` (the beginning, as the Realtime API defines it; LiveKit
+        Agents sends it for a first item) or an item of this conversation."""
+        return previous_item_id in (None, ROOT) or previous_item_id in self._by_id
+
     def add(self, item: Item, previous_item_id: str | None = None) -> str | None:
-        """Append (or insert after ``previous_item_id``); returns the id of
-        the item it now follows (None at the beginning)."""
+        """Append (or insert after ``previous_item_id``; ``"root"``: first);
+        returns the id of the item it now follows (None at the beginning)."""
         if previous_item_id is None:
             prev = self.last_id()
             self.items.append(item)
+        elif previous_item_id == ROOT:
+            self.items.insert(0, item)
+            prev = None
         else:
             idx = next(i for i, it in enumerate(self.items) if it.id == previous_item_id)
             self.items.insert(idx + 1, item)

@@ -1,0 +1,188 @@
+"""Pipecat's OpenAI Realtime service against ``voice-agent serve``: a text turn,
+then a spoken turn that must call a registered function and the reply that
+uses its result, then the same question spoken again.
+
+Runs in the clients' own virtualenv (pipecat pins protobuf and soxr below the
+server's), started by tests/server/test_clients_pipecat_livekit.py.  It only
+drives the client and records what the application would see; the test
+judges the record (client_run.py), whose kinds here are ``response``
+(transcript, audio bytes), ``call`` (name, arguments), ``user`` (input
+transcript), ``error`` (message).
+
+The pipeline is the one a Pipecat app builds minus the transport (frames are
+queued where its input would be, a tap reads what its output would play), so
+the context aggregators turn a function result into the next response as in
+an app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from client_run import RATE, arguments, microphone, report
+from loguru import logger
+from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.frames.frames import (ErrorFrame, Frame, InputAudioRawFrame,
+                                   LLMFullResponseEndFrame, LLMRunFrame,
+                                   LLMUpdateSettingsFrame, TranscriptionFrame,
+                                   TTSAudioRawFrame, TTSTextFrame)
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.services.llm_service import FunctionCallParams
+from pipecat.services.openai.realtime import events
+from pipecat.services.openai.realtime.llm import OpenAIRealtimeLLMService
+from pipecat.workers.runner import WorkerRunner
+
+
+class Tap(FrameProcessor):
+    """Calls ``seen(frame, direction)`` for every frame and passes it on."""
+
+    def __init__(self, seen: Callable[[Frame, FrameDirection], None]) -> None:
+        super().__init__()
+        self._seen = seen
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        self._seen(frame, direction)
+        await self.push_frame(frame, direction)
+
+
+class Record:
+    """What the application saw, in order; waiters poll it with a deadline."""
+
+    def __init__(self) -> None:
+        self.log: list[list] = []
+        self._transcript: list[str] = []
+        self._audio = 0
+        self.settings_applied = 0
+
+    def upstream(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, TranscriptionFrame):
+            self.log.append(["user", frame.text])
+        elif isinstance(frame, ErrorFrame):
+            self.log.append(["error", str(frame.error)])
+
+    def downstream(self, frame: Frame, direction: FrameDirection) -> None:
+        if isinstance(frame, TTSTextFrame):
+            self._transcript.append(frame.text)
+        elif isinstance(frame, TTSAudioRawFrame):
+            self._audio += len(frame.audio)
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            self.log.append(["response", "".join(self._transcript), self._audio])
+            self._transcript, self._audio = [], 0
+        elif isinstance(frame, LLMUpdateSettingsFrame):
+            self.settings_applied += 1  # the service has sent its session.update
+
+    async def wait(self, what: str, pred: Callable[[], bool], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        end = loop.time() + timeout
+        while not pred():
+            if loop.time() > end:
+                raise TimeoutError(what)
+            await asyncio.sleep(0.05)
+
+    def kinds(self, kind: str) -> list[list]:
+        return [e for e in self.log if e[0] == kind]
+
+
+def session_properties(tool_choice: str, instructions: str) -> events.SessionProperties:
+    return events.SessionProperties(
+        output_modalities=["audio"], instructions=instructions, max_output_tokens=48,
+        tool_choice=tool_choice,
+        audio=events.AudioConfiguration(input=events.AudioInput(
+            transcription=events.InputAudioTranscription(model="whisper-1"),
+            turn_detection=events.TurnDetection(silence_duration_ms=500))))
+
+
+async def run(args: argparse.Namespace, rec: Record) -> None:
+    speech = Path(args.speech).read_bytes()
+    settings = OpenAIRealtimeLLMService.Settings
+
+    def settings_frame(tool_choice: str) -> LLMUpdateSettingsFrame:
+        return LLMUpdateSettingsFrame(delta=settings(
+            session_properties=session_properties(tool_choice, args.instructions)))
+
+    llm = OpenAIRealtimeLLMService(
+        api_key=args.key, base_url=args.url,
+        settings=settings(model="voice-agent", system_instruction=args.instructions,
+                          session_properties=session_properties("none", args.instructions)))
+    tool = FunctionSchema(name=args.tool, description="Get the current weather in a city.",
+                          properties={"city": {"type": "string", "description": "the city"}},
+                          required=["city"])
+    context = LLMContext(messages=[{"role": "user", "content": args.say}],
+                         tools=ToolsSchema(standard_tools=[tool]))
+    aggregators = LLMContextAggregatorPair(context)
+    pipeline = Pipeline([aggregators.user(), Tap(rec.upstream), llm, Tap(rec.downstream),
+                         aggregators.assistant()])
+    worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=RATE),
+                            idle_timeout_secs=None)
+
+    async def weather(params: FunctionCallParams) -> None:
+        rec.log.append(["call", params.function_name, dict(params.arguments)])
+        # A forced call stays forced for every response; the app lets the
+        # model answer before handing back the result.
+        n = rec.settings_applied
+        await worker.queue_frame(settings_frame("none"))
+        await rec.wait("tool_choice none applied", lambda: rec.settings_applied > n, 10)
+        await params.result_callback(args.result)
+
+    llm.register_function(args.tool, weather)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.ensure_future(runner.run())
+    mic: asyncio.Task | None = None
+    try:
+        # 1. text in (the context's user message), audio and transcript out
+        await worker.queue_frame(LLMRunFrame())
+        await rec.wait("text turn response", lambda: rec.kinds("response"), args.timeout)
+
+        # 2. spoken turn, the function required: call, result, spoken answer
+        n = rec.settings_applied
+        await worker.queue_frame(settings_frame("required"))
+        await rec.wait("tool_choice required applied", lambda: rec.settings_applied > n, 10)
+
+        async def send(pcm: bytes) -> None:
+            await worker.queue_frame(InputAudioRawFrame(audio=pcm, sample_rate=RATE,
+                                                        num_channels=1))
+
+        def spoken_after(start: int) -> bool:
+            return any(e[0] == "response" and e[1].strip() for e in rec.log[start:])
+
+        mic = asyncio.ensure_future(microphone(send, speech))
+        await rec.wait("function call", lambda: rec.kinds("call"), args.timeout)
+        called = len(rec.log)
+        await rec.wait("spoken answer after the function result",
+                       lambda: spoken_after(called), args.timeout)
+
+        # 3. the question again: answered from the result in the conversation
+        mic.cancel()
+        asked = len(rec.log)
+        mic = asyncio.ensure_future(microphone(send, speech))
+        await rec.wait("spoken answer to the question asked again",
+                       lambda: spoken_after(asked), args.timeout)
+    finally:
+        if mic is not None:
+            mic.cancel()
+        await worker.cancel()
+        await asyncio.wait_for(running, 30)
+
+
+def main() -> int:
+    ap = arguments("ws://HOST:PORT/v1/realtime")
+    args = ap.parse_args()
+    logger.remove()
+    logger.add(sys.stderr, level="INFO")
+    rec = Record()
+    return report(run(args, rec), rec.log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,14 +24,25 @@ need none:
 * time from the request being sent (the end of the user's turn) to the
   arguments being complete: p50 / p95 over every call made.
 
+Then the same 40 requests SPOKEN (flite, in real time) to the whole default
+voice pipeline (``configs/voice-cpu.yaml``: listen -> embedded thinker) over
+the Realtime WebSocket with ``tool_choice: auto``, as a caller would: the
+transcript now comes from speech recognition, and the time is from the TRUE
+end of the user's speech (last speech frame sent; server VAD's 500 ms silence
+window included) to ``response.function_call_arguments.done`` at the client.
+Each request is asked in a new session (like the HTTP run), and the 20 tool
+requests once more in one session whose history grows, as in a real call (the
+small model calls far less with a conversation behind it).
+
 Usage::
 
-    .venv/bin/python benchmarks/tool_bench.py [--only embedded|openai] [--max-tokens 32]
+    .venv/bin/python benchmarks/tool_bench.py [--only embedded|openai|spoken] [--no-spoken] [--max-tokens 32]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import tempfile
 import time
@@ -43,7 +54,11 @@ import yaml
 
 from voice_server.settings import ServerSettings
 from voice_server.testing import TEST_API_KEY, ServerThread
+from voice_server.testing.audio import flite_pcm
+from voice_server.testing.callers.base import RealtimeWSTransport
+from voice_server.testing.callers.caller import connected
 from voice_server.testing.llama_server import LlamaServer
+from voice_server.testing.server_process import served as served_process
 from voice_server.testing.report import pct, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "tool_bench.json"
@@ -225,10 +240,82 @@ def served(config: dict, settings: ServerSettings, max_tokens: int) -> dict:
         Path(f.name).unlink(missing_ok=True)
 
 
+def trimmed(pcm):
+    """flite's audio without its trailing silence, so that the mic's end mark is
+    the true end of speech."""
+    loud = (abs(pcm.astype("int32")) > 300).nonzero()[0]
+    return pcm[:loud[-1] + 1] if loud.size else pcm
+
+
+async def spoken_turn(c, text: str, want: str | None, pcm) -> dict:
+    n = len(c.events)
+    _, end = c.say(pcm)
+    t_end = await asyncio.wait_for(end, 60)
+    k, _ = await c.wait(lambda e: e["type"] in ("response.done", "error"), n, 90)
+    evs = c.events[n:k + 1]
+    heard = next((e.get("transcript", "") for e in evs if e["type"] ==
+                  "conversation.item.input_audio_transcription.completed"), "")
+    calls = [{"name": e["name"], "arguments": e["arguments"], "at": e["_t"]}
+             for e in evs if e["type"] == "response.function_call_arguments.done"]
+    await asyncio.sleep(0.3)  # the reply's tail plays out before the next question
+    return {"request": text, "want": want, "heard": heard, "calls": calls,
+            "error": next((e["error"].get("code") for e in evs if e["type"] == "error"), None),
+            "args_done_ms": round((calls[0]["at"] - t_end) * 1000) if calls else None}
+
+
+async def spoken_run(config: str, max_tokens: int) -> dict:
+    """The 40 requests spoken to the served voice pipeline, ``tool_choice: auto``:
+    each in a new session (as the HTTP run asks them), then the 20 tool requests
+    in ONE session whose history grows, as in a real call."""
+    session = {"tools": [{"type": "function", **t["function"]} for t in TOOLS], "tool_choice": "auto",
+               "max_output_tokens": max_tokens}
+    speech = [(text, want, trimmed(flite_pcm(text))) for text, want in REQUESTS]
+    fresh, history = [], []
+    async with served_process(config) as server:
+        def call():
+            return connected(RealtimeWSTransport(server.url, TEST_API_KEY), session=session)
+        for text, want, pcm in speech:
+            async with call() as c:
+                await c.wait(lambda e: e["type"] == "session.updated", 0, 30)
+                fresh.append(await spoken_turn(c, text, want, pcm))
+        async with call() as c:
+            await c.wait(lambda e: e["type"] == "session.updated", 0, 30)
+            for text, want, pcm in speech:
+                if want:
+                    history.append(await spoken_turn(c, text, want, pcm))
+    out = spoken_figures(fresh)
+    out["one_session"] = {k: v for k, v in spoken_figures(history).items()
+                          if k not in ("false_call_pct", "examples")}
+    return out
+
+
+def spoken_figures(rows: list[dict]) -> dict:
+    need = [r for r in rows if r["want"]]
+    none_ = [r for r in rows if not r["want"]]
+    times = [r["args_done_ms"] for r in rows if r["args_done_ms"] is not None]
+    calls = [c for r in rows for c in r["calls"]]
+    return {
+        "requests": len(rows),
+        "calls_total": len(calls),
+        "schema_valid_pct": rate(sum(1 for c in calls if valid(c)), len(calls)),
+        "right_tool_pct": rate(sum(1 for r in need if r["calls"] and r["calls"][0]["name"] == r["want"]),
+                               len(need)),
+        "missed_call_pct": rate(sum(1 for r in need if not r["calls"]), len(need)),
+        "false_call_pct": rate(sum(1 for r in none_ if r["calls"]), len(none_)),
+        "errors": sum(1 for r in rows if r["error"]),
+        "end_of_speech_to_args_done_ms": {"p50": pct(times, 50, 0), "p95": pct(times, 95, 0),
+                                          "n": len(times)},
+        "examples": [{k: r[k] for k in ("request", "heard", "want")} | {"called": [c["name"] for c in r["calls"]]}
+                     for r in rows[::8]],
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", choices=("embedded", "openai"))
+    ap.add_argument("--only", choices=("embedded", "openai", "spoken"))
     ap.add_argument("--max-tokens", type=int, default=32, help="text reply budget (calls get their own)")
+    ap.add_argument("--no-spoken", action="store_true", help="skip the spoken Realtime run")
+    ap.add_argument("--config", default="configs/voice-cpu.yaml", help="pipeline of the spoken run")
     a = ap.parse_args()
     settings = ServerSettings(api_keys=[TEST_API_KEY])
     sampling = {"temperature": 0.25, "top_p": 0.9, "repeat_penalty": 1.2, "max_tokens": a.max_tokens}
@@ -244,6 +331,16 @@ def main() -> None:
                 "runtime.models.openai_thinker:OpenAICompatThinker",
                 {"base_url": llama.url + "/v1", "model": "smollm2", "penalty_field": "repeat_penalty",
                  "stream_tool_calls": False, **sampling}), settings, a.max_tokens)
+    if not a.no_spoken and a.only in (None, "spoken"):
+        results["spoken_realtime"] = sp = asyncio.run(spoken_run(a.config, a.max_tokens))
+        for label, r in (("each request in a new session", sp), ("20 tool requests in one session",
+                                                                    sp["one_session"])):
+            lat = r["end_of_speech_to_args_done_ms"]
+            print(f"spoken over the Realtime WebSocket ({a.config}, auto), {label}: "
+                  f"{r['calls_total']} calls, schema-valid {r['schema_valid_pct']}%, "
+                  f"right tool {r['right_tool_pct']}%, missed {r['missed_call_pct']}%, "
+                  f"false calls {r.get('false_call_pct', '-')}%, end of speech -> arguments done "
+                  f"p50/p95 {lat['p50']}/{lat['p95']} ms, errors {r['errors']}", flush=True)
     results["wall_s"] = round(time.perf_counter() - t0, 1)
     names = list(results["thinkers"])
     rows = [

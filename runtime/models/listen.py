@@ -75,8 +75,8 @@ HYSTERESIS = 0.15
 MAX_CHANNELS = 8
 MIN_RATE, MAX_RATE = 4000, 384000
 # semantic_vad: how long to wait in the pause, by eagerness, in ms: (the
-# end-of-turn model and the words both say "finished", they disagree or the
-# words are not known yet, "unfinished").  People answer each other within
+# end-of-turn model and the words both say "finished", the model says so but
+# the words are not known yet, either says "unfinished").  People answer each other within
 # 200-300 ms; a thinking pause mid-sentence must not end the turn.
 EAGERNESS_WAIT_MS = {"high": (160.0, 400.0, 1000.0), "medium": (200.0, 500.0, 2000.0),
                      "low": (250.0, 700.0, 3000.0), "auto": (200.0, 500.0, 2000.0)}
@@ -125,17 +125,18 @@ class VadParams:
     def wait_ms(self, verdict: bool | None, words: bool | None = None) -> float:
         """Silence needed to end the turn: the fixed window, or what the
         end-of-turn model's ``verdict`` and the transcript (``words``: True
-        finished, False unfinished, None not known) allow together.  Unfinished
-        words overrule the model (a flat synthetic voice sounds finished after
-        "for"); no verdict yet counts as "incomplete" until it comes."""
+        finished, False unfinished, None not known) allow together.  Either
+        one saying "unfinished" is enough: the words catch what a flat
+        synthetic voice hides ("... a table for"), the model what the words
+        cannot show (Whisper ends a cut sentence with a full stop).  A
+        "complete" verdict whose words are late waits ``unsure`` at most; no
+        verdict yet counts as "incomplete" until it comes."""
         if not self.semantic:
             return self.silence_duration_ms
         complete, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
-        if words is False or verdict is None:
+        if words is False or not verdict:
             return incomplete
-        if verdict and words:
-            return complete
-        return unsure
+        return complete if words else unsure
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":

@@ -281,3 +281,22 @@ def test_the_replys_echo_neither_pauses_nor_reaches_the_listen_stage():
     assert np.count_nonzero(heard) > 0.9 * heard.size    # the caller's words pass whole
     assert s.active_response_id == rid and not s.output_paused
     assert not [c for c in released if isinstance(c, AudioOut)]
+
+
+def test_a_backchannel_stays_no_turn_when_the_reply_ends_before_it_does():
+    s = paced()
+    rid, _, now = playing_reply(s, ms=1500, play_ms=1000)
+    talk_over(s, now, int(s.input_ms))
+    s.listen_event({"type": "speech_paused", "audio_end_ms": 400}, now + 400)
+    s.listen_event({"type": "interim", "text": "Sure.", "paused": True}, now + 500)
+    out = s.response_finished(rid, "completed", None, now + 510)
+    out += run_clock(s, now + 3000, now + 510)[0]
+    assert "response.done" in kinds(out) and s.active_response_id is None
+    chunk = np.zeros(320, np.int16)
+    for k in range(20):                        # the silence window runs on
+        out += s.input_audio(chunk, 16000, now + 3000 + 20 * k)
+    out += s.listen_event({"type": "speech_stopped", "audio_end_ms": 400}, now + 3500)
+    out += s.listen_event({"type": "final", "text": "Sure.", "audio_start_ms": 0,
+                           "audio_end_ms": 400}, now + 3600)
+    assert not [k for k in kinds(out) if k.startswith("input_audio_buffer")]
+    assert not [c for c in out if isinstance(c, StartResponse)]

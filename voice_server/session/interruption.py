@@ -93,11 +93,11 @@ class Interruptions:
         """Called as input arrives: speech that went on long enough interrupts;
         a reply that ended meanwhile leaves an ordinary user turn."""
         d = self._deciding
-        if d is None:
+        if d is None or d.backchannel:
             return []
         if self._active is None:
             return self._interrupt(now_ms)
-        if d.backchannel or d.speaker_paused or d.stopped_end_ms is not None:
+        if d.speaker_paused or d.stopped_end_ms is not None:
             return []
         if self.input_ms - d.since_ms >= self.interruptions.decide_after_ms + PAUSE_NOTICE_MS:
             return self._interrupt(now_ms)

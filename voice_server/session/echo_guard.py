@@ -3,20 +3,27 @@ being heard as the caller (a speakerphone, a laptop without echo
 cancellation): the reply would pause or cancel itself.
 
 The server knows what the listener plays and when (the output pacer's
-playout model), so it knows how loud an echo of it could be at any moment.
-An echo arrives 0..``max_delay_ms`` after its audio plays and is quieter
-than it (the speaker-to-mic path loses 20 dB or more).  Each 10 ms frame of
-microphone audio is compared with the loudest reply frame that could have
-produced it: a frame quieter than that by more than ``margin_db`` is
-explained by the echo and muted before the listen stage hears it (a
-residual echo suppressor, as speakerphones have).  The caller talking over
-the reply is about as loud as the reply itself, so it passes; once it has,
-the following ``hangover_ms`` pass too, so the quieter parts of the caller's
-words are not cut out.  With nothing playing, audio passes unchanged.
+playout model).  An echo is that audio again, some 0..``max_delay_ms``
+later and quieter: its loudness follows the reply's, frame by frame, at one
+delay.  So the guard keeps, per 10 ms slot of the session clock, the energy
+of the reply audio played and of the microphone audio received, and
+estimates the echo path from the last ``window_ms``: the delay at which the
+microphone's log-energy follows the reply's best (correlation at least
+``min_corr``) and the echo's level at that delay (the median energy ratio).
+A microphone frame no louder than the echo predicted for it (the reply's
+energy at that delay, +-20 ms, times that level) plus ``margin_db`` is the
+echo and is muted before the listen stage hears it (a residual echo
+suppressor, as speakerphones have).  The caller talking over the reply is
+far louder than the echo and passes; once a frame has passed, the following
+``hangover_ms`` pass too, so the quieter parts of the caller's words are not
+cut out.  No echo found (headphones, a phone handset): nothing is muted.
+Until there is enough to estimate from (the first few hundred ms of a
+reply), anything 15 dB below the loudest recent reply audio is taken for
+its echo.
 
-The test is on energy only: it does not subtract the echo, so the caller's
-words over it still carry the (quiet) echo, and a caller much quieter than
-the agent's echo margin is muted while the agent speaks.
+The guard judges energy only: it mutes, it does not subtract, so words over
+the echo still carry it (quietly), and a caller quieter than the echo plus
+the margin is not heard while the agent speaks.
 """
 
 from __future__ import annotations
@@ -27,12 +34,17 @@ import numpy as np
 
 from runtime.models.voice_contract import LISTEN_RATE_HZ
 
-FRAME_MS = 10.0
-_MIC_FRAME = int(LISTEN_RATE_HZ * FRAME_MS / 1000)
+SLOT_MS = 10.0
+_MIC_FRAME = int(LISTEN_RATE_HZ * SLOT_MS / 1000)
+ACTIVE_ENERGY = 1e4        # reply audio louder than this (rms ~100 of 32768) can echo
+MIN_ACTIVE_SLOTS = 50      # reply audio that shows an echo path (500 ms) ...
+NO_ECHO_SLOTS = 100        # ... and that shows there is none (1 s)
+JITTER_SLOTS = 2           # arrival jitter allowed around the echo delay
+HOLD_SLACK = 0.25          # a path found is kept while its correlation stays this close
+PRIOR_LEVEL = 0.03         # before an estimate: the speaker-to-mic path loses 15 dB
 
 
-def _frame_energy(pcm: np.ndarray, n: int) -> np.ndarray:
-    """Mean square per frame of ``n`` samples (int16 scale), the tail dropped."""
+def _energies(pcm: np.ndarray, n: int) -> np.ndarray:
     k = pcm.size // n
     if k == 0:
         return np.zeros(0)
@@ -42,49 +54,110 @@ def _frame_energy(pcm: np.ndarray, n: int) -> np.ndarray:
 
 class EchoGuard:
     def __init__(self, margin_db: float = 10.0, max_delay_ms: float = 600.0,
-                 hangover_ms: float = 300.0, history_ms: float = 3000.0) -> None:
-        self.ratio = 10.0 ** (-margin_db / 10.0)
-        self.max_delay_ms = max_delay_ms
+                 hangover_ms: float = 300.0, window_ms: float = 1500.0,
+                 min_corr: float = 0.6) -> None:
+        self.margin = 10.0 ** (margin_db / 10.0)
+        self.max_lag = int(max_delay_ms / SLOT_MS)
         self.hangover_ms = hangover_ms
-        self.history_ms = history_ms
-        self._ref_t: deque[float] = deque()     # when each reply frame plays (session clock)
-        self._ref_e: deque[float] = deque()     # its energy
+        self.window = int(window_ms / SLOT_MS)
+        self.min_corr = min_corr
+        self._ref: dict[int, float] = {}                 # slot -> reply energy played in it
+        self._mic: deque[tuple[int, float]] = deque()    # (slot, energy) of recent mic frames
+        self._since_estimate = 0
+        self.delay_slots: int | None = None              # the echo path; None: not known
+        self.level: float | None = None                  # echo / reply energy (0: no echo)
         self._pass_until = -1e18
         self.muted_ms = 0.0
 
+    # -- the reply --------------------------------------------------------
     def played(self, pcm: np.ndarray, sample_rate: int, start_ms: float) -> None:
         """Reply audio the listener plays from ``start_ms`` on."""
-        n = max(1, int(sample_rate * FRAME_MS / 1000))
-        for i, e in enumerate(_frame_energy(np.asarray(pcm).reshape(-1), n)):
-            self._ref_t.append(start_ms + i * FRAME_MS)
-            self._ref_e.append(float(e))
+        n = max(1, int(sample_rate * SLOT_MS / 1000))
+        for i, e in enumerate(_energies(np.asarray(pcm).reshape(-1), n)):
+            slot = int(round(start_ms / SLOT_MS)) + i
+            self._ref[slot] = max(self._ref.get(slot, 0.0), float(e))
 
-    def _forget(self, now_ms: float) -> None:
-        while self._ref_t and self._ref_t[0] < now_ms - self.history_ms:
-            self._ref_t.popleft()
-            self._ref_e.popleft()
+    def _ref_at(self, slots: np.ndarray) -> np.ndarray:
+        get = self._ref.get
+        return np.fromiter((get(int(s), 0.0) for s in slots), float, slots.size)
 
+    # -- the echo path ----------------------------------------------------
+    def _estimate(self) -> None:
+        if len(self._mic) < MIN_ACTIVE_SLOTS:
+            return
+        slots = np.fromiter((s for s, _ in self._mic), int, len(self._mic))
+        mic = np.fromiter((e for _, e in self._mic), float, len(self._mic))
+        lo = slots.min() - self.max_lag
+        ref_line = self._ref_at(np.arange(lo, slots.max() + 1))
+        lmic = np.log10(mic + 1.0)
+        fits: dict[int, tuple[float, float]] = {}       # lag -> (correlation, level)
+        for lag in range(self.max_lag + 1):
+            ref = ref_line[slots - lag - lo]
+            active = ref > ACTIVE_ENERGY
+            if active.sum() < MIN_ACTIVE_SLOTS:
+                continue
+            a, b = lmic[active], np.log10(ref[active] + 1.0)
+            if a.std() < 1e-6 or b.std() < 1e-6:
+                continue
+            fits[lag] = (float(np.corrcoef(a, b)[0, 1]),
+                         float(np.median(mic[active] / ref[active])))
+        held = fits.get(self.delay_slots) if self.delay_slots is not None else None
+        if held is not None and held[0] >= self.min_corr - HOLD_SLACK:
+            # the path found still explains the mic: keep it (the caller talking
+            # over the echo blurs the correlation and can make another lag win)
+            if held[0] >= self.min_corr:
+                self.level = held[1]
+            return
+        lag = max(fits, key=lambda k: fits[k][0], default=None)
+        if lag is not None and fits[lag][0] >= self.min_corr:
+            self.delay_slots, self.level = lag, fits[lag][1]
+        elif self.delay_slots is None and \
+                int((ref_line[slots - lo] > ACTIVE_ENERGY).sum()) >= NO_ECHO_SLOTS:
+            self.level = 0.0    # the reply played on, no echo of it
+        # a path once found stays until another is found
+
+    def _echo_bound(self, slot: int) -> float | None:
+        """The loudest a pure echo could be in this mic slot (None: nothing can echo)."""
+        recent = self._ref_at(np.arange(slot - self.max_lag, slot + 1))
+        if recent.max() <= ACTIVE_ENERGY:
+            return None
+        if self.level is None:         # not estimated yet: an echo at most PRIOR_LEVEL, no margin
+            return recent.max() * PRIOR_LEVEL / self.margin
+        if self.level == 0.0:
+            return 0.0
+        d = self.delay_slots
+        around = recent[max(self.max_lag - d - JITTER_SLOTS, 0):self.max_lag - d + JITTER_SLOTS + 1]
+        return self.level * (around.max() if around.size else 0.0)
+
+    # -- the microphone ---------------------------------------------------
     def process(self, pcm16k: np.ndarray, now_ms: float) -> np.ndarray:
         """Microphone audio (16 kHz int16) that arrived at ``now_ms``, with the
-        frames that only echo the reply muted (a chunk's last, shorter frame is
-        judged on its own)."""
-        self._forget(now_ms)
-        if not self._ref_t:
+        frames that only echo the reply muted (a chunk's last, shorter frame
+        is judged on its own)."""
+        if not self._ref:
             return pcm16k
-        ref_t = np.fromiter(self._ref_t, float, len(self._ref_t))
-        ref_e = np.fromiter(self._ref_e, float, len(self._ref_e))
+        horizon = int((now_ms - self.max_lag * SLOT_MS - self.window * SLOT_MS) / SLOT_MS)
+        for s in [s for s in self._ref if s < horizon]:
+            del self._ref[s]
         out = pcm16k.copy()
         span_ms = out.size * 1000.0 / LISTEN_RATE_HZ
         for i in range(0, out.size, _MIC_FRAME):
             x = out[i:i + _MIC_FRAME].astype(np.float64)
             e = float(np.mean(x * x))
             t = now_ms - span_ms + (i + x.size) * 1000.0 / LISTEN_RATE_HZ   # when it reached us
-            near = (ref_t >= t - self.max_delay_ms) & (ref_t <= t)
-            if not near.any():
+            slot = int(round(t / SLOT_MS))
+            self._mic.append((slot, e))
+            while len(self._mic) > self.window:
+                self._mic.popleft()
+            self._since_estimate += 1
+            if self._since_estimate >= 10:               # every 100 ms
+                self._since_estimate = 0
+                self._estimate()
+            bound = self._echo_bound(slot)
+            if bound is None:
                 continue
-            loudest = ref_e[near].max()
-            if e >= loudest * self.ratio:
-                self._pass_until = t + self.hangover_ms     # louder than any echo: the caller
+            if e > bound * self.margin and e > 0:
+                self._pass_until = t + self.hangover_ms  # louder than any echo: the caller
             elif t > self._pass_until:
                 out[i:i + x.size] = 0
                 self.muted_ms += x.size * 1000.0 / LISTEN_RATE_HZ

@@ -271,6 +271,7 @@ async def first_audio_then_cancel(c: Caller, n: int) -> dict:
 async def run_mode(url: str, key: str | None, mode: str, sets: dict,
                    interrupts: bool = True) -> dict:
     latency, premature, errors, missed = [], [], 0, []
+    decide, respond = [], []     # true end -> speech_stopped at the client -> first audio
     async with connected(RealtimeWSTransport(url, key), session={
             "max_output_tokens": 16,
             "audio": {"input": {"turn_detection": turn_detection(mode)}}}) as c:
@@ -282,6 +283,10 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
             d = await first_audio_then_cancel(c, n)
             if d["type"] == "response.output_audio.delta":
                 latency.append((d["_t"] - t_end) * 1000)
+                stopped = [e for e in c.events[n:] if e["type"] == "input_audio_buffer.speech_stopped"]
+                if stopped:
+                    decide.append((stopped[-1]["_t"] - t_end) * 1000)
+                    respond.append((d["_t"] - stopped[-1]["_t"]) * 1000)
             else:
                 errors += 1
             await settle(c, n, quiet_s=0.5)
@@ -302,7 +307,10 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
         inter = await interruption_trials(c, sets) if interrupts else \
             {"stop_ms": {"p50": None, "p95": None}, "stop_ms_standard": {"p50": None, "p95": None},
              "false_cancel_rate": None, "resumed_rate": None}
-    return {"latency_ms": {"p50": pct(latency, 50), "p95": pct(latency, 95), "n": len(latency)},
+    return {"latency_ms": {"p50": pct(latency, 50), "p95": pct(latency, 95), "n": len(latency),
+                           "all": [round(x) for x in latency],
+                           "end_decided": {"p50": pct(decide, 50), "p95": pct(decide, 95)},
+                           "decided_to_audio": {"p50": pct(respond, 50), "p95": pct(respond, 95)}},
             "premature_rate": round(sum(premature) / len(premature), 3) if premature else None,
             "premature_n": len(premature), "premature_sentences": missed, **inter,
             "wasted_think_ratio": None, "errors": errors}

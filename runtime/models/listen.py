@@ -28,7 +28,7 @@ server may prepare its reply), and ``{"type": "turn_continues"}`` when the
 speaker then goes on (a prepared reply is to be dropped).
 
 ``{"type": "speech_paused", "audio_end_ms": int}`` when the speaker has been
-silent for the recogniser's pause (the utterance may still go on) and
+silent for 64 ms (the utterance may still go on) and
 ``{"type": "speech_resumed"}`` when it does; ``{"type": "interim", "text": str,
 "paused": bool}`` (Whisper): the words so far, at each pause (``paused``) and
 once ``asr_peek_ms`` into the utterance while it goes on.  A server whose
@@ -75,18 +75,19 @@ HYSTERESIS = 0.15
 MAX_CHANNELS = 8
 MIN_RATE, MAX_RATE = 4000, 384000
 # semantic_vad: how long to wait in the pause, by eagerness, in ms: (the
-# end-of-turn model and the words both say "finished", the model says so but
-# the words are not known yet, either says "unfinished").  People answer each other within
+# end-of-turn model and the words both say "finished", they disagree or the
+# words are late, the words are unfinished).  People answer each other within
 # 200-300 ms; a thinking pause mid-sentence must not end the turn.
-EAGERNESS_WAIT_MS = {"high": (160.0, 400.0, 1000.0), "medium": (200.0, 500.0, 2000.0),
-                     "low": (250.0, 700.0, 3000.0), "auto": (200.0, 500.0, 2000.0)}
+EAGERNESS_WAIT_MS = {"high": (160.0, 400.0, 1000.0), "medium": (200.0, 800.0, 2000.0),
+                     "low": (250.0, 1200.0, 3000.0), "auto": (200.0, 800.0, 2000.0)}
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # Smart Turn needs a little silence after the words to hear a finished turn
 # (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
 # at 150 ms); asked later, cut speech starts to sound finished too.
 TURN_ASK_MS = 128.0
-SEMANTIC_PAUSE_MS = 96.0       # recognition starts sooner: the wait may be 150-250 ms
+SEMANTIC_PAUSE_MS = 64.0       # recognition starts sooner: the wait may be 150-250 ms
+PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
 
 DEFAULTS: dict[str, Any] = {
     "sample_rate": LISTEN_RATE_HZ,
@@ -125,18 +126,19 @@ class VadParams:
     def wait_ms(self, verdict: bool | None, words: bool | None = None) -> float:
         """Silence needed to end the turn: the fixed window, or what the
         end-of-turn model's ``verdict`` and the transcript (``words``: True
-        finished, False unfinished, None not known) allow together.  Either
-        one saying "unfinished" is enough: the words catch what a flat
-        synthetic voice hides ("... a table for"), the model what the words
-        cannot show (Whisper ends a cut sentence with a full stop).  A
-        "complete" verdict whose words are late waits ``unsure`` at most; no
-        verdict yet counts as "incomplete" until it comes."""
+        finished, False unfinished, None not known) allow together.  Words
+        that stop on "for" or "the" wait the longest, whatever the model heard
+        (a flat synthetic voice sounds finished there); both saying "finished"
+        the shortest; in between (they disagree: Whisper may punctuate a cut
+        sentence as a whole one, the model may hear a question as unfinished;
+        or the words are late) ``unsure``.  No verdict yet counts as
+        "incomplete" until it comes."""
         if not self.semantic:
             return self.silence_duration_ms
         complete, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
-        if words is False or not verdict:
+        if words is False or verdict is None or (verdict is False and words is None):
             return incomplete
-        return complete if words else unsure
+        return complete if verdict and words else unsure
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
@@ -260,6 +262,7 @@ class _Stream:
         # silence before recognition starts (sooner in semantic mode: the wait is short)
         self.pause_ms = min(pause_ms, SEMANTIC_PAUSE_MS) if p.semantic else pause_ms
         self.paused = False                            # recognition started for this silence
+        self.pause_said = False                        # speech_paused sent for this silence
         self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * LISTEN_RATE_HZ
                                                               // FRAME_SAMPLES))
         self.verdict: bool | None = None               # end-of-turn model, this silence run
@@ -288,6 +291,7 @@ class _Stream:
         self._forget_verdict()
         self.turn_audio.clear()
         self.paused = False
+        self.pause_said = False
         self.peeked = False
         self.last_partial = ""
         self.speech_frames = 0
@@ -337,6 +341,8 @@ class _Stream:
                 if self.paused:
                     self.paused = False
                     self.utt.resume()
+                if self.pause_said:
+                    self.pause_said = False
                     out.append(speech_resumed_event())
         elif self.silence_start is None:
             self.silence_start = start
@@ -351,6 +357,9 @@ class _Stream:
             self.utt.pause()     # recognise now; the silence window may confirm the turn
             if not isinstance(self.utt, SpeculativeSegments) and self.last_partial:
                 self.words = not looks_unfinished(self.last_partial)
+        if self.state == self.SPEECH and not self.pause_said and self.silence_start is not None \
+                and silent_ms >= PAUSE_EVENT_MS:
+            self.pause_said = True
             out.append(speech_paused_event(self._ms(self.silence_start)))
         if self.state == self.SPEECH and self.peek_ms and not self.peeked \
                 and self.silence_start is None and (end - self.onset) * 1000 / LISTEN_RATE_HZ >= self.peek_ms:

@@ -114,8 +114,8 @@ class TurnContinues(TypedDict):
 
 
 class SpeechPaused(TypedDict):
-    """The speaker has been silent for the recogniser's pause (the utterance is
-    not over yet: the silence window decides that)."""
+    """The speaker has been silent for a moment (64 ms); the utterance is not
+    over yet: the silence window decides that."""
 
     type: Literal["speech_paused"]
     audio_end_ms: int

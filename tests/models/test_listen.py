@@ -557,13 +557,16 @@ def test_interim_words_come_while_speaking_and_at_each_pause(whisper_ex, people)
         validate_listen_event(e)
     order = [e["type"] for e in events
              if e["type"] in ("speech_started", "speech_paused", "speech_resumed", "speech_stopped")]
-    assert order == ["speech_started", "speech_paused", "speech_resumed", "speech_paused",
-                     "speech_stopped"], order
+    # a pause between words (64 ms and more) is a pause too; they alternate
+    assert order[0] == "speech_started" and order[-2:] == ["speech_paused", "speech_stopped"], order
+    pauses = order[1:-1]
+    assert pauses[::2] == ["speech_paused"] * len(pauses[::2]), order
+    assert pauses[1::2] == ["speech_resumed"] * len(pauses[1::2]) and pauses[1::2], order
     interims = [e for e in events if e["type"] == "interim"]
     peeks = [e for e in interims if not e["paused"]]
     at_pause = [e for e in interims if e["paused"]]
     assert peeks and all(e["text"] for e in peeks), interims
-    assert len(normalize(peeks[0]["text"]).split()) < len(normalize(a.text).split())
+    assert len(normalize(peeks[0]["text"])) < len(normalize(a.text))
     assert len(at_pause) == 2 and wer(a.text, at_pause[0]["text"]) <= 0.3, at_pause
     final = next(e for e in events if e["type"] == "final")
     assert at_pause[-1]["text"] == final["text"]

@@ -9,7 +9,9 @@ delay.  So the guard keeps, per 10 ms slot of the session clock, the energy
 of the reply audio played and of the microphone audio received, and
 estimates the echo path from the last ``window_ms``: the delay at which the
 microphone's log-energy follows the reply's best (correlation at least
-``min_corr``) and the echo's level at that delay (the median energy ratio).
+``min_corr``; a path found is kept until another lag fits clearly better,
+so the caller talking over the echo does not move it) and the echo's level
+at that delay (the median energy ratio).
 A microphone frame no louder than the echo predicted for it (the reply's
 energy at that delay, +-20 ms, times that level) plus ``margin_db`` is the
 echo and is muted before the listen stage hears it (a residual echo
@@ -41,6 +43,9 @@ MIN_ACTIVE_SLOTS = 50      # reply audio that shows an echo path (500 ms) ...
 NO_ECHO_SLOTS = 100        # ... and that shows there is none (1 s)
 JITTER_SLOTS = 2           # arrival jitter allowed around the echo delay
 HOLD_SLACK = 0.25          # a path found is kept while its correlation stays this close
+SWITCH_MARGIN = 0.1        # ... and no other lag fits clearly better
+ECHO_COVERAGE = 0.8        # share of the reply's active slots an echo must be heard in
+MAX_LEVEL = 0.5            # an echo is quieter than what it echoes (-3 dB)
 PRIOR_LEVEL = 0.03         # before an estimate: the speaker-to-mic path loses 15 dB
 
 
@@ -55,7 +60,7 @@ def _energies(pcm: np.ndarray, n: int) -> np.ndarray:
 class EchoGuard:
     def __init__(self, margin_db: float = 10.0, max_delay_ms: float = 600.0,
                  hangover_ms: float = 300.0, window_ms: float = 1500.0,
-                 min_corr: float = 0.6) -> None:
+                 min_corr: float = 0.7) -> None:
         self.margin = 10.0 ** (margin_db / 10.0)
         self.max_lag = int(max_delay_ms / SLOT_MS)
         self.hangover_ms = hangover_ms
@@ -90,6 +95,7 @@ class EchoGuard:
         lo = slots.min() - self.max_lag
         ref_line = self._ref_at(np.arange(lo, slots.max() + 1))
         lmic = np.log10(mic + 1.0)
+        heard = mic > 4.0 * max(float(np.percentile(mic, 10)), 1.0)    # above the mic's floor
         fits: dict[int, tuple[float, float]] = {}       # lag -> (correlation, level)
         for lag in range(self.max_lag + 1):
             ref = ref_line[slots - lag - lo]
@@ -99,16 +105,21 @@ class EchoGuard:
             a, b = lmic[active], np.log10(ref[active] + 1.0)
             if a.std() < 1e-6 or b.std() < 1e-6:
                 continue
-            fits[lag] = (float(np.corrcoef(a, b)[0, 1]),
-                         float(np.median(mic[active] / ref[active])))
+            level = float(np.median(mic[active] / ref[active]))
+            # an echo is there whenever the reply is, and quieter than it: the
+            # caller's words now and then (silence between) are not an echo path
+            if np.mean(heard[active]) < ECHO_COVERAGE or level > MAX_LEVEL:
+                continue
+            fits[lag] = (float(np.corrcoef(a, b)[0, 1]), level)
+        lag = max(fits, key=lambda k: fits[k][0], default=None)
         held = fits.get(self.delay_slots) if self.delay_slots is not None else None
-        if held is not None and held[0] >= self.min_corr - HOLD_SLACK:
+        if held is not None and held[0] >= self.min_corr - HOLD_SLACK and \
+                fits[lag][0] < held[0] + SWITCH_MARGIN:
             # the path found still explains the mic: keep it (the caller talking
-            # over the echo blurs the correlation and can make another lag win)
+            # over the echo blurs the correlation; syllables make nearby lags fit too)
             if held[0] >= self.min_corr:
                 self.level = held[1]
             return
-        lag = max(fits, key=lambda k: fits[k][0], default=None)
         if lag is not None and fits[lag][0] >= self.min_corr:
             self.delay_slots, self.level = lag, fits[lag][1]
         elif self.delay_slots is None and \

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from .backchannel import only_backchannel
 from .commands import Command
 
-# speech_paused comes after the listen stage's pause (96 ms of silence) plus
-# the trip: speech is only "going on" once this much more has passed
-PAUSE_NOTICE_MS = 150.0
+# speech_paused comes after 64 ms of silence plus the trip from the listen
+# stage: speech is only "going on" once this much more has passed
+PAUSE_NOTICE_MS = 120.0
 # the final of an utterance dropped as a backchannel, in the queue of finals
 DROPPED = ""
 

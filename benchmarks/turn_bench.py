@@ -204,7 +204,9 @@ async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = F
     if not any(e["type"] == "response.done" and e["response"]["id"] == rid for e in c.events[i:]):
         await c.t.send_event({"type": "response.cancel"})
     await settle(c, n)
-    return {"cancelled": cancelled, "paused": paused, "resumed": resumed, **stops}
+    heard = [e["transcript"] for e in evs
+             if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    return {"cancelled": cancelled, "paused": paused, "resumed": resumed, "heard": heard, **stops}
 
 
 async def interruption_trials(c: Caller, sets: dict) -> dict:
@@ -225,7 +227,10 @@ async def interruption_trials(c: Caller, sets: dict) -> dict:
         false_cancel += r["cancelled"]
         went_on = not r["cancelled"] and (r["resumed"] or not r["paused"])
         resumed += went_on
-        k = by_kind.setdefault(trial["kind"], {"n": 0, "cancelled": 0, "paused": 0, "went_on": 0})
+        k = by_kind.setdefault(trial["kind"], {"n": 0, "cancelled": 0, "paused": 0, "went_on": 0,
+                                               "cancelled_by": []})
+        if r["cancelled"]:
+            k["cancelled_by"].append(trial.get("text", trial["kind"]) + " -> " + " / ".join(r["heard"]))
         k["n"] += 1
         k["cancelled"] += r["cancelled"]
         k["paused"] += r["paused"]

@@ -234,7 +234,8 @@ class PcmPlayer extends AudioWorkletProcessor {
         this.playing = true;
         this.port.postMessage({ type: 'started', frame: currentFrame, itemId: this.currentItem });
       }
-    } else if (this.playing) {
+    } else if (this.playing && !this.paused) {
+      // (paused is not drained: the reply goes on from its queue on resume)
       this.playing = false;
       this.port.postMessage({ type: 'drained', frame: currentFrame });
     }

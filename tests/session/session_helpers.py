@@ -91,3 +91,14 @@ def spoken_turn(s: Session, text: str, t0: int = 1000, now: int = 0):
     cmds += s.listen_event({"type": "final", "text": text, "audio_start_ms": t0,
                             "audio_end_ms": t0 + 800}, now + 2)
     return cmds
+
+
+def run_clock(s: Session, until_ms: float, now: float, step: float = 10.0):
+    """Advance the clock, pumping whenever output is due; returns (commands, now)."""
+    out = []
+    while now < until_ms:
+        now += step
+        due = s.next_output_ms
+        if due is not None and due <= now:
+            out += s.pump_output(now)
+    return out, now

@@ -5,12 +5,14 @@ in the microphone is muted before the listen stage hears it."""
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pytest
 
-from session_helpers import speak, spoken_turn, validate_event
-from voice_server.session import (AudioOut, CancelResponse, FeedListen, SendEvent, Session,
-                                  SessionSettings, StartResponse)
+from session_helpers import events, run_clock, speak, spoken_turn
+from voice_server.session import (AudioOut, CancelResponse, FeedListen, Session, SessionSettings,
+                                  StartResponse)
 from voice_server.session.backchannel import (DEFAULT_BACKCHANNELS, InterruptionSettings,
                                               only_backchannel)
 from voice_server.session.echo_guard import EchoGuard
@@ -26,25 +28,11 @@ def paced(mode: str = "events", **interruptions) -> Session:
     return s
 
 
-def evs(cmds) -> list[dict]:
-    out = [c.event for c in cmds if isinstance(c, SendEvent)]
-    for e in out:
-        validate_event(e)
-    return out
+evs = events      # every event checked against the SDK's schema or the extension's keys
 
 
 def kinds(cmds) -> list[str]:
     return [e["type"] for e in evs(cmds)]
-
-
-def run_clock(s: Session, until_ms: float, now: float, step: float = 10.0):
-    out = []
-    while now < until_ms:
-        now += step
-        due = s.next_output_ms
-        if due is not None and due <= now:
-            out += s.pump_output(now)
-    return out, now
 
 
 def playing_reply(s: Session, ms: float = 4000, play_ms: float = 1000, audio=None):
@@ -278,7 +266,6 @@ def test_the_replys_echo_neither_pauses_nor_reaches_the_listen_stage():
         cmds = []
         for e in evs(released):
             if e["type"] == "response.output_audio.delta":
-                import base64
                 line = np.concatenate([line, np.frombuffer(base64.b64decode(e["delta"]), "<i2")])
         a = int((t - 20 - 150) * rate / 1000)
         b = int((t - 150) * rate / 1000)

@@ -12,7 +12,7 @@ from voice_server.session import (AudioOut, FlushAudio, PauseAudio, ResumeAudio,
                                   Session, SessionSettings)
 from voice_server.session.output_pacer import OutputPacer
 
-from session_helpers import speak, spoken_turn
+from session_helpers import run_clock, speak, spoken_turn
 
 LEAD = 300.0
 
@@ -42,17 +42,6 @@ def delta_ms(cmds) -> float:
 def start_reply(s: Session) -> str:
     cmds = spoken_turn(s, "hello")
     return next(e for e in evs(cmds) if e["type"] == "response.created")["response"]["id"]
-
-
-def run_clock(s: Session, until_ms: float, now: float, step: float = 10.0):
-    """Advance the clock, pumping whenever output is due; returns (commands, now)."""
-    out = []
-    while now < until_ms:
-        now += step
-        due = s.next_output_ms
-        if due is not None and due <= now:
-            out += s.pump_output(now)
-    return out, now
 
 
 def test_pacer_keeps_the_lead_and_models_playout():

@@ -15,7 +15,8 @@ import re
 from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_BACKCHANNELS = (
-    "mm", "mmm", "hm", "hmm", "mhm", "mm hmm", "mm hm", "uh huh", "uh", "um", "ah", "oh",
+    "mm", "mmm", "hm", "hmm", "mhm", "mm hmm", "mm hm", "mmhmm", "mhmm", "uh huh", "uhhuh",
+    "uh", "um", "ah", "oh",
     "yeah", "yes", "yep", "yup", "ya", "ok", "okay", "right", "sure", "alright", "all right",
     "i see", "got it", "cool", "great", "nice", "good", "wow", "really", "exactly", "true",
     "indeed", "of course",

@@ -224,12 +224,12 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, Playback):
     def _reply_played(self, cmd: Command, start_ms: float) -> None:
         """The echo guard's reference: reply audio the listener plays from ``start_ms``."""
         if isinstance(cmd, AudioOut):
-            self._echo.played(cmd.pcm, cmd.sample_rate, start_ms)
+            self._echo.played(cmd.pcm, cmd.sample_rate, start_ms, cmd.response_id)
         elif isinstance(cmd, SendEvent) and cmd.type == "response.output_audio.delta" \
                 and self._active is not None:
             fmt = self._active.output_format
             pcm = decode_wire_audio(base64.b64decode(cmd.event["delta"]), fmt.type)
-            self._echo.played(pcm, fmt.sample_rate, start_ms)
+            self._echo.played(pcm, fmt.sample_rate, start_ms, self._active.id)
 
     # ------------------------------------------------------------------ utils
     def _send(self, type_: str, **fields) -> SendEvent:

@@ -45,7 +45,7 @@ JITTER_SLOTS = 2           # arrival jitter allowed around the echo delay
 HOLD_SLACK = 0.25          # a path found is kept while its correlation stays this close
 SWITCH_MARGIN = 0.1        # ... and no other lag fits clearly better
 ECHO_COVERAGE = 0.8        # share of the reply's active slots an echo must be heard in
-MAX_LEVEL = 0.5            # an echo is quieter than what it echoes (-3 dB)
+MAX_LEVEL = 0.25           # an echo is quieter than what it echoes (-6 dB)
 PRIOR_LEVEL = 0.03         # before an estimate: the speaker-to-mic path loses 15 dB
 
 
@@ -60,7 +60,7 @@ def _energies(pcm: np.ndarray, n: int) -> np.ndarray:
 class EchoGuard:
     def __init__(self, margin_db: float = 10.0, max_delay_ms: float = 600.0,
                  hangover_ms: float = 300.0, window_ms: float = 1500.0,
-                 min_corr: float = 0.7) -> None:
+                 min_corr: float = 0.8) -> None:
         self.margin = 10.0 ** (margin_db / 10.0)
         self.max_lag = int(max_delay_ms / SLOT_MS)
         self.hangover_ms = hangover_ms
@@ -72,11 +72,18 @@ class EchoGuard:
         self.delay_slots: int | None = None              # the echo path; None: not known
         self.level: float | None = None                  # echo / reply energy (0: no echo)
         self._pass_until = -1e18
+        self._reply: str | None = None
         self.muted_ms = 0.0
 
     # -- the reply --------------------------------------------------------
-    def played(self, pcm: np.ndarray, sample_rate: int, start_ms: float) -> None:
-        """Reply audio the listener plays from ``start_ms`` on."""
+    def played(self, pcm: np.ndarray, sample_rate: int, start_ms: float,
+               reply: str | None = None) -> None:
+        """Reply audio the listener plays from ``start_ms`` on.  A new ``reply``
+        starts a new estimate: a path taken from the caller's words talking
+        over one reply must not mute the caller through the next."""
+        if reply != self._reply:
+            self._reply = reply
+            self.delay_slots, self.level = None, None
         n = max(1, int(sample_rate * SLOT_MS / 1000))
         for i, e in enumerate(_energies(np.asarray(pcm).reshape(-1), n)):
             slot = int(round(start_ms / SLOT_MS)) + i

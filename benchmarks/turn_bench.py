@@ -171,19 +171,20 @@ async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = F
     late, from the start of the reply); report whether the reply was
     cancelled, paused, resumed, and for real interruptions when the client
     stopped hearing it."""
+    await forget_conversation(c)     # every trial the same request, the same long story
     n = len(c.events)
     c.say(story)
     i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n, 60)
     rid = first["response_id"]
+    await asyncio.sleep(1.0)
     if echo:
         c.echo = PlayoutEcho(RATE, gain=0.1, delay_ms=150.0)
         for e in c.events[i:]:
             if e["type"] == "response.output_audio.delta" and e["response_id"] == rid:
                 c.echo.heard_delta(e, e["_t"])
-        await asyncio.sleep(3.5)
+        await asyncio.sleep(2.5)
         t0 = None
     else:
-        await asyncio.sleep(1.0)
         start, end = c.say(trial["pcm"])
         t0 = await asyncio.wait_for(start, 30)
         await asyncio.wait_for(end, 30)
@@ -201,28 +202,42 @@ async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = F
         for key, ext in (("stop_ms", True), ("stop_ms_standard", False)):
             stop = heard_until(evs, rid, t0, ext)
             stops[key] = None if stop is None else (stop - t0) * 1000
-    if not any(e["type"] == "response.done" and e["response"]["id"] == rid for e in c.events[i:]):
-        await c.t.send_event({"type": "response.cancel"})
-    await settle(c, n)
+    await settle(c, n, cancel=True)   # the reply, and one to an interruption, are not needed
+    ended_before = any(e["type"] == "response.done" and e["response"]["id"] == rid
+                       and (t0 is None or e["_t"] < t0) for e in evs)
     heard = [e["transcript"] for e in evs
              if e["type"] == "conversation.item.input_audio_transcription.completed"]
-    return {"cancelled": cancelled, "paused": paused, "resumed": resumed, "heard": heard, **stops}
+    return {"cancelled": cancelled, "paused": paused, "resumed": resumed, "heard": heard,
+            "valid": not ended_before, **stops}
+
+
+async def forget_conversation(c: Caller) -> None:
+    """Delete every item so far (the next reply does not depend on the trials before)."""
+    added = [e["item"]["id"] for e in c.events if e["type"] == "conversation.item.added"]
+    gone = {e["item_id"] for e in c.events if e["type"] == "conversation.item.deleted"}
+    for item_id in dict.fromkeys(added):
+        if item_id not in gone:
+            await c.t.send_event({"type": "conversation.item.delete", "item_id": item_id})
 
 
 async def interruption_trials(c: Caller, sets: dict) -> dict:
     await c.t.send_event({"type": "session.update", "session": {
         "type": "realtime", "max_output_tokens": 120,
         "instructions": "You tell long, detailed stories of many sentences."}})
-    stops, standard, false_cancel, resumed, total_false = [], [], 0, 0, 0
+    stops, standard, false_cancel, resumed, total_false, invalid = [], [], 0, 0, 0, 0
     by_kind: dict = {}
     for trial in sets["interruption"]:
         r = await during_reply(c, sets["story"], trial)
+        invalid += not r["valid"]
         if r.get("stop_ms") is not None:
             stops.append(r["stop_ms"])
         if r.get("stop_ms_standard") is not None:
             standard.append(r["stop_ms_standard"])
     for trial in sets["noise"] + sets["backchannel"] + [{"kind": "echo"}] * 2:
         r = await during_reply(c, sets["story"], trial, echo=trial["kind"] == "echo")
+        if not r["valid"]:          # the reply had ended: there was nothing to interrupt
+            invalid += 1
+            continue
         total_false += 1
         false_cancel += r["cancelled"]
         went_on = not r["cancelled"] and (r["resumed"] or not r["paused"])
@@ -240,6 +255,7 @@ async def interruption_trials(c: Caller, sets: dict) -> dict:
             "stop_ms_standard": {"p50": pct(standard, 50), "p95": pct(standard, 95)},
             "false_cancel_rate": round(false_cancel / total_false, 3),
             "resumed_rate": round(resumed / total_false, 3), "false_trials": total_false,
+            "invalid_trials": invalid,
             "false_by_kind": by_kind}
 
 
@@ -250,11 +266,18 @@ def turn_detection(mode: str) -> dict:
     return {"type": "semantic_vad", "eagerness": eagerness}
 
 
-async def settle(c: Caller, n: int, quiet_s: float = 1.0, limit_s: float = 30.0) -> None:
-    """Wait until every response created since event n is done and the line is quiet."""
+async def settle(c: Caller, n: int, quiet_s: float = 1.0, limit_s: float = 30.0,
+                 cancel: bool = False) -> None:
+    """Wait until every response created since event n is done and the line is
+    quiet (``cancel``: cancelling each one still going)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
     while loop.time() < deadline:
+        evs = c.events[n:]
+        created = sum(1 for e in evs if e["type"] == "response.created")
+        done = sum(1 for e in evs if e["type"] == "response.done")
+        if cancel and done < created:
+            await c.t.send_event({"type": "response.cancel"})
         await asyncio.sleep(quiet_s)
         evs = c.events[n:]
         created = sum(1 for e in evs if e["type"] == "response.created")

@@ -203,8 +203,8 @@ async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = F
             stop = heard_until(evs, rid, t0, ext)
             stops[key] = None if stop is None else (stop - t0) * 1000
     await settle(c, n, cancel=True)   # the reply, and one to an interruption, are not needed
-    ended_before = any(e["type"] == "response.done" and e["response"]["id"] == rid
-                       and (t0 is None or e["_t"] < t0) for e in evs)
+    ended_before = t0 is not None and any(   # (an echo starts with the reply)
+        e["type"] == "response.done" and e["response"]["id"] == rid and e["_t"] < t0 for e in evs)
     heard = [e["transcript"] for e in evs
              if e["type"] == "conversation.item.input_audio_transcription.completed"]
     return {"cancelled": cancelled, "paused": paused, "resumed": resumed, "heard": heard,

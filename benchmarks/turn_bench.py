@@ -176,15 +176,15 @@ async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = F
     c.say(story)
     i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n, 60)
     rid = first["response_id"]
-    await asyncio.sleep(1.0)
     if echo:
-        c.echo = PlayoutEcho(RATE, gain=0.1, delay_ms=150.0)
+        c.echo = PlayoutEcho(RATE, gain=0.1, delay_ms=150.0)   # from the reply's first audio
         for e in c.events[i:]:
             if e["type"] == "response.output_audio.delta" and e["response_id"] == rid:
                 c.echo.heard_delta(e, e["_t"])
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(3.5)
         t0 = None
     else:
+        await asyncio.sleep(1.0)
         start, end = c.say(trial["pcm"])
         t0 = await asyncio.wait_for(start, 30)
         await asyncio.wait_for(end, 30)

@@ -18,14 +18,14 @@ echo and is muted before the listen stage hears it (a residual echo
 suppressor, as speakerphones have).  The caller talking over the reply is
 far louder than the echo and passes; once a frame has passed, the following
 ``hangover_ms`` pass too, so the quieter parts of the caller's words are not
-cut out.  No echo found (headphones, a phone handset): nothing is muted.
-Until there is enough to estimate from (the first few hundred ms of a
-reply), anything 15 dB below the loudest recent reply audio is taken for
-its echo.
+cut out.  Until a path is found (the first 500 ms of a reply, or no echo at
+all: headphones, a handset), anything 15 dB below the loudest reply audio of
+the last 600 ms is taken for its echo.
 
 The guard judges energy only: it mutes, it does not subtract, so words over
 the echo still carry it (quietly), and a caller quieter than the echo plus
-the margin is not heard while the agent speaks.
+the margin (or, with no echo path, 15 dB quieter than the agent) is not
+heard while the agent speaks.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from runtime.models.voice_contract import LISTEN_RATE_HZ
 SLOT_MS = 10.0
 _MIC_FRAME = int(LISTEN_RATE_HZ * SLOT_MS / 1000)
 ACTIVE_ENERGY = 1e4        # reply audio louder than this (rms ~100 of 32768) can echo
-MIN_ACTIVE_SLOTS = 50      # reply audio that shows an echo path (500 ms) ...
-NO_ECHO_SLOTS = 100        # ... and that shows there is none (1 s)
+MIN_ACTIVE_SLOTS = 50      # reply audio that shows an echo path (500 ms)
 JITTER_SLOTS = 2           # arrival jitter allowed around the echo delay
 HOLD_SLACK = 0.25          # a path found is kept while its correlation stays this close
 SWITCH_MARGIN = 0.1        # ... and no other lag fits clearly better
@@ -129,20 +128,16 @@ class EchoGuard:
             return
         if lag is not None and fits[lag][0] >= self.min_corr:
             self.delay_slots, self.level = lag, fits[lag][1]
-        elif self.delay_slots is None and \
-                int((ref_line[slots - lo] > ACTIVE_ENERGY).sum()) >= NO_ECHO_SLOTS:
-            self.level = 0.0    # the reply played on, no echo of it
-        # a path once found stays until another is found
+        # a path once found stays until another is found; none found: the prior
+        # bound stays (an echo may begin at any time: a phone put on speaker)
 
     def _echo_bound(self, slot: int) -> float | None:
         """The loudest a pure echo could be in this mic slot (None: nothing can echo)."""
         recent = self._ref_at(np.arange(slot - self.max_lag, slot + 1))
         if recent.max() <= ACTIVE_ENERGY:
             return None
-        if self.level is None:         # not estimated yet: an echo at most PRIOR_LEVEL, no margin
+        if self.level is None:         # no path found: an echo at most PRIOR_LEVEL, no margin
             return recent.max() * PRIOR_LEVEL / self.margin
-        if self.level == 0.0:
-            return 0.0
         d = self.delay_slots
         around = recent[max(self.max_lag - d - JITTER_SLOTS, 0):self.max_lag - d + JITTER_SLOTS + 1]
         return self.level * (around.max() if around.size else 0.0)

@@ -25,16 +25,22 @@ Realtime WebSocket, in real time:
 And during a long reply (paced: the client holds at most ``output_lead_ms``):
 
 * ``stop_ms``: real interruptions ("wait, stop, what about tomorrow") -> when a
-  client that plays each delta on arrival and stops at ``speech_started`` (as
-  standard clients do) stops hearing the reply, from the first interrupting
-  frame sent (p50/p95);
+  client that plays each delta on arrival and stops at
+  ``voice_agent.output_audio.paused`` or ``speech_started`` (the web demo)
+  stops hearing the reply, from the first interrupting frame sent (p50/p95);
+  ``stop_ms_standard``: the same for a client that knows no extension event
+  (it stops at ``speech_started``, or when it runs out of audio: at most
+  ``output_lead_ms`` after the pause);
 * ``false_cancel_rate`` / ``resumed_rate``: of coughs and a door knock (noise
-  bursts made here), backchannels ("mm hmm", "yeah", "okay", "right", flite)
-  and the reply's own audio fed back into the mic (-20 dB, 150 ms late), the
-  share that cancelled the reply, and the share paused and then resumed.
+  bursts made here), backchannels ("mm hmm", "yeah", "okay", "right", "uh
+  huh", "sure", flite) and the reply's own voice in the caller's mic (a
+  speakerphone: what the client plays comes back at -20 dB, 150 ms late,
+  for the whole reply), the share that cancelled the reply, and of those
+  that paused it the share resumed (a trial that never paused it, as the
+  echo should not, counts as resumed: the reply went on).
 
     .venv/bin/python -m benchmarks.turn_bench
-    .venv/bin/python -m benchmarks.turn_bench --modes server_vad,semantic_vad:auto --repeat 1
+    .venv/bin/python -m benchmarks.turn_bench --modes server_vad,semantic_vad:auto --repeat 2
 
 Prints a table; writes benchmarks/results/turn.json with keys
 ``modes.<mode>.{latency_ms.{p50,p95}, premature_rate, stop_ms.{p50,p95},
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import os
 import random
 import subprocess
@@ -56,6 +63,7 @@ import numpy as np
 from voice_server.audio_codec import resample
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import Caller, connected
+from voice_server.testing.echo import PlayoutEcho
 from voice_server.testing.report import pct, write_json
 from voice_server.testing.server_process import add_server_arguments, served
 
@@ -63,15 +71,27 @@ RATE = 24000
 VOICES = [("slt", 1.0), ("rms", 1.0), ("awb", 1.1), ("kal16", 0.95), ("slt", 1.15), ("rms", 0.9)]
 COMPLETE = ["what is the capital of france", "can you recommend a good book",
             "how far away is the moon", "what time does the store open tomorrow",
-            "tell me a fun fact about cats", "what is the weather like today"]
+            "tell me a fun fact about cats", "what is the weather like today",
+            "how do i reset my password", "please turn off the lights in the kitchen",
+            "who wrote the lord of the rings", "i need a taxi to the airport",
+            "set a timer for ten minutes", "thanks, that is all for now"]
+# Where people pause mid-sentence: mostly after a function word ("to", "the",
+# "is"), sometimes at a clause boundary that could end the sentence.
 PAUSED = [("i would like to book a table", "for two people at seven"),
           ("can you tell me how", "to get to the train station"),
           ("my order number is", "four five six seven"),
           ("i was wondering if", "you could help me with my account"),
           ("what i really need is", "a cheaper phone plan"),
-          ("please remind me to", "call my mother this evening")]
-MODES = ["server_vad", "semantic_vad:low", "semantic_vad:medium", "semantic_vad:high"]
-BACKCHANNELS = ["mm hmm", "yeah", "okay", "right"]
+          ("please remind me to", "call my mother this evening"),
+          ("i want to send a package to", "my sister in boston"),
+          ("could you check the", "balance on my savings account"),
+          ("the problem is that", "my internet keeps dropping"),
+          ("i need to change my flight", "because my meeting moved to friday")]
+MODES = ["server_vad", "semantic_vad:low", "semantic_vad:auto", "semantic_vad:high"]
+# the interruption trials do not depend on how the end of a turn is found: run them
+# for today's default and for the semantic default
+INTERRUPTION_MODES = ["server_vad", "semantic_vad:auto"]
+BACKCHANNELS = ["mm hmm", "yeah", "okay", "right", "uh huh", "sure"]
 INTERRUPTIONS = ["wait, stop, what about tomorrow", "actually tell me the time instead",
                  "no no, i meant the other one", "hold on, can you repeat that"]
 STORY = "tell me a long story about a dragon who learns to fly"
@@ -91,15 +111,16 @@ def speak(text: str, voice: str, stretch: float) -> np.ndarray:
     return pcm[loud[0]:loud[-1] + 1] if loud.size else pcm
 
 
-def build_sets(seed: int) -> dict:
+def build_sets(seed: int, repeat: int = 1) -> dict:
+    """Each sentence ``repeat`` times, in a voice and at a rate drawn from ``seed``."""
     rng = random.Random(seed)
     complete = []
-    for i, text in enumerate(COMPLETE):
-        voice, stretch = VOICES[i % len(VOICES)]
+    for text in COMPLETE * repeat:
+        voice, stretch = rng.choice(VOICES)
         complete.append({"text": text, "pcm": speak(text, voice, stretch)})
     paused = []
-    for i, (a, b) in enumerate(PAUSED):
-        voice, stretch = VOICES[(i + 2) % len(VOICES)]
+    for a, b in PAUSED * repeat:
+        voice, stretch = rng.choice(VOICES)
         gap_ms = rng.uniform(400, 900)
         paused.append({"text": f"{a} {b}", "first": speak(a, voice, stretch),
                        "second": speak(b, voice, stretch), "gap_ms": round(gap_ms)})
@@ -123,76 +144,119 @@ def build_sets(seed: int) -> dict:
             "interruption": interruptions, "story": story}
 
 
-def heard_until(events: list[dict], response_id: str) -> float | None:
-    """When a client that plays each delta as it arrives (and stops at
-    ``speech_started``, as standard clients do) stops hearing this reply."""
-    start, received_ms, stopped = None, 0.0, None
+def heard_until(events: list[dict], response_id: str, after: float,
+                extensions: bool = True) -> float | None:
+    """When a client that plays each delta as it arrives, end to end, stops
+    hearing this reply after ``after``: at ``speech_started`` (as standard
+    clients do), at ``voice_agent.output_audio.paused`` too with
+    ``extensions``, or when it runs out of audio."""
+    stops = ("input_audio_buffer.speech_started",) + \
+        (("voice_agent.output_audio.paused",) if extensions else ())
+    end, stopped = None, None
     for e in events:
         if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id:
-            start = start if start is not None else e["_t"]
-            received_ms += len(e["delta"]) * 3 / 4 / 2 / RATE * 1000     # base64 -> pcm16
-        elif e["type"] == "input_audio_buffer.speech_started" and start is not None:
+            start = e["_t"] if end is None else max(end, e["_t"])
+            end = start + len(base64.b64decode(e["delta"])) / 2 / RATE
+        elif e["type"] in stops and e["_t"] >= after and end is not None:
             stopped = e["_t"]
             break
-    if start is None:
+    if end is None:
         return None
-    ran_out = start + received_ms / 1000
-    return min(ran_out, stopped) if stopped is not None else ran_out
+    return min(end, stopped) if stopped is not None else end
 
 
 async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = False) -> dict:
     """Ask for a long reply; about a second into its audio, play the trial sound
-    (or the reply's own audio back at -20 dB, 150 ms late, as a speakerphone
-    would); report whether the reply was cancelled, paused, resumed, and for
-    real interruptions when the client stopped hearing it."""
+    (for ``echo``: the client's speaker comes back into its mic, -20 dB, 150 ms
+    late, from the start of the reply); report whether the reply was
+    cancelled, paused, resumed, and for real interruptions when the client
+    stopped hearing it."""
+    await forget_conversation(c)     # every trial the same request, the same long story
     n = len(c.events)
     c.say(story)
     i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n, 60)
     rid = first["response_id"]
-    await asyncio.sleep(1.0)
     if echo:
-        import base64
-        pcm = np.concatenate([np.frombuffer(base64.b64decode(e["delta"]), "<i2")
-                              for e in c.events[i:] if e["type"] == "response.output_audio.delta"
-                              and e["response_id"] == rid])
-        sound = np.concatenate([np.zeros(int(RATE * 0.15), np.int16), (pcm[:RATE * 2] // 10)])
+        c.echo = PlayoutEcho(RATE, gain=0.1, delay_ms=150.0)   # from the reply's first audio
+        for e in c.events[i:]:
+            if e["type"] == "response.output_audio.delta" and e["response_id"] == rid:
+                c.echo.heard_delta(e, e["_t"])
+        await asyncio.sleep(3.5)
+        t0 = None
     else:
-        sound = trial["pcm"]
-    start, end = c.say(sound)
-    t0 = await asyncio.wait_for(start, 30)
-    await asyncio.wait_for(end, 30)
-    await asyncio.sleep(1.5)
+        await asyncio.sleep(1.0)
+        start, end = c.say(trial["pcm"])
+        t0 = await asyncio.wait_for(start, 30)
+        await asyncio.wait_for(end, 30)
+        await asyncio.sleep(1.5)
+    c.echo = None
     evs = c.events[i:]
     cancelled = any(e["type"] == "response.done" and e["response"]["id"] == rid
                     and e["response"]["status"] == "cancelled" for e in evs)
+    paused = any(e["type"] == "voice_agent.output_audio.paused" and e["response_id"] == rid
+                 for e in evs)
     resumed = any(e["type"] == "voice_agent.output_audio.resumed" and e["response_id"] == rid
                   for e in evs)
-    stop = heard_until(evs, rid) if cancelled else None
-    if not any(e["type"] == "response.done" and e["response"]["id"] == rid for e in c.events[i:]):
-        await c.t.send_event({"type": "response.cancel"})
-    await settle(c, n)
-    return {"cancelled": cancelled, "resumed": resumed,
-            "stop_ms": None if stop is None else (stop - t0) * 1000}
+    stops = {}
+    if cancelled and t0 is not None:
+        for key, ext in (("stop_ms", True), ("stop_ms_standard", False)):
+            stop = heard_until(evs, rid, t0, ext)
+            stops[key] = None if stop is None else (stop - t0) * 1000
+    await settle(c, n, cancel=True)   # the reply, and one to an interruption, are not needed
+    ended_before = t0 is not None and any(   # (an echo starts with the reply)
+        e["type"] == "response.done" and e["response"]["id"] == rid and e["_t"] < t0 for e in evs)
+    heard = [e["transcript"] for e in evs
+             if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    return {"cancelled": cancelled, "paused": paused, "resumed": resumed, "heard": heard,
+            "valid": not ended_before, **stops}
+
+
+async def forget_conversation(c: Caller) -> None:
+    """Delete every item so far (the next reply does not depend on the trials before)."""
+    added = [e["item"]["id"] for e in c.events if e["type"] == "conversation.item.added"]
+    gone = {e["item_id"] for e in c.events if e["type"] == "conversation.item.deleted"}
+    for item_id in dict.fromkeys(added):
+        if item_id not in gone:
+            await c.t.send_event({"type": "conversation.item.delete", "item_id": item_id})
 
 
 async def interruption_trials(c: Caller, sets: dict) -> dict:
     await c.t.send_event({"type": "session.update", "session": {
         "type": "realtime", "max_output_tokens": 120,
         "instructions": "You tell long, detailed stories of many sentences."}})
-    stops, false_cancel, resumed, total_false = [], 0, 0, 0
+    stops, standard, false_cancel, resumed, total_false, invalid = [], [], 0, 0, 0, 0
+    by_kind: dict = {}
     for trial in sets["interruption"]:
         r = await during_reply(c, sets["story"], trial)
-        if r["stop_ms"] is not None:
+        invalid += not r["valid"]
+        if r.get("stop_ms") is not None:
             stops.append(r["stop_ms"])
+        if r.get("stop_ms_standard") is not None:
+            standard.append(r["stop_ms_standard"])
     for trial in sets["noise"] + sets["backchannel"] + [{"kind": "echo"}] * 2:
         r = await during_reply(c, sets["story"], trial, echo=trial["kind"] == "echo")
+        if not r["valid"]:          # the reply had ended: there was nothing to interrupt
+            invalid += 1
+            continue
         total_false += 1
         false_cancel += r["cancelled"]
-        resumed += r["resumed"] and not r["cancelled"]
+        went_on = not r["cancelled"] and (r["resumed"] or not r["paused"])
+        resumed += went_on
+        k = by_kind.setdefault(trial["kind"], {"n": 0, "cancelled": 0, "paused": 0, "went_on": 0,
+                                               "cancelled_by": []})
+        if r["cancelled"]:
+            k["cancelled_by"].append(trial.get("text", trial["kind"]) + " -> " + " / ".join(r["heard"]))
+        k["n"] += 1
+        k["cancelled"] += r["cancelled"]
+        k["paused"] += r["paused"]
+        k["went_on"] += went_on
     return {"stop_ms": {"p50": pct(stops, 50), "p95": pct(stops, 95), "n": len(stops),
                         "not_stopped": len(sets["interruption"]) - len(stops)},
+            "stop_ms_standard": {"p50": pct(standard, 50), "p95": pct(standard, 95)},
             "false_cancel_rate": round(false_cancel / total_false, 3),
-            "resumed_rate": round(resumed / total_false, 3), "false_trials": total_false}
+            "resumed_rate": round(resumed / total_false, 3), "false_trials": total_false,
+            "invalid_trials": invalid,
+            "false_by_kind": by_kind}
 
 
 def turn_detection(mode: str) -> dict:
@@ -202,11 +266,18 @@ def turn_detection(mode: str) -> dict:
     return {"type": "semantic_vad", "eagerness": eagerness}
 
 
-async def settle(c: Caller, n: int, quiet_s: float = 1.0, limit_s: float = 30.0) -> None:
-    """Wait until every response created since event n is done and the line is quiet."""
+async def settle(c: Caller, n: int, quiet_s: float = 1.0, limit_s: float = 30.0,
+                 cancel: bool = False) -> None:
+    """Wait until every response created since event n is done and the line is
+    quiet (``cancel``: cancelling each one still going)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
     while loop.time() < deadline:
+        evs = c.events[n:]
+        created = sum(1 for e in evs if e["type"] == "response.created")
+        done = sum(1 for e in evs if e["type"] == "response.done")
+        if cancel and done < created:
+            await c.t.send_event({"type": "response.cancel"})
         await asyncio.sleep(quiet_s)
         evs = c.events[n:]
         created = sum(1 for e in evs if e["type"] == "response.created")
@@ -215,54 +286,74 @@ async def settle(c: Caller, n: int, quiet_s: float = 1.0, limit_s: float = 30.0)
             return
 
 
-async def run_mode(url: str, key: str | None, mode: str, sets: dict, repeat: int,
+async def first_audio_then_cancel(c: Caller, n: int) -> dict:
+    """The reply's first audio (or its response.done); the rest is not needed:
+    cancel it, so the next sentence starts sooner."""
+    _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
+                                                "response.done"), n, 60)
+    if d["type"] == "response.output_audio.delta":
+        await c.t.send_event({"type": "response.cancel"})
+    return d
+
+
+async def run_mode(url: str, key: str | None, mode: str, sets: dict,
                    interrupts: bool = True) -> dict:
-    latency, premature, errors = [], [], 0
+    latency, premature, errors, missed = [], [], 0, []
+    decide, respond = [], []     # true end -> speech_stopped at the client -> first audio
     async with connected(RealtimeWSTransport(url, key), session={
             "max_output_tokens": 16,
             "audio": {"input": {"turn_detection": turn_detection(mode)}}}) as c:
         await c.wait(lambda e: e["type"] == "session.updated", 0, 30)
-        for _ in range(repeat):
-            for item in sets["complete"]:
-                n = len(c.events)
-                _, end = c.say(item["pcm"])
-                t_end = await asyncio.wait_for(end, 60)
-                _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
-                                                            "response.done"), n, 60)
-                if d["type"] == "response.output_audio.delta":
-                    latency.append((d["_t"] - t_end) * 1000)
-                else:
-                    errors += 1
-                await c.wait(lambda e: e["type"] == "response.done", n, 60)
-                await asyncio.sleep(0.8)
-            for item in sets["paused"]:
-                n = len(c.events)
-                pcm = np.concatenate([item["first"], np.zeros(int(RATE * item["gap_ms"] / 1000),
-                                                              np.int16), item["second"]])
-                start, _ = c.say(pcm)
-                t_start = await asyncio.wait_for(start, 60)
-                second_at = t_start + (item["first"].size / RATE) + item["gap_ms"] / 1000
-                _, done = await c.wait(lambda e: e["type"] == "response.done", n, 60)
-                early = [e for e in c.events[n:] if e["type"] == "input_audio_buffer.committed"
-                         and e["_t"] < second_at]
-                premature.append(1 if early else 0)
-                await settle(c, n)    # a premature turn gets a second reply: let it finish
+        for item in sets["complete"]:
+            n = len(c.events)
+            _, end = c.say(item["pcm"])
+            t_end = await asyncio.wait_for(end, 60)
+            d = await first_audio_then_cancel(c, n)
+            if d["type"] == "response.output_audio.delta":
+                latency.append((d["_t"] - t_end) * 1000)
+                stopped = [e for e in c.events[n:] if e["type"] == "input_audio_buffer.speech_stopped"]
+                if stopped:
+                    decide.append((stopped[-1]["_t"] - t_end) * 1000)
+                    respond.append((d["_t"] - stopped[-1]["_t"]) * 1000)
+            else:
+                errors += 1
+            await settle(c, n, quiet_s=0.5)
+        for item in sets["paused"]:
+            n = len(c.events)
+            pcm = np.concatenate([item["first"], np.zeros(int(RATE * item["gap_ms"] / 1000),
+                                                          np.int16), item["second"]])
+            start, _ = c.say(pcm)
+            t_start = await asyncio.wait_for(start, 60)
+            second_at = t_start + (item["first"].size / RATE) + item["gap_ms"] / 1000
+            await first_audio_then_cancel(c, n)
+            early = [e for e in c.events[n:] if e["type"] == "input_audio_buffer.committed"
+                     and e["_t"] < second_at]
+            premature.append(1 if early else 0)
+            if early:
+                missed.append(item["text"])
+            await settle(c, n, quiet_s=0.5)   # a premature turn gets a second reply
         inter = await interruption_trials(c, sets) if interrupts else \
-            {"stop_ms": {"p50": None, "p95": None}, "false_cancel_rate": None, "resumed_rate": None}
-    return {"latency_ms": {"p50": pct(latency, 50), "p95": pct(latency, 95), "n": len(latency)},
+            {"stop_ms": {"p50": None, "p95": None}, "stop_ms_standard": {"p50": None, "p95": None},
+             "false_cancel_rate": None, "resumed_rate": None}
+    return {"latency_ms": {"p50": pct(latency, 50), "p95": pct(latency, 95), "n": len(latency),
+                           "all": [round(x) for x in latency],
+                           "end_decided": {"p50": pct(decide, 50), "p95": pct(decide, 95)},
+                           "decided_to_audio": {"p50": pct(respond, 50), "p95": pct(respond, 95)}},
             "premature_rate": round(sum(premature) / len(premature), 3) if premature else None,
-            "premature_n": len(premature), **inter, "wasted_think_ratio": None, "errors": errors}
+            "premature_n": len(premature), "premature_sentences": missed, **inter,
+            "wasted_think_ratio": None, "errors": errors}
 
 
 async def main_async(a) -> dict:
-    sets = build_sets(a.seed)
+    sets = build_sets(a.seed, a.repeat)
+    inter_modes = a.interruption_modes.split(",") if a.interruption_modes else []
     modes: dict = {}
     async with served(a.config, a.url) as server:
         for mode in a.modes.split(","):
             before = [await server.metric("voice_think_tokens_total", outcome=o)
                       for o in ("used", "wasted")]
-            modes[mode] = r = await run_mode(server.url, a.key, mode, sets, a.repeat,
-                                             not a.no_interruptions)
+            modes[mode] = r = await run_mode(server.url, a.key, mode, sets,
+                                             not a.no_interruptions and mode in inter_modes)
             used, wasted = [await server.metric("voice_think_tokens_total", outcome=o) - b
                             for o, b in zip(("used", "wasted"), before)]
             r["wasted_think_ratio"] = round(wasted / (used + wasted), 3) if used + wasted else None
@@ -280,7 +371,10 @@ async def main_async(a) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="each sentence this many times (other voices and rates)")
+    ap.add_argument("--interruption-modes", default=",".join(INTERRUPTION_MODES),
+                    help="modes that also run the interruption trials")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--no-interruptions", action="store_true",
                     help="only latency and premature end of turn (faster)")
@@ -288,13 +382,14 @@ def main() -> int:
     a = ap.parse_args()
     modes = asyncio.run(main_async(a))
     listen = modes.pop("_listen_stats", {})
-    print(f"\n{'mode':<22}{'latency p50/p95 ms':>22}{'premature':>11}{'wasted think':>14}"
-          f"{'stop p50/p95 ms':>20}{'false cancel':>14}{'resumed':>9}")
+    print(f"\n{'mode':<20}{'latency p50/p95 ms':>20}{'premature':>10}{'wasted think':>13}"
+          f"{'stop p50/p95 ms':>18}{'(standard)':>16}{'false cancel':>13}{'resumed':>9}")
     for mode, r in modes.items():
-        lat, st = r["latency_ms"], r["stop_ms"]
-        print(f"{mode:<22}{str(lat['p50']) + ' / ' + str(lat['p95']):>22}{r['premature_rate']!s:>11}"
-              f"{r['wasted_think_ratio']!s:>14}{str(st['p50']) + ' / ' + str(st['p95']):>20}"
-              f"{r['false_cancel_rate']!s:>14}{r['resumed_rate']!s:>9}")
+        lat, st, sst = r["latency_ms"], r["stop_ms"], r["stop_ms_standard"]
+        print(f"{mode:<20}{str(lat['p50']) + ' / ' + str(lat['p95']):>20}{r['premature_rate']!s:>10}"
+              f"{r['wasted_think_ratio']!s:>13}{str(st['p50']) + ' / ' + str(st['p95']):>18}"
+              f"{str(sst['p50']) + ' / ' + str(sst['p95']):>16}"
+              f"{r['false_cancel_rate']!s:>13}{r['resumed_rate']!s:>9}")
     print("end-of-turn verdicts:", listen)
     targets = {}
     sem = modes.get("semantic_vad:auto") or modes.get("semantic_vad:medium")
@@ -309,7 +404,8 @@ def main() -> int:
             targets["false cancels<=5%"] = sem["false_cancel_rate"] <= 0.05
             targets["resumed>=90%"] = sem["resumed_rate"] >= 0.90
     print("targets:", ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in targets.items()))
-    write_json(a.out, {"modes": modes, "verdicts": listen, "targets_met": targets, "seed": a.seed})
+    write_json(a.out, {"modes": modes, "verdicts": listen, "targets_met": targets, "seed": a.seed,
+                       "repeat": a.repeat})
     return 0
 
 

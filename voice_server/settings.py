@@ -43,6 +43,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .session.backchannel import InterruptionSettings
 from .session.config import ServerLimits, SessionSettings, TurnDetection
 
 
@@ -121,6 +122,9 @@ class ServerSettings(BaseModel):
     # e.g. {type: semantic_vad, eagerness: auto} (env VOICE_AGENT_TURN_DETECTION=
     # server_vad | semantic_vad | semantic_vad:<eagerness>)
     turn_detection: Optional[TurnDetection] = None
+    # a reply the caller talks over: backchannel words, when speech is an
+    # interruption, the echo guard (voice_server.session.backchannel)
+    interruptions: InterruptionSettings = InterruptionSettings()
 
     def session_defaults(self, model: str | None = None) -> SessionSettings:
         """What a new session starts with, on every transport."""

@@ -46,6 +46,8 @@ function freshDemo() {
       speechStarted: [], // {t, audioStartMs, itemId, onsetAt}
       speechStopped: [], // {t, audioEndMs}
       flushes: [], // {t, reason, ackAt, wasPlaying, dropped, lastLoudAt}
+      paused: [], // {t, responseId, audioEndMs}: voice_agent.output_audio.paused
+      resumed: [], // {t, responseId, audioEndMs}: ... .resumed
       firstAudioAt: [], // {t, responseId}
       lastLoudAt: null, // page time of the last non-silent output block
       connectedAt: null,
@@ -487,6 +489,18 @@ function onEvent(ev) {
     case 'output_audio_buffer.cleared':
       flush('output_audio_buffer.cleared');
       break;
+    // server extension: the user made a sound over the reply; the server
+    // decides whether it is an interruption (then response.done cancelled
+    // follows) or a backchannel / noise (then resumed, the same reply goes on)
+    case 'voice_agent.output_audio.paused':
+    case 'voice_agent.output_audio.resumed': {
+      const pause = ev.type === 'voice_agent.output_audio.paused';
+      (pause ? demo.marks.paused : demo.marks.resumed).push(
+        { t: now(), responseId: ev.response_id, audioEndMs: ev.audio_end_ms });
+      if (player) player.port.postMessage({ type: pause ? 'pause' : 'resume' });
+      if (remote && !gated) remote.gain.gain.value = pause ? 0 : 1;
+      break;
+    }
     case 'response.output_audio.delta': {
       if (droppedResponses.has(ev.response_id)) break;
       const bytes = bytesFromB64(ev.delta || '');

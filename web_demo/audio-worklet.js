@@ -151,6 +151,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     this.quanta = 0;
     this.level = 0;
     this.currentItem = null;
+    this.paused = false; // the server paused the reply: hold the queue, play silence
     this.port.onmessage = (e) => this._onMessage(e.data);
   }
 
@@ -162,12 +163,17 @@ class PcmPlayer extends AudioWorkletProcessor {
         this.queue.push({ itemId: m.itemId || null, data });
         this.queued += data.length;
       }
+    } else if (m.type === 'pause' || m.type === 'resume') {
+      this.paused = m.type === 'pause';
+      this.port.postMessage({ type: m.type === 'pause' ? 'paused' : 'resumed', frame: currentFrame,
+                              queued: this.queued });
     } else if (m.type === 'flush') {
       const played = this._playedSnapshot();
       const dropped = this.queued - Math.floor(this.head);
       this.queue = [];
       this.head = 0;
       this.queued = 0;
+      this.paused = false;
       const wasPlaying = this.playing;
       this.playing = false;
       this.port.postMessage({
@@ -196,7 +202,7 @@ class PcmPlayer extends AudioWorkletProcessor {
     let rendered = 0;
     for (let i = 0; i < n; i++) {
       let v = 0;
-      if (this.queue.length) {
+      if (this.queue.length && !this.paused) {
         const q = this.queue[0];
         const i0 = Math.floor(this.head);
         const f = this.head - i0;
@@ -228,7 +234,8 @@ class PcmPlayer extends AudioWorkletProcessor {
         this.playing = true;
         this.port.postMessage({ type: 'started', frame: currentFrame, itemId: this.currentItem });
       }
-    } else if (this.playing) {
+    } else if (this.playing && !this.paused) {
+      // (paused is not drained: the reply goes on from its queue on resume)
       this.playing = false;
       this.port.postMessage({ type: 'drained', frame: currentFrame });
     }

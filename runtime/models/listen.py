@@ -26,6 +26,18 @@ only): ``{"type": "turn_likely_over",
 "text": str}`` when the speculative transcript is ready during the pause (the
 server may prepare its reply), and ``{"type": "turn_continues"}`` when the
 speaker then goes on (a prepared reply is to be dropped).
+
+``{"type": "speech_paused", "audio_end_ms": int}`` when the speaker has been
+silent for 64 ms (the utterance may still go on) and
+``{"type": "speech_resumed"}`` when it does; ``{"type": "interim", "text": str,
+"paused": bool}`` (Whisper): the words so far, at each pause (``paused``) and
+once ``asr_peek_ms`` into the utterance while it goes on.  A server whose
+reply is talked over decides with these whether it hears a backchannel or an
+interruption.
+
+semantic mode: the turn ends after the wait that the end-of-turn model's
+verdict and the transcript at the pause allow together (``EAGERNESS_WAIT_MS``;
+runtime.models.turn_text: a turn that stops on "for" or "the" is not over).
 """
 
 from __future__ import annotations
@@ -46,10 +58,12 @@ from runtime.heap import trim_heap
 from runtime.models.asr_thread import RecognitionThread
 from runtime.models.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
 from runtime.models.utterance_asr import SpeculativeSegments, StreamingDecoder
-from runtime.models.voice_contract import (LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED, SPEECH_STOPPED,
-                                           TURN_LIKELY_OVER, onset_dropped_event, onset_event, partial_event,
-                                           speech_started_event, speech_stopped_event,
-                                           turn_continues_event)
+from runtime.models.turn_text import looks_unfinished
+from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED,
+                                           SPEECH_STOPPED, TURN_LIKELY_OVER, onset_dropped_event,
+                                           onset_event, partial_event, speech_paused_event,
+                                           speech_resumed_event, speech_started_event,
+                                           speech_stopped_event, turn_continues_event)
 
 # A pending onset survives short dips (plosives, pauses between syllables) but
 # not a real pause: a click followed by silence must not later be glued to
@@ -60,18 +74,20 @@ PENDING_GAP_MS = 160
 HYSTERESIS = 0.15
 MAX_CHANNELS = 8
 MIN_RATE, MAX_RATE = 4000, 384000
-# semantic_vad: how long to wait after the end-of-turn model's verdict, by
-# eagerness: (after "complete", after "incomplete") in ms.  People answer each
-# other within 200-300 ms; a thinking pause mid-sentence must not end the turn.
-EAGERNESS_WAIT_MS = {"high": (160.0, 1000.0), "medium": (200.0, 2000.0),
-                     "low": (250.0, 3000.0), "auto": (200.0, 2000.0)}
+# semantic_vad: how long to wait in the pause, by eagerness, in ms: (the
+# end-of-turn model and the words both say "finished", they disagree or the
+# words are late, the words are unfinished).  People answer each other within
+# 200-300 ms; a thinking pause mid-sentence must not end the turn.
+EAGERNESS_WAIT_MS = {"high": (160.0, 400.0, 1000.0), "medium": (200.0, 800.0, 2000.0),
+                     "low": (250.0, 1200.0, 3000.0), "auto": (200.0, 800.0, 2000.0)}
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # Smart Turn needs a little silence after the words to hear a finished turn
 # (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
 # at 150 ms); asked later, cut speech starts to sound finished too.
 TURN_ASK_MS = 128.0
-SEMANTIC_PAUSE_MS = 96.0       # recognition starts sooner: the wait may be 150-250 ms
+SEMANTIC_PAUSE_MS = 64.0       # recognition starts sooner: the wait may be 150-250 ms
+PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
 
 DEFAULTS: dict[str, Any] = {
     "sample_rate": LISTEN_RATE_HZ,
@@ -107,12 +123,22 @@ class VadParams:
     def semantic(self) -> bool:
         return self.turn_mode == "semantic"
 
-    def wait_ms(self, verdict: bool | None) -> float:
-        """Silence needed to end the turn: the fixed window, or what the verdict allows."""
+    def wait_ms(self, verdict: bool | None, words: bool | None = None) -> float:
+        """Silence needed to end the turn: the fixed window, or what the
+        end-of-turn model's ``verdict`` and the transcript (``words``: True
+        finished, False unfinished, None not known) allow together.  Words
+        that stop on "for" or "the" wait the longest, whatever the model heard
+        (a flat synthetic voice sounds finished there); both saying "finished"
+        the shortest; in between (they disagree: Whisper may punctuate a cut
+        sentence as a whole one, the model may hear a question as unfinished;
+        or the words are late) ``unsure``.  No verdict yet counts as
+        "incomplete" until it comes."""
         if not self.semantic:
             return self.silence_duration_ms
-        complete, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
-        return complete if verdict else incomplete   # no verdict yet: as if incomplete
+        complete, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
+        if words is False or verdict is None or (verdict is False and words is None):
+            return incomplete
+        return complete if verdict and words else unsure
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
@@ -211,8 +237,12 @@ class _Stream:
     IDLE, PENDING, SPEECH = 0, 1, 2
 
     def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
-                 pause_ms: float = 0.0, judge=None) -> None:
+                 pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0) -> None:
         self.p = p
+        self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
+        self.peeked = False
+        self.words: bool | None = None   # the transcript at this pause reads finished
+        self.last_partial = ""
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
         self.vad = vad
         self.utt = utt
@@ -232,6 +262,7 @@ class _Stream:
         # silence before recognition starts (sooner in semantic mode: the wait is short)
         self.pause_ms = min(pause_ms, SEMANTIC_PAUSE_MS) if p.semantic else pause_ms
         self.paused = False                            # recognition started for this silence
+        self.pause_said = False                        # speech_paused sent for this silence
         self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * LISTEN_RATE_HZ
                                                               // FRAME_SAMPLES))
         self.verdict: bool | None = None               # end-of-turn model, this silence run
@@ -260,6 +291,9 @@ class _Stream:
         self._forget_verdict()
         self.turn_audio.clear()
         self.paused = False
+        self.pause_said = False
+        self.peeked = False
+        self.last_partial = ""
         self.speech_frames = 0
         self.held_partial = None
 
@@ -307,6 +341,9 @@ class _Stream:
                 if self.paused:
                     self.paused = False
                     self.utt.resume()
+                if self.pause_said:
+                    self.pause_said = False
+                    out.append(speech_resumed_event())
         elif self.silence_start is None:
             self.silence_start = start
         silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / LISTEN_RATE_HZ
@@ -318,6 +355,16 @@ class _Stream:
                 and silent_ms >= self.pause_ms:
             self.paused = True
             self.utt.pause()     # recognise now; the silence window may confirm the turn
+            if not isinstance(self.utt, SpeculativeSegments) and self.last_partial:
+                self.words = not looks_unfinished(self.last_partial)
+        if self.state == self.SPEECH and not self.pause_said and self.silence_start is not None \
+                and silent_ms >= PAUSE_EVENT_MS:
+            self.pause_said = True
+            out.append(speech_paused_event(self._ms(self.silence_start)))
+        if self.state == self.SPEECH and self.peek_ms and not self.peeked \
+                and self.silence_start is None and (end - self.onset) * 1000 / LISTEN_RATE_HZ >= self.peek_ms:
+            self.peeked = True
+            self.utt.peek()      # the words so far, while they go on (a server deciding an interruption)
 
         if self.state == self.PENDING:
             if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
@@ -328,7 +375,7 @@ class _Stream:
             return
 
         # SPEECH
-        if self.silence_start is not None and silent_ms >= p.wait_ms(self.verdict):
+        if self.silence_start is not None and silent_ms >= p.wait_ms(self.verdict, self.words):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -350,6 +397,7 @@ class _Stream:
 
     def _forget_verdict(self) -> None:
         self.verdict = None
+        self.words = None
         self.asked = False
         self.verdict_gen += 1          # a verdict still on its way is for a silence that ended
 
@@ -361,12 +409,24 @@ class _Stream:
                 self.verdicts["complete" if self.verdict else "incomplete"] += 1
             return []
         out = []
+        in_pause = self.state == self.SPEECH and self.silence_start is not None and self.paused
         for ev in self.utt.result(tag, value):
-            if ev["type"] == PARTIAL and self.state != self.SPEECH:
-                self.held_partial = ev["text"]    # not speech yet: say it once confirmed
+            if ev["type"] == PARTIAL:
+                self.last_partial = ev["text"]
+                if self.state != self.SPEECH:
+                    self.held_partial = ev["text"]    # not speech yet: say it once confirmed
+                    continue
+                if in_pause:
+                    self.words = not looks_unfinished(ev["text"])
+                out.append(ev)
+            elif ev["type"] == INTERIM:
+                if ev["paused"] and in_pause:
+                    self.words = not looks_unfinished(ev["text"])
+                elif ev["paused"] or self.state != self.SPEECH:
+                    continue     # the pause it was for is over, or the utterance is
+                out.append(ev)
             elif ev["type"] == TURN_LIKELY_OVER:
-                if self.state == self.SPEECH and self.silence_start is not None \
-                        and self.verdict is not False:
+                if in_pause and self.verdict is not False and self.words is not False:
                     self.likely_over = True
                     out.append(ev)
             else:
@@ -428,6 +488,10 @@ class ListenExecutor(ChunkExecutor):
     * ``asr_speculative``: start recognition during the silence window (default true),
       once ``asr_pause_ms`` of silence has passed (default 192: fewer restarts when
       the talker only paused between words, still done well before a 500 ms window);
+    * ``asr_peek_ms``: Whisper also transcribes the first this-many ms of an
+      utterance while it goes on (``interim``, default 400; 0: never): a server
+      whose reply the speaker talks over decides with it whether that is a
+      backchannel or an interruption, before the speaker stops;
     * ``turn_model``: the end-of-turn model for ``turn_mode: semantic`` requests
       (default ``smart-turn-v3.2``, extracted by ``make``; a path to another ONNX
       file of the same interface; null: semantic end of turn unsupported);
@@ -454,6 +518,7 @@ class ListenExecutor(ChunkExecutor):
         self.asr_beam_size = max(1, int(args.get("asr_beam_size", 5)))
         self.speculative = bool(args.get("asr_speculative", True))
         self.pause_ms = float(args.get("asr_pause_ms", 192.0))
+        self.peek_ms = max(0.0, float(args.get("asr_peek_ms", 400.0)))
         self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
         self.spare_decoders = max(0, int(args.get("spare_decoders", 1)))
         self.turn_model = args.get("turn_model", "smart-turn-v3.2")   # None: no semantic_vad
@@ -550,7 +615,8 @@ class ListenExecutor(ChunkExecutor):
 
             utt = StreamingDecoder(request_id, self._thread, StreamingRecognizer(self._take_decoder()))
         self._streams[request_id] = _Stream(p, SileroVAD(self._session), utt, self.pause_ms,
-                                            self._verdict_job(request_id) if p.semantic else None)
+                                            self._verdict_job(request_id) if p.semantic else None,
+                                            self.peek_ms if self.engine == "whisper" else 0.0)
 
     def _verdict_job(self, request_id: int):
         from runtime.models.asr_thread import Call

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from runtime.models.asr_thread import Call, RecognitionThread, Segment
-from runtime.models.voice_contract import (Final, ListenEvent, final_event, partial_event,
-                                           turn_likely_over_event)
+from runtime.models.voice_contract import (Final, ListenEvent, final_event, interim_event,
+                                           partial_event, turn_likely_over_event)
 
 
 def _final(text: Any, times: tuple[int, int]) -> Final:
@@ -80,6 +80,15 @@ class SpeculativeSegments:
     def resume(self) -> None:
         self._abandon()
 
+    def peek(self) -> None:
+        """Transcribe the utterance so far while it goes on (an ``interim``); a
+        pause before it runs makes it stale (its own job says more)."""
+        if not self.parts:
+            return
+        gen = self.gen
+        audio = np.concatenate(self.parts)
+        self.thread.submit(Segment(self.key, ("peek", gen), audio, lambda: gen == self.gen))
+
     def end(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
         """The utterance is over: reuse the speculative job if it saw all of it."""
         if self.spec is not None and self.spec == self.gen:
@@ -108,13 +117,22 @@ class SpeculativeSegments:
             self.gen += 1
 
     def result(self, tag: Any, value: Any) -> list[ListenEvent]:
+        if isinstance(tag, tuple):          # a peek
+            if tag[1] == self.gen and isinstance(value, str):
+                return [interim_event(value.strip(), False)]
+            return []
         if tag in self.awaiting:
             return [_final(value, self.awaiting.pop(tag))]
         if tag == self.spec:
             self.ready[tag] = value
-            if isinstance(value, str) and value.strip():
+            if isinstance(value, BaseException):
+                return []
+            text = str(value).strip()
+            out: list[ListenEvent] = [interim_event(text, True)]
+            if text:
                 # The words are known before the turn is: a reply can be prepared.
-                return [turn_likely_over_event(value.strip())]
+                out.append(turn_likely_over_event(text))
+            return out
         return []
 
 
@@ -159,6 +177,9 @@ class StreamingDecoder:
 
     def resume(self) -> None:
         pass
+
+    def peek(self) -> None:
+        pass     # partials say the words as they come
 
     def end(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
         self.open = False

@@ -54,8 +54,11 @@ SPEECH_STOPPED = "speech_stopped"
 FINAL = "final"
 TURN_LIKELY_OVER = "turn_likely_over"
 TURN_CONTINUES = "turn_continues"
+SPEECH_PAUSED = "speech_paused"
+SPEECH_RESUMED = "speech_resumed"
+INTERIM = "interim"
 LISTEN_EVENT_TYPES = (SPEECH_STARTED, PARTIAL, SPEECH_STOPPED, FINAL, ONSET, ONSET_DROPPED,
-                      TURN_LIKELY_OVER, TURN_CONTINUES)
+                      TURN_LIKELY_OVER, TURN_CONTINUES, SPEECH_PAUSED, SPEECH_RESUMED, INTERIM)
 # The listen event keys that are positions on the input timeline.
 LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
 
@@ -111,8 +114,32 @@ class TurnContinues(TypedDict):
     type: Literal["turn_continues"]
 
 
+class SpeechPaused(TypedDict):
+    """The speaker has been silent for a moment (64 ms); the utterance is not
+    over yet: the silence window decides that."""
+
+    type: Literal["speech_paused"]
+    audio_end_ms: int
+
+
+class SpeechResumed(TypedDict):
+    """Speech again after a ``speech_paused``, in the same utterance."""
+
+    type: Literal["speech_resumed"]
+
+
+class Interim(TypedDict):
+    """An early transcript of the utterance so far (Whisper): ``paused`` when it
+    covers the words up to a pause the speaker is still in, else a look at the
+    first ``asr_peek_ms`` of speech while it goes on.  May be empty (a cough)."""
+
+    type: Literal["interim"]
+    text: str
+    paused: bool
+
+
 ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final, Onset, OnsetDropped, TurnLikelyOver,
-                    TurnContinues]
+                    TurnContinues, SpeechPaused, SpeechResumed, Interim]
 
 
 def speech_started_event(audio_start_ms: int) -> SpeechStarted:
@@ -146,6 +173,18 @@ def turn_likely_over_event(text: str) -> TurnLikelyOver:
 
 def turn_continues_event() -> TurnContinues:
     return {"type": TURN_CONTINUES}
+
+
+def speech_paused_event(audio_end_ms: int) -> SpeechPaused:
+    return {"type": SPEECH_PAUSED, "audio_end_ms": audio_end_ms}
+
+
+def speech_resumed_event() -> SpeechResumed:
+    return {"type": SPEECH_RESUMED}
+
+
+def interim_event(text: str, paused: bool) -> Interim:
+    return {"type": INTERIM, "text": text, "paused": paused}
 
 
 # ------------------------------------------------------- think stage input

@@ -94,7 +94,8 @@ def stream(ex: ListenExecutor, audio: np.ndarray, rate: int = SR, chunk_ms: int 
 
 # Events whose timing depends on how fast recognition runs relative to the
 # (faster than real time) input: checked by their own tests, not by event order.
-HINTS = ("partial", "turn_likely_over", "turn_continues", "onset", "onset_dropped")
+HINTS = ("partial", "turn_likely_over", "turn_continues", "onset", "onset_dropped",
+         "speech_paused", "speech_resumed", "interim")
 
 
 def kinds(events) -> list[str]:
@@ -537,6 +538,47 @@ def test_a_reply_may_be_prepared_during_the_pause_and_dropped_when_speech_goes_o
     a, b = people[1], people[4]
     audio = np.concatenate([np.zeros(SR // 2, np.float32), a.audio, np.zeros(int(0.35 * SR), np.float32),
                             b.audio, np.zeros(SR, np.float32)])
-    order = [e["type"] for _, e in stream_judged(whisper_ex, audio, {}) if e["type"] != "partial"]
+    order = [e["type"] for _, e in stream_judged(whisper_ex, audio, {})
+             if e["type"] not in ("partial", "interim", "speech_paused", "speech_resumed")]
     assert order == ["onset", "speech_started", "turn_likely_over", "turn_continues", "turn_likely_over",
                      "speech_stopped", "final"], order
+
+
+def test_interim_words_come_while_speaking_and_at_each_pause(whisper_ex, people):
+    """What a server deciding an interruption reads: speech_paused once the speaker
+    is silent, an interim 400 ms into the utterance (the words so far, while they
+    go on) and one at the pause (paused: the words up to it); speech_resumed when
+    the utterance goes on."""
+    a, b = people[1], people[4]
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), a.audio, np.zeros(int(0.35 * SR), np.float32),
+                            b.audio, np.zeros(SR, np.float32)])
+    events = [e for _, e in stream_judged(whisper_ex, audio, {})]
+    for e in events:
+        validate_listen_event(e)
+    order = [e["type"] for e in events
+             if e["type"] in ("speech_started", "speech_paused", "speech_resumed", "speech_stopped")]
+    # a pause between words (64 ms and more) is a pause too; they alternate
+    assert order[0] == "speech_started" and order[-2:] == ["speech_paused", "speech_stopped"], order
+    pauses = order[1:-1]
+    assert pauses[::2] == ["speech_paused"] * len(pauses[::2]), order
+    assert pauses[1::2] == ["speech_resumed"] * len(pauses[1::2]) and pauses[1::2], order
+    interims = [e for e in events if e["type"] == "interim"]
+    peeks = [e for e in interims if not e["paused"]]
+    at_pause = [e for e in interims if e["paused"]]
+    assert peeks and all(e["text"] for e in peeks), interims
+    assert len(normalize(peeks[0]["text"])) < len(normalize(a.text))
+    assert len(at_pause) == 2 and wer(a.text, at_pause[0]["text"]) <= 0.3, at_pause
+    final = next(e for e in events if e["type"] == "final")
+    assert at_pause[-1]["text"] == final["text"]
+
+
+def test_no_interim_with_asr_peek_off(people):
+    ex = ListenExecutor(threads=1, asr_peek_ms=0)
+    ex.load()
+    try:
+        audio = np.concatenate([np.zeros(SR // 2, np.float32), people[1].audio,
+                                np.zeros(SR, np.float32)])
+        events = [e for _, e in stream_judged(ex, audio, {})]
+        assert [e["paused"] for e in events if e["type"] == "interim"] == [True]
+    finally:
+        ex.close()

@@ -18,7 +18,9 @@ def test_constructors_build_valid_events_of_every_type():
     events = [vc.speech_started_event(120), vc.partial_event("what is"),
               vc.speech_stopped_event(980), vc.final_event("what is it", 120, 980),
               vc.onset_event(90), vc.onset_dropped_event(),
-              vc.turn_likely_over_event("what is it"), vc.turn_continues_event()]
+              vc.turn_likely_over_event("what is it"), vc.turn_continues_event(),
+              vc.speech_paused_event(700), vc.speech_resumed_event(),
+              vc.interim_event("what is", True)]
     assert [e["type"] for e in events] == list(vc.LISTEN_EVENT_TYPES)
     for e in events:
         assert vc.validate_listen_event(e) == e
@@ -33,7 +35,8 @@ def test_constructors_build_valid_events_of_every_type():
     {"type": "speech_started", "audio_start_ms": 1.5},                            # float time
     {"type": "speech_started", "audio_start_ms": True},                           # bool is not int
     {"type": "turn_continues", "text": "x"},                                      # key not in the contract
-    {"type": "speech_paused", "audio_start_ms": 1},                               # unknown type
+    {"type": "speech_paused", "audio_start_ms": 1},                               # wrong time key
+    {"type": "speech_pausing", "audio_end_ms": 1},                                # unknown type
     {"text": "x"},                                                                # no type
     "final",
 ])

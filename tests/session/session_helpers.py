@@ -11,6 +11,11 @@ from pydantic import TypeAdapter
 
 from openai.types.realtime import realtime_server_event as _rse
 from voice_server.session import SendEvent, Session, SessionSettings
+from voice_server.session.backchannel import InterruptionSettings
+
+# The Realtime API's own barge-in: speech_started cancels the reply in the same call.
+PLAIN_BARGE_IN = InterruptionSettings(resume_backchannels=False, echo_guard=False)
+EXTENSION_KEYS = {"type", "event_id", "response_id", "item_id", "audio_end_ms"}
 
 _SERVER_CLASSES = {}
 for _cls in typing.get_args(typing.get_args(_rse.RealtimeServerEvent)[0]):
@@ -21,7 +26,12 @@ _SEEN_IDS: dict[str, int] = {}
 
 
 def validate_event(ev: dict) -> None:
-    """Validate one server event against the official SDK model (GA)."""
+    """Validate one server event against the official SDK model (GA); an
+    extension event (``voice_agent.*``) against its documented keys."""
+    if ev["type"].startswith("voice_agent."):
+        assert set(ev) == EXTENSION_KEYS, ev
+        assert _SEEN_IDS.setdefault(ev["event_id"], id(ev)) == id(ev), "event_id reused"
+        return
     adapter = _SERVER_CLASSES.get(ev["type"])
     assert adapter is not None, f"not a GA server event type: {ev['type']}"
     adapter.validate_python(ev)
@@ -66,8 +76,10 @@ def b64_pcm(pcm: np.ndarray) -> str:
     return base64.b64encode(pcm.astype("<i2").tobytes()).decode()
 
 
-def new_session(mode: str = "events", **settings) -> Session:
-    s = Session("sess_test", SessionSettings(**settings), audio_out_mode=mode)
+def new_session(mode: str = "events", interruptions: InterruptionSettings | None = None,
+                **settings) -> Session:
+    s = Session("sess_test", SessionSettings(**settings), audio_out_mode=mode,
+                interruptions=interruptions)
     events(s.start(0))
     return s
 
@@ -79,3 +91,14 @@ def spoken_turn(s: Session, text: str, t0: int = 1000, now: int = 0):
     cmds += s.listen_event({"type": "final", "text": text, "audio_start_ms": t0,
                             "audio_end_ms": t0 + 800}, now + 2)
     return cmds
+
+
+def run_clock(s: Session, until_ms: float, now: float, step: float = 10.0):
+    """Advance the clock, pumping whenever output is due; returns (commands, now)."""
+    out = []
+    while now < until_ms:
+        now += step
+        due = s.next_output_ms
+        if due is not None and due <= now:
+            out += s.pump_output(now)
+    return out, now

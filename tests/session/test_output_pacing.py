@@ -12,7 +12,7 @@ from voice_server.session import (AudioOut, FlushAudio, PauseAudio, ResumeAudio,
                                   Session, SessionSettings)
 from voice_server.session.output_pacer import OutputPacer
 
-from session_helpers import speak, spoken_turn
+from session_helpers import run_clock, speak, spoken_turn
 
 LEAD = 300.0
 
@@ -42,17 +42,6 @@ def delta_ms(cmds) -> float:
 def start_reply(s: Session) -> str:
     cmds = spoken_turn(s, "hello")
     return next(e for e in evs(cmds) if e["type"] == "response.created")["response"]["id"]
-
-
-def run_clock(s: Session, until_ms: float, now: float, step: float = 10.0):
-    """Advance the clock, pumping whenever output is due; returns (commands, now)."""
-    out = []
-    while now < until_ms:
-        now += step
-        due = s.next_output_ms
-        if due is not None and due <= now:
-            out += s.pump_output(now)
-    return out, now
 
 
 def test_pacer_keeps_the_lead_and_models_playout():
@@ -210,7 +199,9 @@ def test_barge_in_truncates_and_the_clients_own_truncate_is_still_accepted():
     got = delta_ms(s.response_chunk(rid, "speak", speak("One two three four.", 3000), 0))
     more, now = run_clock(s, 1000, 0)
     got += delta_ms(more)
-    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 5000}, now)
+    held = s.listen_event({"type": "speech_started", "audio_start_ms": 5000}, now)
+    assert [e["type"] for e in evs(held)] == ["voice_agent.output_audio.paused"]   # deciding
+    cmds = s.listen_event({"type": "interim", "text": "Wait, stop.", "paused": False}, now)
     types = [e["type"] for e in evs(cmds)]
     assert types.index("input_audio_buffer.speech_started") < types.index("response.done")
     done = next(e for e in evs(cmds) if e["type"] == "response.done")
@@ -278,10 +269,11 @@ def test_output_held_until_the_paced_reply_is_out():
     assert not s.output_held and s.active_response_id is None
 
 
-def test_a_sound_pauses_the_reply_a_click_resumes_it_speech_cancels_it():
+def test_a_sound_pauses_the_reply_a_click_resumes_it_words_cancel_it():
     """The listen stage's onset (first speech frame) pauses the playing reply at
     once; onset_dropped (too short to be speech: a cough, a click) resumes it,
-    same response; speech_started (min_speech_ms of speech) cancels it as before."""
+    same response; speech_started (min_speech_ms of speech) keeps it paused
+    while the words decide; words that are not backchannels cancel it."""
     s = paced()
     rid = start_reply(s)
     s.response_chunk(rid, "speak", speak("One two three four five six.", 3000), 0.0)
@@ -294,7 +286,10 @@ def test_a_sound_pauses_the_reply_a_click_resumes_it_speech_cancels_it():
     assert not s.output_paused and s.active_response_id == rid
     assert not [e for e in evs(resumed) if e["type"] == "response.done"]
     s.listen_event({"type": "onset", "audio_start_ms": 9500}, 900.0)
-    cancelled = s.listen_event({"type": "speech_started", "audio_start_ms": 9500}, 1150.0)
+    assert evs(s.listen_event({"type": "speech_started", "audio_start_ms": 9500}, 1150.0)) == []
+    assert s.output_paused and s.active_response_id == rid
+    cancelled = s.listen_event({"type": "interim", "text": "No, the other one.", "paused": False},
+                               1300.0)
     types_ = [e["type"] for e in evs(cancelled)]
     assert types_[0] == "input_audio_buffer.speech_started"
     done = [e for e in evs(cancelled) if e["type"] == "response.done"]

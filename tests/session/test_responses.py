@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from session_helpers import events, new_session, of, one, speak, spoken_turn, types
+from session_helpers import PLAIN_BARGE_IN, events, new_session, of, one, speak, spoken_turn, types
 from voice_server.session import (AudioOut, CancelResponse, FlushAudio, StartResponse,
                                   StopListen)
 
@@ -15,7 +15,7 @@ def _start(s, text="hello", now=0):
 
 
 def test_barge_in_cancels_in_the_same_call_and_drops_late_chunks():
-    s = new_session()
+    s = new_session(interruptions=PLAIN_BARGE_IN)
     rid = _start(s)
     events(s.response_chunk(rid, "speak", speak("The weather today", 600), 10))
     events(s.response_chunk(rid, "speak", speak("is sunny and warm.", 600), 20))
@@ -76,7 +76,7 @@ def test_interrupt_response_false_keeps_the_response():
 
 
 def test_barge_in_stream_mode_flushes_and_truncates_to_what_was_heard():
-    s = new_session("stream")
+    s = new_session("stream", interruptions=PLAIN_BARGE_IN)
     rid = _start(s)
     cmds = s.response_chunk(rid, "speak", speak("one two three four", 1000, sr=22050), 10)
     assert "output_audio_buffer.started" in types(cmds)

@@ -9,7 +9,8 @@ returns ``list[Command]`` (commands.py) to carry out in order.
 Inputs
 ------
 ``Session(session_id, config=SessionSettings(), audio_out_mode="events"|"stream",
-limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events=True)``
+limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events=True,
+interruptions=InterruptionSettings())``
 
 * ``start(now_ms)`` -> ``session.created`` (+ ``ConfigureListen`` with VAD on).
   Calling any other input first starts the session implicitly, so a
@@ -101,6 +102,14 @@ Turn taking
 
 Barge-in
 --------
+While a reply is being heard, a sound from the caller (listen ``onset``)
+pauses it and speech_started starts a decision instead of a cancel
+(interruption.py): words that are not backchannels, or speech that goes on,
+make it the barge-in below, with the utterance's start; a backchannel or a
+noise resumes the same reply and leaves no user turn.  With
+``InterruptionSettings.echo_guard`` the reply's own voice leaking into the
+microphone is muted before the listen stage hears it (echo_guard.py).
+Otherwise (no reply audio yet, or ``resume_backchannels`` off):
 speech_started while a response is active and ``interrupt_response`` is true
 returns, in that one call: ``CancelResponse(reason="turn_detected")``,
 (stream mode) ``FlushAudio`` + ``output_audio_buffer.cleared``,
@@ -139,13 +148,19 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..audio_codec import StreamResampler
+import base64
+
+from ..audio_codec import StreamResampler, decode_wire_audio
+from .backchannel import InterruptionSettings
 from .client_handlers import ClientEventHandlers
-from .commands import CancelResponse, Close, Command, ConfigureListen, SendEvent, StopListen
+from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen, SendEvent,
+                       StopListen)
 from .config import ServerLimits, SessionSettings, session_to_wire
+from .echo_guard import EchoGuard
 from .errors import ClientError
 from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
+from .interruption import Interruptions
 from .items import Content, Conversation, Item
 from .output_pacer import OutputPacer
 from .playback import Playback
@@ -159,16 +174,18 @@ from .turns import Turns
 OUTPUT_SLICE_MS = {"events": 40.0, "stream": 100.0}
 
 
-class Session(ClientEventHandlers, Turns, Responses, FunctionCalls, Playback):
+class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCalls, Playback):
     """One Realtime session (module docstring).  The facade over its sections:
-    client events (client_handlers.py), turn taking (turns.py), responses
-    (responses.py), function calls (function_calls.py), playback and
+    client events (client_handlers.py), turn taking (turns.py), deciding
+    interruptions (interruption.py), responses (responses.py), function calls
+    (function_calls.py), playback and
     truncation (playback.py); the timers and the session's own life are here."""
 
     def __init__(self, session_id: str, config: SessionSettings | None = None,
                  audio_out_mode: str = "events", limits: ServerLimits | None = None,
                  dialect: str = "ga", output_lead_ms: float = 0.0,
-                 extension_events: bool = True) -> None:
+                 extension_events: bool = True,
+                 interruptions: InterruptionSettings | None = None) -> None:
         if audio_out_mode not in ("events", "stream"):
             raise ValueError("audio_out_mode must be 'events' or 'stream'")
         self.session_id = session_id
@@ -198,12 +215,20 @@ class Session(ClientEventHandlers, Turns, Responses, FunctionCalls, Playback):
         self._pending_transcripts: dict[str, int] = {}  # item_id -> content_index
         self._prepared = False  # a reply is being prepared during the pause (PrepareReply)
         self._paused_for_onset = False  # the reply was paused when the caller made a sound
+        # talked over while a reply plays: backchannel or interruption (interruption.py)
+        self.interruptions = interruptions or InterruptionSettings()
+        self._backchannel_phrases = self.interruptions.phrases()
+        self._deciding = None
+        self._echo = EchoGuard(self.interruptions.echo_margin_db) \
+            if self.interruptions.echo_guard else None
         # responses
         self._active: _Response | None = None
         self._last_audio: _Response | None = None
         self._call_ids: set[str] = set()  # every function call's call_id, server's and client's
         # output pacing and pause (output_pacer.py, playback.py)
         self._pacer = OutputPacer(output_lead_ms)
+        if self._echo is not None:
+            self._pacer.on_play = self._reply_played
         self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
         self._paused_item: str | None = None  # item a stream transport holds paused
         self.extension_events = extension_events
@@ -212,6 +237,16 @@ class Session(ClientEventHandlers, Turns, Responses, FunctionCalls, Playback):
         self._last_traffic_ms: float | None = None
         self._tokens = float(self.limits.client_events_burst)
         self._tokens_ms: float | None = None
+
+    def _reply_played(self, cmd: Command, start_ms: float) -> None:
+        """The echo guard's reference: reply audio the listener plays from ``start_ms``."""
+        if isinstance(cmd, AudioOut):
+            self._echo.played(cmd.pcm, cmd.sample_rate, start_ms, cmd.response_id)
+        elif isinstance(cmd, SendEvent) and cmd.type == "response.output_audio.delta" \
+                and self._active is not None:
+            fmt = self._active.output_format
+            pcm = decode_wire_audio(base64.b64decode(cmd.event["delta"]), fmt.type)
+            self._echo.played(pcm, fmt.sample_rate, start_ms, self._active.id)
 
     # ------------------------------------------------------------------ utils
     def _send(self, type_: str, **fields) -> SendEvent:

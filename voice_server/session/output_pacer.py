@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable, Optional
 
 from .commands import Command
 
@@ -36,6 +37,8 @@ class OutputPacer:
         self.paused = False
         self.released_ms = 0.0  # audio of the current reply released so far
         self._play_end: float | None = None  # when the listener runs out of released audio
+        # told of each released audio command and when the listener starts playing it
+        self.on_play: Optional[Callable[[Command, float], None]] = None
 
     @property
     def paced(self) -> bool:
@@ -92,6 +95,8 @@ class OutputPacer:
                 start = now_ms if self._play_end is None else max(self._play_end, now_ms)
                 self._play_end = start + h.ms
                 self.released_ms += h.ms
+                if self.on_play is not None:
+                    self.on_play(h.cmd, start)
             out.append(h.cmd)
         return out
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import (FINAL, LISTEN_RATE_HZ, ONSET, ONSET_DROPPED, PARTIAL,
-                                           SPEECH_STARTED, SPEECH_STOPPED,
-                                           TURN_CONTINUES, TURN_LIKELY_OVER, final_event,
-                                           speech_stopped_event)
+from runtime.models.voice_contract import (FINAL, INTERIM, LISTEN_RATE_HZ, ONSET, ONSET_DROPPED,
+                                           PARTIAL, SPEECH_PAUSED, SPEECH_RESUMED, SPEECH_STARTED,
+                                           SPEECH_STOPPED, TURN_CONTINUES, TURN_LIKELY_OVER,
+                                           final_event, speech_stopped_event)
 
 from ..audio_codec import StreamResampler, low_latency_quality
 from .commands import Command, DropPreparedReply, FeedListen, PrepareReply
@@ -28,7 +28,7 @@ class Turns:
         out = self._ensure_started(now_ms)
         self._last_traffic_ms = now_ms
         out += self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
-        return out
+        return out + self._check_decision(now_ms)
 
     def _take_token(self, now_ms: float) -> bool:
         """Token bucket of ``ServerLimits.max_client_events_per_s``."""
@@ -55,6 +55,8 @@ class Turns:
         self._in_samples += pcm16.size
         out: list[Command] = []
         if self.settings.turn_detection is not None:
+            if self._echo is not None:
+                pcm16 = self._echo.process(pcm16, now_ms)   # the reply's own voice is not the caller
             out.append(FeedListen(pcm16))
             self._buffer.append(pcm16, self._in_samples, ring=True)
         else:
@@ -82,13 +84,25 @@ class Turns:
             out += self._speech_started(int(ev.get("audio_start_ms", 0)), now_ms)
         elif t == PARTIAL and vad:
             out += self._partial_text(str(ev.get("text", "")))
+            out += self._words_heard(str(ev.get("text", "")), False, now_ms)
+        elif t == INTERIM and vad:
+            out += self._words_heard(str(ev.get("text", "")), bool(ev.get("paused")), now_ms)
+        elif t in (SPEECH_PAUSED, SPEECH_RESUMED) and vad:
+            out += self._speaker_paused(t == SPEECH_PAUSED, now_ms)
         elif t == SPEECH_STOPPED and (vad or self._speech_item):
             if self._speech_item is None:
                 return out  # stray stop
+            if self._deciding is not None:
+                return out + self._deciding_stopped(int(ev.get("audio_end_ms", 0)))
             out += self._commit_speech(int(ev.get("audio_end_ms", 0)))
         elif t == FINAL and (vad or self._speech_item or self._awaiting_final):
-            out += self._final(str(ev.get("text", "")), int(ev.get("audio_start_ms", 0)),
-                               int(ev.get("audio_end_ms", 0)), now_ms)
+            text, start, end = (str(ev.get("text", "")), int(ev.get("audio_start_ms", 0)),
+                                int(ev.get("audio_end_ms", 0)))
+            if self._dropped_final():
+                return out
+            if self._deciding is not None and not self._awaiting_final:
+                return out + self._deciding_final(text, start, end, now_ms)
+            out += self._final(text, start, end, now_ms)
         elif t == ONSET and vad:
             out += self._onset(now_ms)
         elif t == ONSET_DROPPED and vad:
@@ -144,7 +158,7 @@ class Turns:
         out: list[Command] = []
         if self._speech_item is not None:
             out += self.listen_event(speech_stopped_event(int(self.input_ms)), now_ms)
-        for _ in range(len(self._awaiting_final)):
+        for _ in range(len(self._awaiting_final) + (self._deciding is not None)):
             pos = int(self.input_ms)
             out += self.listen_event(final_event("", pos, pos), now_ms)
         return out
@@ -152,13 +166,16 @@ class Turns:
     def _speech_started(self, audio_start_ms: int, now_ms: float) -> list[Command]:
         if self._speech_item is not None:
             return []  # already in speech
+        td = self.settings.turn_detection
+        if td is not None and td.interrupt_response and self.interruptions.resume_backchannels \
+                and self._agent_speaking():
+            return self._start_deciding(audio_start_ms, now_ms)   # interruption.py
         self._speech_item = self.ids.new("item")
         self._speech_start_ms = audio_start_ms
         self._idle_deadline = None
         self._paused_for_onset = False   # real speech: the reply is cancelled below
         started = self._send("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms,
                              item_id=self._speech_item)
-        td = self.settings.turn_detection
         if td is None or not td.interrupt_response:
             return [started]
         if self._active is not None:

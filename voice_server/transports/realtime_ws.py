@@ -115,7 +115,7 @@ class RealtimeEndpoint:
                 log.info("client secret's session config no longer valid: %s", exc.message)
         session = Session(session_id, config, audio_out_mode="events",
                           limits=s.limits, dialect=dialect, output_lead_ms=s.output_lead_ms,
-                          extension_events=s.extension_events)
+                          interruptions=s.interruptions, extension_events=s.extension_events)
 
         async def send_event(ev: dict) -> None:
             await ws.send_text(json.dumps(ev, separators=(",", ":"), ensure_ascii=False))

@@ -253,6 +253,7 @@ class TwilioCall:
         config = s.session_defaults()
         self.session = Session("sess_" + secrets.token_hex(10), config, audio_out_mode="stream",
                                limits=s.limits, output_lead_ms=s.output_lead_ms,
+                               interruptions=s.interruptions,
                                extension_events=False)  # no channel for events
         self.runner = SessionRunner(self.session, self.ep.pipeline, self._send_event,
                                     send_audio=self._send_audio, flush_audio=self._flush_audio,

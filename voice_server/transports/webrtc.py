@@ -412,7 +412,7 @@ class WebRTCEndpoint:
             except ClientError as exc:  # validated at mint time; the limits may have changed
                 return _error(400, exc.code or "invalid_value", exc.message, param=exc.param)
         session = Session(session_id, config, audio_out_mode="stream", limits=s.limits,
-                          output_lead_ms=s.output_lead_ms,
+                          output_lead_ms=s.output_lead_ms, interruptions=s.interruptions,
                           extension_events=s.extension_events)
         call_id = "rtc_" + secrets.token_hex(12)
         pc = RTCPeerConnection(rtc_configuration(s.ice_servers))

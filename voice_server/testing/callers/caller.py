@@ -52,6 +52,7 @@ class Caller:
         self.new = asyncio.Event()
         self.late = 0
         self.done_ids: set[str] = set()
+        self.echo = None     # a PlayoutEcho: the agent's voice comes back into the mic
 
     async def mic(self) -> None:
         """Real-time pacing: one 20 ms frame per tick, silence when nothing queued.
@@ -86,6 +87,9 @@ class Caller:
                     _settle(marks.pop(0)[1], time.monotonic())
             else:
                 frame = np.zeros(n, np.int16)
+            if self.echo is not None:
+                frame = np.clip(frame + self.echo.frame(time.monotonic(), n),
+                                -32768, 32767).astype(np.int16)
             await self.t.send_audio(frame)
             if cur.size == 0 and marks and marks[0][0] == "end":
                 _settle(marks.pop(0)[1], time.monotonic())
@@ -113,6 +117,8 @@ class Caller:
             elif ev["type"] == "response.output_audio.delta" and \
                     ev.get("_late", ev["response_id"] in self.done_ids):  # _late: played audio
                 self.late += 1
+            if self.echo is not None and ev["type"] == "response.output_audio.delta":
+                self.echo.heard_delta(ev, ev.get("_t", time.monotonic()))
             self.new.set()
 
     async def wait(self, pred, start: int, timeout: float = 60.0) -> tuple[int, dict]:
@@ -213,7 +219,11 @@ async def connected(transport: CallerTransport, speech: dict | None = None,
                                         "session": {"type": "realtime", **session}})
         yield c
     finally:
-        for task in tasks:
-            task.cancel()
+        # Python 3.11's wait_for can swallow a cancel that lands as its wait
+        # ends (events still streaming in): cancel until the tasks are done.
+        while not all(task.done() for task in tasks):
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks, timeout=0.5)
         await asyncio.gather(*tasks, return_exceptions=True)
         await transport.close()

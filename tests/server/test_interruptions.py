@@ -1,0 +1,126 @@
+"""Talking over a reply on a real server (tests/server/pacing-pipeline.yaml: real
+listen with Whisper, a scripted thinker whose reply lasts seconds, real flite
+speech; ``output_lead_ms`` 300), with a caller that streams its microphone in
+real time (voice_server.testing Caller):
+
+* a backchannel pauses the reply, which then resumes: same response, no
+  cancel, no user turn, no new response;
+* a real interruption cancels it and truncates it where the caller is;
+* the reply's own voice in the caller's microphone (-20 dB, 150 ms late)
+  neither pauses nor cancels it, while a real interruption on top still
+  cancels it."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from voice_server.settings import ServerSettings
+from voice_server.testing import ServerThread
+from voice_server.testing.audio import flite_pcm
+from voice_server.testing.callers.base import RealtimeWSTransport
+from voice_server.testing.callers.caller import connected
+from voice_server.testing.echo import PlayoutEcho
+
+from .conftest import API_KEY
+from .test_pacing import LEAD_MS, SLACK_MS, WS_SLICE_MS, delta_ms
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parents[2]
+RATE = 24000
+INTERRUPTION = "wait, stop. what about tomorrow instead"
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ServerThread(str(ROOT / "tests" / "server" / "pacing-pipeline.yaml"),
+                       ServerSettings(api_keys=[API_KEY], output_lead_ms=LEAD_MS)).start()
+    yield srv
+    srv.stop()
+
+
+def of(c, type_: str, start: int, rid: str | None = None) -> list[dict]:
+    return [e for e in c.events[start:] if e["type"] == type_
+            and (rid is None or e.get("response_id", e.get("response", {}).get("id")) == rid)]
+
+
+async def reply_playing(c, play_s: float = 0.8) -> tuple[str, int]:
+    """Ask for the (long) scripted reply; return when it has played ``play_s``."""
+    n = len(c.events)
+    await c.t.send_event({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user",
+        "content": [{"type": "input_text", "text": "Tell me something."}]}})
+    await c.t.send_event({"type": "response.create"})
+    i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n, 60)
+    await asyncio.sleep(play_s)
+    return first["response_id"], i
+
+
+async def done_of(c, rid: str, start: int) -> dict:
+    return (await c.wait(lambda e: e["type"] == "response.done"
+                         and e["response"]["id"] == rid, start, 90))[1]
+
+
+async def test_a_backchannel_pauses_then_resumes_the_same_reply(server):
+    async with connected(RealtimeWSTransport(server.url, API_KEY)) as c:
+        rid, i = await reply_playing(c)
+        _, end = c.say(flite_pcm("okay", RATE))
+        await asyncio.wait_for(end, 30)
+        await c.wait(lambda e: e["type"] == "voice_agent.output_audio.paused", i, 20)
+        _, resumed = await c.wait(lambda e: e["type"] == "voice_agent.output_audio.resumed", i, 20)
+        assert resumed["response_id"] == rid
+        done = await done_of(c, rid, i)
+        assert done["response"]["status"] == "completed"
+        await asyncio.sleep(1.0)    # its utterance's final has come and gone
+        for t in ("input_audio_buffer.speech_started", "input_audio_buffer.committed",
+                  "conversation.item.added", "response.created"):
+            assert not [e for e in of(c, t, i) if e.get("item", {}).get("role") != "assistant"], t
+        assert not of(c, "conversation.item.truncated", i)
+
+
+async def test_a_real_interruption_cancels_and_truncates_where_the_caller_is(server):
+    async with connected(RealtimeWSTransport(server.url, API_KEY)) as c:
+        rid, i = await reply_playing(c)
+        c.say(flite_pcm(INTERRUPTION, RATE))
+        done = await done_of(c, rid, i)
+        assert done["response"]["status"] == "cancelled"
+        assert done["response"]["status_details"]["reason"] == "turn_detected"
+        k = c.events.index(done)
+        started = of(c, "input_audio_buffer.speech_started", i)
+        assert started and c.events.index(started[0]) < k
+        paused = of(c, "voice_agent.output_audio.paused", i, rid)
+        assert paused and c.events.index(paused[0]) < c.events.index(started[0])
+        cut = (await c.wait(lambda e: e["type"] == "conversation.item.truncated", k, 10))[1]
+        # where the caller is: what it received, less what it still held when
+        # the cancel came (it plays each delta on arrival, end to end)
+        end = None
+        for e in c.events[i:k]:
+            if e["type"] == "response.output_audio.delta" and e["response_id"] == rid:
+                end = e["_t"] if end is None else max(end, e["_t"])
+                end += delta_ms(e) / 1000
+        received = sum(delta_ms(e) for e in of(c, "response.output_audio.delta", i, rid))
+        position = received - max(end - done["_t"], 0.0) * 1000
+        assert abs(cut["audio_end_ms"] - position) <= WS_SLICE_MS + SLACK_MS, (cut, position)
+        assert cut["audio_end_ms"] >= paused[0]["audio_end_ms"]
+        # the interruption is the next turn
+        await c.wait(lambda e: e["type"] == "input_audio_buffer.committed", i, 30)
+
+
+@pytest.mark.parametrize("interrupt", [False, True], ids=["echo", "echo+interruption"])
+async def test_the_replys_echo_does_not_interrupt_it_the_caller_still_does(server, interrupt):
+    async with connected(RealtimeWSTransport(server.url, API_KEY)) as c:
+        c.echo = PlayoutEcho(RATE, gain=0.1, delay_ms=150.0)     # -20 dB, 150 ms late
+        rid, i = await reply_playing(c, 1.5)
+        if interrupt:
+            c.say(flite_pcm(INTERRUPTION, RATE))
+        done = await done_of(c, rid, i)
+        if interrupt:
+            assert done["response"]["status"] == "cancelled"
+            assert of(c, "input_audio_buffer.speech_started", i)
+        else:
+            assert done["response"]["status"] == "completed"
+            assert not of(c, "voice_agent.output_audio.paused", i)
+            assert not of(c, "input_audio_buffer.speech_started", i)

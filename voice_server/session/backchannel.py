@@ -1,0 +1,72 @@
+"""What counts as a backchannel, and the server's settings for deciding
+interruptions (``ServerSettings.interruptions``).
+
+A listener says "mm-hmm", "yeah" or "okay" while the other one talks to show
+they follow, not to take the turn; a reply must not stop for that, nor for a
+cough.  :func:`only_backchannel` reads an early transcript of the sound that
+paused the reply: empty (a cough, a knock) or made only of backchannel words
+means "go on".
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_BACKCHANNELS = (
+    "mm", "mmm", "hm", "hmm", "mhm", "mm hmm", "mm hm", "mmhmm", "mhmm", "uh huh", "uhhuh",
+    "uh", "um", "ah", "oh",
+    "yeah", "yes", "yep", "yup", "ya", "ok", "okay", "right", "sure", "alright", "all right",
+    "i see", "got it", "cool", "great", "nice", "good", "wow", "really", "exactly", "true",
+    "indeed", "of course",
+)
+
+# Whisper writes non-speech as an annotation: "[cough]", "(knocking)", "*sighs*".
+_ANNOTATION = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(_ANNOTATION.sub(" ", text.lower()).replace("-", " "))
+
+
+def only_backchannel(text: str, phrases: frozenset[tuple[str, ...]]) -> bool:
+    """True when ``text`` has no words, or only words of backchannel phrases
+    (matched longest first: "mm hmm", "all right")."""
+    words = _words(text)
+    longest = max((len(p) for p in phrases), default=1)
+    i = 0
+    while i < len(words):
+        for n in range(min(longest, len(words) - i), 0, -1):
+            if tuple(words[i:i + n]) in phrases:
+                i += n
+                break
+        else:
+            return False
+    return True
+
+
+class InterruptionSettings(BaseModel):
+    """How a reply that the caller talks over is handled (server-wide; YAML
+    ``interruptions:``).  The reply pauses at the first speech frame; then
+    speech that goes on for ``decide_after_ms``, or words that are not all
+    ``backchannel_words``, cancel it; a backchannel or a noise resumes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    # phrases that do not take the turn ("mm hmm", "yeah"); [] makes every word an interruption
+    backchannel_words: list[str] = Field(default_factory=lambda: list(DEFAULT_BACKCHANNELS))
+    # speech this long without a pause is an interruption, whatever its words
+    decide_after_ms: float = Field(700.0, ge=100.0, le=5000.0)
+    # false: the reply is cancelled at speech_started, as the Realtime API does
+    resume_backchannels: bool = True
+    # the agent's own voice in the mic (a speakerphone): mic audio that is this
+    # much quieter than the reply it could echo is not the caller (echo_guard.py)
+    echo_guard: bool = True
+    echo_margin_db: float = Field(10.0, ge=0.0, le=40.0)
+
+    def phrases(self) -> frozenset[tuple[str, ...]]:
+        return frozenset(tuple(_words(p)) for p in self.backchannel_words if _words(p))
+
+
+__all__ = ["DEFAULT_BACKCHANNELS", "InterruptionSettings", "only_backchannel"]

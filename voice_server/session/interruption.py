@@ -1,0 +1,159 @@
+"""Deciding whether the caller really interrupts the reply.  Part of
+:class:`voice_server.session.Session` (core.py), split out by section.
+
+The reply pauses at the caller's first speech frame (listen ``onset``,
+turns.py).  When the listen stage confirms speech (``speech_started``) while
+the reply is playing, the session does not cancel at once: it keeps the
+reply paused, holds back ``input_audio_buffer.speech_started`` and decides:
+
+* **interruption** - the early transcript (listen ``interim`` / ``partial``,
+  or the utterance's final) has a word that is not a backchannel, or the
+  speech goes on for ``InterruptionSettings.decide_after_ms`` without a
+  pause: ``speech_started`` goes out with the utterance's own start, the
+  reply is cancelled and truncated where the listener is (as barge-in always
+  did), and the utterance becomes the next user turn;
+* **backchannel or noise** - the speaker pauses and the words so far are
+  none ("[cough]") or only backchannel phrases ("mm hmm", "yeah"): the same
+  reply resumes where it paused (``voice_agent.output_audio.resumed``) and
+  the utterance is forgotten: no ``speech_started``, no user item, no
+  response, as if the caller had said nothing.  Should the same utterance
+  go on ("yeah, but ..."), the reply pauses again and the decision starts
+  over.
+
+A client therefore sees, for a backchannel, only ``paused`` / ``resumed``,
+and for an interruption the usual Realtime sequence, a few hundred ms later
+than the plain Realtime behaviour would give it.  The whole decision is off
+with ``InterruptionSettings.resume_backchannels: false``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .backchannel import only_backchannel
+from .commands import Command
+
+# speech_paused comes after 64 ms of silence plus the trip from the listen
+# stage: speech is only "going on" once this much more has passed
+PAUSE_NOTICE_MS = 120.0
+# the final of an utterance dropped as a backchannel, in the queue of finals
+DROPPED = ""
+
+
+@dataclass
+class _Deciding:
+    item_id: str
+    audio_start_ms: int
+    since_ms: float                 # input position the speech runs from
+    speaker_paused: bool = False
+    backchannel: bool = False       # decided: the reply goes on, the utterance is not a turn
+    stopped_end_ms: int | None = None   # the utterance ended before the decision
+
+
+class Interruptions:
+    def _agent_speaking(self) -> bool:
+        """A reply is being heard: its audio started and it is active."""
+        r = self._active
+        return r is not None and r.audio and (self._pacer.released_ms > 0 or self.output_paused)
+
+    def _start_deciding(self, audio_start_ms: int, now_ms: float) -> list[Command]:
+        self._speech_item = self.ids.new("item")
+        self._speech_start_ms = audio_start_ms
+        self._idle_deadline = None
+        self._deciding = _Deciding(self._speech_item, audio_start_ms, float(audio_start_ms))
+        out = [] if self.output_paused else self.pause_output(now_ms)
+        self._paused_for_onset = False     # onset_dropped no longer resumes: we decide
+        return out
+
+    def _words_heard(self, text: str, paused: bool, now_ms: float) -> list[Command]:
+        """An early transcript of the deciding utterance (``paused``: the
+        speaker is silent after these words)."""
+        d = self._deciding
+        if d is None or d.backchannel:
+            return []
+        if not only_backchannel(text, self._backchannel_phrases):
+            return self._interrupt(now_ms)
+        if paused and d.speaker_paused:
+            return self._let_reply_go_on(now_ms)
+        return []
+
+    def _speaker_paused(self, paused: bool, now_ms: float) -> list[Command]:
+        d = self._deciding
+        if d is None:
+            return []
+        d.speaker_paused = paused
+        if paused or not d.backchannel:
+            return []
+        # "yeah, but ...": the same utterance goes on; decide again
+        d.backchannel = False
+        d.since_ms = self.input_ms
+        return [] if self.output_paused else self.pause_output(now_ms)
+
+    def _check_decision(self, now_ms: float) -> list[Command]:
+        """Called as input arrives: speech that went on long enough interrupts;
+        a reply that ended meanwhile leaves an ordinary user turn."""
+        d = self._deciding
+        if d is None or d.backchannel:
+            return []
+        if self._active is None:
+            return self._interrupt(now_ms)
+        if d.speaker_paused or d.stopped_end_ms is not None:
+            return []
+        if self.input_ms - d.since_ms >= self.interruptions.decide_after_ms + PAUSE_NOTICE_MS:
+            return self._interrupt(now_ms)
+        return []
+
+    def _deciding_stopped(self, audio_end_ms: int) -> list[Command]:
+        """speech_stopped of the deciding utterance: a backchannel is dropped;
+        otherwise its final decides (it is not committed before)."""
+        d = self._deciding
+        if d.backchannel:
+            self._forget_utterance(audio_end_ms)
+            self._awaiting_final.append(DROPPED)
+        else:
+            d.stopped_end_ms = audio_end_ms
+        return []
+
+    def _deciding_final(self, text: str, start_ms: int, end_ms: int,
+                        now_ms: float) -> list[Command]:
+        d = self._deciding
+        if d.stopped_end_ms is None:       # a final without its stop: take it as both
+            d.stopped_end_ms = end_ms
+        if self._active is not None and only_backchannel(text, self._backchannel_phrases):
+            out = self._let_reply_go_on(now_ms)
+            self._forget_utterance(d.stopped_end_ms)
+            return out
+        return self._interrupt(now_ms) + self._final(text, start_ms, end_ms, now_ms)
+
+    def _interrupt(self, now_ms: float) -> list[Command]:
+        """A real interruption: what barge-in always did, with the utterance's start."""
+        d = self._deciding
+        self._deciding = None
+        started = self._send("input_audio_buffer.speech_started", audio_start_ms=d.audio_start_ms,
+                             item_id=d.item_id)
+        out = self._cancel_active("turn_detected", now_ms, flush=True, between=[started]) \
+            if self._active is not None else [started]
+        if d.stopped_end_ms is not None:
+            out += self._commit_speech(d.stopped_end_ms)
+        return out
+
+    def _let_reply_go_on(self, now_ms: float) -> list[Command]:
+        self._deciding.backchannel = True
+        return self.resume_output(now_ms)
+
+    def _forget_utterance(self, audio_end_ms: int) -> None:
+        self._partial.pop(self._speech_item, None)
+        self._speech_item = None
+        self._deciding = None
+        self._buffer.drop_until_ms(audio_end_ms)
+
+    def _dropped_final(self) -> bool:
+        """The next final is a backchannel's: swallow it."""
+        if self._awaiting_final and self._awaiting_final[0] == DROPPED:
+            self._awaiting_final.popleft()
+            self._partial.pop(DROPPED, None)
+            return True
+        return False
+
+
+__all__ = ["Interruptions"]

@@ -86,7 +86,7 @@ SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
 # at 150 ms); asked later, cut speech starts to sound finished too.
 TURN_ASK_MS = 128.0
-SEMANTIC_PAUSE_MS = 64.0       # recognition starts sooner: the wait may be 150-250 ms
+SEMANTIC_PAUSE_MS = 32.0       # recognition starts at the first silent frame: the wait may be 150-250 ms
 PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
 
 DEFAULTS: dict[str, Any] = {
@@ -426,7 +426,9 @@ class _Stream:
                     continue     # the pause it was for is over, or the utterance is
                 out.append(ev)
             elif ev["type"] == TURN_LIKELY_OVER:
-                if in_pause and self.verdict is not False and self.words is not False:
+                # Prepared even when the model heard "unfinished": the words read
+                # finished, so the turn ends after the ``unsure`` wait at the latest.
+                if in_pause and self.words is not False:
                     self.likely_over = True
                     out.append(ev)
             else:

@@ -31,6 +31,7 @@ import numpy as np
 from runtime.errors import ErrorCode, StageError
 from runtime.models.model_files import ModelFileMissing, models_dir, wheel_file
 from runtime.models.voice_contract import LISTEN_RATE_HZ
+from runtime.models.whisper_loops import cut_loop
 
 HOP = 160                       # Whisper's log-mel hop: 100 frames per second
 WINDOW_S = 30.0                 # what the model was trained on
@@ -162,10 +163,10 @@ class WhisperASR:
                 no_repeat_ngram_size=self.no_repeat_ngram_size,
                 return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1])
         texts = []
-        for r in results:
+        for piece, r in zip(pieces, results):
             if r.no_speech_prob > NO_SPEECH_THRESHOLD:
                 texts.append("")    # Whisper invents words ("Thank you.") for noise
                 continue
             ids = [t for t in r.sequences_ids[0] if t < self._tokenizer.eot]
-            texts.append(self._tokenizer.decode(ids).strip())
+            texts.append(cut_loop(self._tokenizer.decode(ids).strip(), piece.size / LISTEN_RATE_HZ))
         return texts

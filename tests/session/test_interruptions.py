@@ -110,21 +110,31 @@ def test_words_interrupt_cancel_and_truncate_where_the_listener_is():
         ["wait, what about tomorrow"]
 
 
-def test_speech_that_goes_on_interrupts_whatever_its_words():
-    s = paced(decide_after_ms=600)
-    rid, _, now = playing_reply(s)
-    talk_over(s, now, int(s.input_ms))
-    s.listen_event({"type": "interim", "text": "yeah", "paused": False}, now + 400)
-    assert s.active_response_id == rid
+def _talk_on_until_cancelled(s, rid, t: float) -> list:
     chunk = np.zeros(320, np.int16)                  # 20 ms at 16 kHz
-    cancelled, t = [], now + 400
-    while s.active_response_id == rid and t < now + 3000:
+    cancelled, stop = [], t + 5000
+    while s.active_response_id == rid and t < stop:
         t += 20
         cancelled += s.input_audio(chunk, 16000, t)
+    return cancelled
+
+
+@pytest.mark.parametrize("early_words, limit_ms", [("", 600), ("[cough]", 600),
+                                                   ("yeah", 1500), ("Mm-hmm.", 1500)])
+def test_speech_that_goes_on_interrupts_whatever_its_words(early_words, limit_ms):
+    """Without a pause, speech interrupts after decide_after_ms; when its early
+    words are all backchannels (a drawn-out "mm hmm") after backchannel_max_ms."""
+    s = paced(decide_after_ms=600, backchannel_max_ms=1500)
+    rid, _, now = playing_reply(s)
+    start = int(s.input_ms)
+    talk_over(s, now, start)
+    s.listen_event({"type": "interim", "text": early_words, "paused": False}, now + 400)
+    assert s.active_response_id == rid
+    cancelled = _talk_on_until_cancelled(s, rid, now + 400)
     assert s.active_response_id is None
     assert kinds(cancelled)[0] == "input_audio_buffer.speech_started"
-    # the input ran on: 600 ms of speech plus the pause notice
-    assert 600 <= s.input_ms <= 600 + 150 + 40
+    # the input ran on: the limit plus the pause notice
+    assert limit_ms <= s.input_ms - start <= limit_ms + 150 + 40
 
 
 def test_a_pause_holds_the_deadline_and_yeah_but_decides_again():

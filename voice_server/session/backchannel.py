@@ -31,11 +31,6 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(_ANNOTATION.sub(" ", text.lower()).replace("-", " "))
 
 
-def has_words(text: str) -> bool:
-    """Whether the transcript holds any word (not only "[cough]" or punctuation)."""
-    return bool(_words(text))
-
-
 def only_backchannel(text: str, phrases: frozenset[tuple[str, ...]]) -> bool:
     """True when ``text`` has no words, or only words of backchannel phrases
     (matched longest first: "mm hmm", "all right")."""
@@ -61,8 +56,8 @@ class InterruptionSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     # phrases that do not take the turn ("mm hmm", "yeah"); [] makes every word an interruption
     backchannel_words: list[str] = Field(default_factory=lambda: list(DEFAULT_BACKCHANNELS))
-    # speech this long without a pause is an interruption, unless its words so far
-    # are all backchannels ("mm hmm" drawn out over a second)
+    # speech this long without a pause is an interruption, unless an early transcript
+    # had only backchannel words or none ("mm hmm" drawn out over a second)
     decide_after_ms: float = Field(700.0, ge=100.0, le=5000.0)
     # ... then this long, however its words read
     backchannel_max_ms: float = Field(1600.0, ge=100.0, le=10000.0)
@@ -77,4 +72,4 @@ class InterruptionSettings(BaseModel):
         return frozenset(tuple(_words(p)) for p in self.backchannel_words if _words(p))
 
 
-__all__ = ["DEFAULT_BACKCHANNELS", "InterruptionSettings", "has_words", "only_backchannel"]
+__all__ = ["DEFAULT_BACKCHANNELS", "InterruptionSettings", "only_backchannel"]

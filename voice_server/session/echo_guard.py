@@ -102,21 +102,8 @@ class EchoGuard:
         ref_line = self._ref_at(np.arange(lo, slots.max() + 1))
         lmic = np.log10(mic + 1.0)
         heard = mic > 4.0 * max(float(np.percentile(mic, 10)), 1.0)    # above the mic's floor
-        fits: dict[int, tuple[float, float]] = {}       # lag -> (correlation, level)
-        for lag in range(self.max_lag + 1):
-            ref = ref_line[slots - lag - lo]
-            active = ref > ACTIVE_ENERGY
-            if active.sum() < MIN_ACTIVE_SLOTS:
-                continue
-            a, b = lmic[active], np.log10(ref[active] + 1.0)
-            if a.std() < 1e-6 or b.std() < 1e-6:
-                continue
-            level = float(np.median(mic[active] / ref[active]))
-            # an echo is there whenever the reply is, and quieter than it: the
-            # caller's words now and then (silence between) are not an echo path
-            if np.mean(heard[active]) < ECHO_COVERAGE or level > MAX_LEVEL:
-                continue
-            fits[lag] = (float(np.corrcoef(a, b)[0, 1]), level)
+        fits = self._fits(ref_line[slots[None, :] - np.arange(self.max_lag + 1)[:, None] - lo],
+                          mic, lmic, heard)
         lag = max(fits, key=lambda k: fits[k][0], default=None)
         held = fits.get(self.delay_slots) if self.delay_slots is not None else None
         if held is not None and held[0] >= self.min_corr - HOLD_SLACK and \
@@ -130,6 +117,35 @@ class EchoGuard:
             self.delay_slots, self.level = lag, fits[lag][1]
         # a path once found stays until another is found; none found: the prior
         # bound stays (an echo may begin at any time: a phone put on speaker)
+
+    @staticmethod
+    def _fits(ref: np.ndarray, mic: np.ndarray, lmic: np.ndarray,
+              heard: np.ndarray) -> dict[int, tuple[float, float]]:
+        """Lag -> (correlation of log energies, echo level) for every lag that
+        could be an echo path; ``ref`` holds the reply's energy at each lag
+        (a row) for each mic slot.  All lags at once: this runs every 100 ms
+        of every talking session, on the server's event loop."""
+        active = ref > ACTIVE_ENERGY
+        n = active.sum(axis=1)
+        rows = np.flatnonzero(n >= MIN_ACTIVE_SLOTS)
+        if rows.size == 0:
+            return {}
+        active, n, ref = active[rows], n[rows].astype(float), ref[rows]
+        lref = np.where(active, np.log10(ref + 1.0), 0.0)
+        a = np.where(active, lmic[None, :], 0.0)
+        mean_a, mean_b = a.sum(axis=1) / n, lref.sum(axis=1) / n
+        var_a = (a * a).sum(axis=1) / n - mean_a ** 2
+        var_b = (lref * lref).sum(axis=1) / n - mean_b ** 2
+        cov = (a * lref).sum(axis=1) / n - mean_a * mean_b
+        with np.errstate(divide="ignore", invalid="ignore"):
+            level = np.nanmedian(np.where(active, mic[None, :] / ref, np.nan), axis=1)
+            corr = cov / np.sqrt(var_a * var_b)
+        coverage = (active & heard[None, :]).sum(axis=1) / n
+        # an echo is there whenever the reply is, and quieter than it: the
+        # caller's words now and then (silence between) are not an echo path
+        keep = (var_a > 1e-12) & (var_b > 1e-12) & (coverage >= ECHO_COVERAGE) & (level <= MAX_LEVEL)
+        return {int(lag): (float(c), float(lv))
+                for lag, c, lv, k in zip(rows, corr, level, keep) if k}
 
     def _echo_bound(self, slot: int) -> float | None:
         """The loudest a pure echo could be in this mic slot (None: nothing can echo)."""

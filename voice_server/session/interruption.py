@@ -9,8 +9,8 @@ reply paused, holds back ``input_audio_buffer.speech_started`` and decides:
 * **interruption** - the early transcript (listen ``interim`` / ``partial``,
   or the utterance's final) has a word that is not a backchannel, or the
   speech goes on for ``InterruptionSettings.decide_after_ms`` without a
-  pause (``backchannel_max_ms`` when the words so far are all backchannels:
-  a drawn-out "mm hmm"): ``speech_started`` goes out with the utterance's own start, the
+  pause (``backchannel_max_ms`` when an early transcript had only
+  backchannel words or none: a drawn-out "mm hmm"): ``speech_started`` goes out with the utterance's own start, the
   reply is cancelled and truncated where the listener is (as barge-in always
   did), and the utterance becomes the next user turn;
 * **backchannel or noise** - the speaker pauses and the words so far are
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .backchannel import has_words, only_backchannel
+from .backchannel import only_backchannel
 from .commands import Command
 
 # speech_paused comes after 64 ms of silence plus the trip from the listen
@@ -48,7 +48,7 @@ class _Deciding:
     since_ms: float                 # input position the speech runs from
     speaker_paused: bool = False
     backchannel: bool = False       # decided: the reply goes on, the utterance is not a turn
-    heard_backchannel: bool = False  # early words, all backchannels: speech may go on longer
+    heard_backchannel: bool = False  # early words, none or all backchannels: speech may go on longer
     stopped_end_ms: int | None = None   # the utterance ended before the decision
 
 
@@ -75,7 +75,8 @@ class Interruptions:
             return []
         if not only_backchannel(text, self._backchannel_phrases):
             return self._interrupt(now_ms)
-        d.heard_backchannel = d.heard_backchannel or has_words(text)
+        # no word yet (a hum, a drawn-out "mmm" Whisper cannot spell) counts as a backchannel too
+        d.heard_backchannel = True
         if paused and d.speaker_paused:
             return self._let_reply_go_on(now_ms)
         return []

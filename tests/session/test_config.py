@@ -166,3 +166,17 @@ def test_the_server_default_turn_detection_reaches_every_new_session():
     s = Session("sess_d", yaml_semantic.session_defaults())
     [listen] = of(s.start(0), ConfigureListen)
     assert listen.params["turn_mode"] == "semantic" and listen.params["eagerness"] == "high"
+
+
+def test_the_shipped_configs_start_sessions_on_semantic_vad():
+    """benchmarks/turn_bench.py made semantic_vad (auto) the voice-cpu default."""
+    from pathlib import Path
+
+    from runtime.config import load_config
+    from voice_server.settings import ServerSettings
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    for name in ("voice-cpu.yaml", "voice-cpu-ray.yaml"):
+        cfg = load_config(root / name, check_imports=False)
+        td = ServerSettings.from_sources(cfg.extra, env={}).session_defaults().turn_detection
+        assert (td.type, td.eagerness) == ("semantic_vad", "auto"), name

@@ -10,7 +10,7 @@ import base64
 import numpy as np
 import pytest
 
-from session_helpers import events, run_clock, speak, spoken_turn
+from session_helpers import b64_pcm, events, run_clock, speak, spoken_turn
 from voice_server.session import (AudioOut, CancelResponse, FeedListen, Session, SessionSettings,
                                   StartResponse)
 from voice_server.session.backchannel import (DEFAULT_BACKCHANNELS, InterruptionSettings,
@@ -110,18 +110,22 @@ def test_words_interrupt_cancel_and_truncate_where_the_listener_is():
         ["wait, what about tomorrow"]
 
 
-def _talk_on_until_cancelled(s, rid, t: float) -> list:
-    chunk = np.zeros(320, np.int16)                  # 20 ms at 16 kHz
+def _talk_on_until_cancelled(s, rid, t: float, websocket: bool) -> list:
+    """20 ms chunks of input, as a stream transport feeds them or as a
+    WebSocket client's input_audio_buffer.append (24 kHz by default)."""
+    append = {"type": "input_audio_buffer.append", "audio": b64_pcm(np.zeros(480, np.int16))}
     cancelled, stop = [], t + 5000
     while s.active_response_id == rid and t < stop:
         t += 20
-        cancelled += s.input_audio(chunk, 16000, t)
+        cancelled += s.client_event(append, t) if websocket else \
+            s.input_audio(np.zeros(320, np.int16), 16000, t)
     return cancelled
 
 
+@pytest.mark.parametrize("websocket", [False, True], ids=["stream", "websocket"])
 @pytest.mark.parametrize("early_words, limit_ms", [(None, 600), ("", 1500), ("[cough]", 1500),
                                                    ("yeah", 1500), ("Mm-hmm.", 1500)])
-def test_speech_that_goes_on_interrupts_whatever_its_words(early_words, limit_ms):
+def test_speech_that_goes_on_interrupts_whatever_its_words(early_words, limit_ms, websocket):
     """Without a pause, speech interrupts after decide_after_ms; when an early
     transcript had only backchannel words or none (a drawn-out "mm hmm"),
     after backchannel_max_ms."""
@@ -132,7 +136,7 @@ def test_speech_that_goes_on_interrupts_whatever_its_words(early_words, limit_ms
     if early_words is not None:
         s.listen_event({"type": "interim", "text": early_words, "paused": False}, now + 400)
     assert s.active_response_id == rid
-    cancelled = _talk_on_until_cancelled(s, rid, now + 400)
+    cancelled = _talk_on_until_cancelled(s, rid, now + 400, websocket)
     assert s.active_response_id is None
     assert kinds(cancelled)[0] == "input_audio_buffer.speech_started"
     # the input ran on: the limit plus the pause notice
@@ -186,7 +190,27 @@ def test_the_backchannel_words_are_configurable():
     s.listen_event({"type": "final", "text": "Copy that.", "audio_start_ms": 20000,
                     "audio_end_ms": 20400}, now + 850)
     talk_over(s, now + 1000, 22000)
-    cmds = s.listen_event({"type": "interim", "text": "Yeah.", "paused": False}, now + 1400)
+    cmds = s.listen_event({"type": "interim", "text": "Yeah.", "paused": True}, now + 1400)
+    assert any(isinstance(c, CancelResponse) for c in cmds)
+
+
+def test_one_word_heard_while_the_speech_goes_on_waits_for_the_pause():
+    """400 ms into a drawn-out "mm hmm" Whisper may hear a fragment as a word
+    ("NME."): one word mid-speech does not cancel, the pause transcript
+    decides; two words do cancel at once."""
+    s = paced()
+    rid, _, now = playing_reply(s)
+    talk_over(s, now)
+    assert not s.listen_event({"type": "interim", "text": "NME.", "paused": False}, now + 400)
+    assert s.active_response_id == rid
+    s.listen_event({"type": "speech_paused", "audio_end_ms": 21100}, now + 1200)
+    ok = s.listen_event({"type": "interim", "text": "Mm-hmm.", "paused": True}, now + 1300)
+    assert "voice_agent.output_audio.resumed" in kinds(ok) and s.active_response_id == rid
+    s.listen_event({"type": "speech_stopped", "audio_end_ms": 21100}, now + 1500)
+    s.listen_event({"type": "final", "text": "Mm-hmm.", "audio_start_ms": 20000,
+                    "audio_end_ms": 21100}, now + 1550)
+    talk_over(s, now + 2000, 23000)
+    cmds = s.listen_event({"type": "interim", "text": "Hold on.", "paused": False}, now + 2400)
     assert any(isinstance(c, CancelResponse) for c in cmds)
 
 

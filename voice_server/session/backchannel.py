@@ -31,6 +31,11 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(_ANNOTATION.sub(" ", text.lower()).replace("-", " "))
 
 
+def word_count(text: str) -> int:
+    """Words in a transcript, annotations ("[cough]") and punctuation left out."""
+    return len(_words(text))
+
+
 def only_backchannel(text: str, phrases: frozenset[tuple[str, ...]]) -> bool:
     """True when ``text`` has no words, or only words of backchannel phrases
     (matched longest first: "mm hmm", "all right")."""
@@ -72,4 +77,4 @@ class InterruptionSettings(BaseModel):
         return frozenset(tuple(_words(p)) for p in self.backchannel_words if _words(p))
 
 
-__all__ = ["DEFAULT_BACKCHANNELS", "InterruptionSettings", "only_backchannel"]
+__all__ = ["DEFAULT_BACKCHANNELS", "InterruptionSettings", "only_backchannel", "word_count"]

@@ -7,10 +7,12 @@ the reply is playing, the session does not cancel at once: it keeps the
 reply paused, holds back ``input_audio_buffer.speech_started`` and decides:
 
 * **interruption** - the early transcript (listen ``interim`` / ``partial``,
-  or the utterance's final) has a word that is not a backchannel, or the
+  or the utterance's final) has a word that is not a backchannel (two, in a
+  transcript taken while the speech goes on), or the
   speech goes on for ``InterruptionSettings.decide_after_ms`` without a
   pause (``backchannel_max_ms`` when an early transcript had only
-  backchannel words or none: a drawn-out "mm hmm"): ``speech_started`` goes out with the utterance's own start, the
+  backchannel words, one word or none: a drawn-out "mm hmm"):
+  ``speech_started`` goes out with the utterance's own start, the
   reply is cancelled and truncated where the listener is (as barge-in always
   did), and the utterance becomes the next user turn;
 * **backchannel or noise** - the speaker pauses and the words so far are
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .backchannel import only_backchannel
+from .backchannel import only_backchannel, word_count
 from .commands import Command
 
 # speech_paused comes after 64 ms of silence plus the trip from the listen
@@ -48,7 +50,7 @@ class _Deciding:
     since_ms: float                 # input position the speech runs from
     speaker_paused: bool = False
     backchannel: bool = False       # decided: the reply goes on, the utterance is not a turn
-    heard_backchannel: bool = False  # early words, none or all backchannels: speech may go on longer
+    heard_backchannel: bool = False  # early words: none, backchannels or one: speech may go on longer
     stopped_end_ms: int | None = None   # the utterance ended before the decision
 
 
@@ -74,8 +76,11 @@ class Interruptions:
         if d is None or d.backchannel:
             return []
         if not only_backchannel(text, self._backchannel_phrases):
-            return self._interrupt(now_ms)
-        # no word yet (a hum, a drawn-out "mmm" Whisper cannot spell) counts as a backchannel too
+            if paused or word_count(text) > 1:
+                return self._interrupt(now_ms)
+            # One word of speech cut while it goes on is as often a fragment
+            # misheard ("mm hmm" 400 ms in: "NME.") as a word: the pause decides.
+        # no word yet, or only backchannels (a drawn-out "mmm" Whisper cannot spell)
         d.heard_backchannel = True
         if paused and d.speaker_paused:
             return self._let_reply_go_on(now_ms)

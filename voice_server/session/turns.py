@@ -27,8 +27,7 @@ class Turns:
             raise TypeError("input_audio expects int16 PCM")
         out = self._ensure_started(now_ms)
         self._last_traffic_ms = now_ms
-        out += self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
-        return out + self._check_decision(now_ms)
+        return out + self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
 
     def _take_token(self, now_ms: float) -> bool:
         """Token bucket of ``ServerLimits.max_client_events_per_s``."""
@@ -59,6 +58,8 @@ class Turns:
                 pcm16 = self._echo.process(pcm16, now_ms)   # the reply's own voice is not the caller
             out.append(FeedListen(pcm16))
             self._buffer.append(pcm16, self._in_samples, ring=True)
+            # speech over a reply that goes on long enough interrupts it (every transport)
+            out += self._check_decision(now_ms)
         else:
             ok = self._buffer.append(pcm16, self._in_samples, ring=False)
             if not ok and not self._buffer_full_reported:

@@ -87,8 +87,8 @@ class Caller:
                     _settle(marks.pop(0)[1], time.monotonic())
             else:
                 frame = np.zeros(n, np.int16)
-            if self.echo is not None:
-                frame = np.clip(frame + self.echo.frame(time.monotonic(), n),
+            if self.echo is not None:     # (an utterance's last frame may be short)
+                frame = np.clip(frame + self.echo.frame(time.monotonic(), frame.size),
                                 -32768, 32767).astype(np.int16)
             await self.t.send_audio(frame)
             if cur.size == 0 and marks and marks[0][0] == "end":

@@ -10,7 +10,10 @@ seed), so turns overlap the way real calls do.  Per level N (1, 2, 4, 6, 8):
   frame sent) -> first ``response.output_audio.delta``; the server's silence
   window is included, because the caller waits through it too;
 * ``barge_in_ms``: first frame of interrupting speech sent -> ``response.done``
-  (cancelled) of the interrupted reply;
+  (cancelled) of the interrupted reply: the server's decision that it is an
+  interruption (it waits for the words: a backchannel must not cancel);
+* ``paused_ms``: the same frame -> ``voice_agent.output_audio.paused`` of that
+  reply: when the agent falls silent (its paced audio stops at the onset);
 * ``cpu_cores.<process>``: CPU seconds / wall seconds of the server process
   and each stage process during the level (from /proc);
 * ``vad_decision_ms``: the listen stage's own figure, chunk arrival ->
@@ -24,7 +27,8 @@ seed), so turns overlap the way real calls do.  Per level N (1, 2, 4, 6, 8):
     .venv/bin/python -m benchmarks.capacity_bench --url http://127.0.0.1:8000
 
 Prints a table; writes benchmarks/results/capacity.json with keys
-``levels.<N>.{first_audio_ms.{p50,p95}, barge_in_ms.{p50,p95}, cpu_cores.<process>, errors}``.
+``levels.<N>.{first_audio_ms.{p50,p95}, barge_in_ms.{p50,p95}, paused_ms.{p50,p95},
+cpu_cores.<process>, errors}``.
 """
 
 from __future__ import annotations
@@ -135,6 +139,10 @@ async def _talk(c: Caller, speech: dict, turns: int, rng: random.Random, res: di
         res["barge_in_ms"].append((done["_t"] - t0) * 1000)
     else:
         res["barge_not_cancelled"] += 1
+    paused = [e for e in c.events[i:] if e["type"] == "voice_agent.output_audio.paused"
+              and e["response_id"] == rid and e["_t"] >= t0]
+    if paused:
+        res["paused_ms"].append((paused[0]["_t"] - t0) * 1000)
     await c.wait(lambda e: e["type"] == "response.done" and e["response"]["id"] != rid, i, 90)
 
 
@@ -144,7 +152,8 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
     pids = process_pids(rt)
     cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
     w0 = time.monotonic()
-    res = {"first_audio_ms": [], "barge_in_ms": [], "barge_not_cancelled": 0, "errors": 0,
+    res = {"first_audio_ms": [], "barge_in_ms": [], "paused_ms": [], "barge_not_cancelled": 0,
+           "errors": 0,
            "error_events": 0, "failed": 0, "exceptions": []}
     rng = random.Random(seed * 1000 + n)
     await asyncio.wait_for(asyncio.gather(*[
@@ -162,6 +171,7 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
     return {"callers": n, "turns": len(fa), "wall_s": round(wall, 1),
             "first_audio_ms": {"p50": pct(fa, 50), "p95": pct(fa, 95)},
             "barge_in_ms": {"p50": pct(bi, 50), "p95": pct(bi, 95)},
+            "paused_ms": {"p50": pct(res["paused_ms"], 50), "p95": pct(res["paused_ms"], 95)},
             "barge_not_cancelled": res["barge_not_cancelled"],
             "cpu_cores": cores, "rss_mb": rss, "vad_decision_ms": listen.get("vad_decision_ms"),
             "asr": listen.get("asr"), "speculative": {k: listen.get(k) for k in
@@ -194,12 +204,13 @@ def main() -> int:
     a = ap.parse_args()
     levels = asyncio.run(main_async(a))
     print(f"\n{'N':>3} {'turns':>6} {'first audio p50/p95 ms':>24} {'barge-in p50/p95 ms':>22} "
-          f"{'VAD p99 ms':>11} {'errors':>7}  cores")
+          f"{'paused p50/p95 ms':>20} {'VAD p99 ms':>11} {'errors':>7}  cores")
     for n, r in levels.items():
-        fa, bi = r["first_audio_ms"], r["barge_in_ms"]
+        fa, bi, pa = r["first_audio_ms"], r["barge_in_ms"], r["paused_ms"]
         vad = (r.get("vad_decision_ms") or {}).get("p99")
         print(f"{n:>3} {r['turns']:>6} {str(fa['p50']) + ' / ' + str(fa['p95']):>24} "
-              f"{str(bi['p50']) + ' / ' + str(bi['p95']):>22} {str(vad):>11} {r['errors']:>7}  "
+              f"{str(bi['p50']) + ' / ' + str(bi['p95']):>22} "
+              f"{str(pa['p50']) + ' / ' + str(pa['p95']):>20} {str(vad):>11} {r['errors']:>7}  "
               f"{r['cpu_cores']}")
     verdict = {}
     if "4" in levels:

@@ -214,6 +214,15 @@ def test_one_word_heard_while_the_speech_goes_on_waits_for_the_pause():
     assert any(isinstance(c, CancelResponse) for c in cmds)
 
 
+def test_one_interruption_word_heard_while_the_speech_goes_on_cancels_at_once():
+    s = paced()
+    rid, _, now = playing_reply(s)
+    talk_over(s, now)
+    cmds = s.listen_event({"type": "interim", "text": "Stop.", "paused": False}, now + 400)
+    assert any(isinstance(c, CancelResponse) for c in cmds)
+    assert kinds(cmds)[0] == "input_audio_buffer.speech_started"
+
+
 def test_with_no_reply_playing_speech_starts_a_turn_at_once():
     s = paced()
     cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 100}, 10.0)

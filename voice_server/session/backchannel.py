@@ -14,6 +14,13 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# words that take the turn even heard alone, cut mid-speech (one word of a 400 ms
+# transcript is otherwise as often a misheard hum, "mm hmm" -> "NME.")
+DEFAULT_INTERRUPTIONS = (
+    "stop", "wait", "no", "hold on", "hang on", "actually", "sorry", "excuse me", "hey",
+    "but", "what", "pause", "cancel", "enough", "listen",
+)
+
 DEFAULT_BACKCHANNELS = (
     "mm", "mmm", "hm", "hmm", "mhm", "mm hmm", "mm hm", "mmhmm", "mhmm", "uh huh", "uhhuh",
     "uh", "um", "ah", "oh",
@@ -34,6 +41,12 @@ def _words(text: str) -> list[str]:
 def word_count(text: str) -> int:
     """Words in a transcript, annotations ("[cough]") and punctuation left out."""
     return len(_words(text))
+
+
+def starts_with(text: str, phrases: frozenset[tuple[str, ...]]) -> bool:
+    """True when ``text`` begins with one of ``phrases`` ("stop", "hold on")."""
+    words = tuple(_words(text))
+    return any(words[:len(p)] == p for p in phrases)
 
 
 def only_backchannel(text: str, phrases: frozenset[tuple[str, ...]]) -> bool:
@@ -61,6 +74,8 @@ class InterruptionSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     # phrases that do not take the turn ("mm hmm", "yeah"); [] makes every word an interruption
     backchannel_words: list[str] = Field(default_factory=lambda: list(DEFAULT_BACKCHANNELS))
+    # phrases that cancel at once even as the only word heard while the speech goes on
+    interruption_words: list[str] = Field(default_factory=lambda: list(DEFAULT_INTERRUPTIONS))
     # speech this long without a pause is an interruption, unless an early transcript
     # had only backchannel words or none ("mm hmm" drawn out over a second)
     decide_after_ms: float = Field(700.0, ge=100.0, le=5000.0)
@@ -74,7 +89,15 @@ class InterruptionSettings(BaseModel):
     echo_margin_db: float = Field(10.0, ge=0.0, le=40.0)
 
     def phrases(self) -> frozenset[tuple[str, ...]]:
-        return frozenset(tuple(_words(p)) for p in self.backchannel_words if _words(p))
+        return _phrases(self.backchannel_words)
+
+    def interruption_phrases(self) -> frozenset[tuple[str, ...]]:
+        return _phrases(self.interruption_words)
 
 
-__all__ = ["DEFAULT_BACKCHANNELS", "InterruptionSettings", "only_backchannel", "word_count"]
+def _phrases(texts: list[str]) -> frozenset[tuple[str, ...]]:
+    return frozenset(tuple(_words(p)) for p in texts if _words(p))
+
+
+__all__ = ["DEFAULT_BACKCHANNELS", "DEFAULT_INTERRUPTIONS", "InterruptionSettings",
+           "only_backchannel", "starts_with", "word_count"]

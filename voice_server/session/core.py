@@ -218,6 +218,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         # talked over while a reply plays: backchannel or interruption (interruption.py)
         self.interruptions = interruptions or InterruptionSettings()
         self._backchannel_phrases = self.interruptions.phrases()
+        self._interruption_phrases = self.interruptions.interruption_phrases()
         self._deciding = None
         self._echo = EchoGuard(self.interruptions.echo_margin_db) \
             if self.interruptions.echo_guard else None

@@ -8,7 +8,8 @@ reply paused, holds back ``input_audio_buffer.speech_started`` and decides:
 
 * **interruption** - the early transcript (listen ``interim`` / ``partial``,
   or the utterance's final) has a word that is not a backchannel (two, in a
-  transcript taken while the speech goes on), or the
+  transcript taken while the speech goes on, unless the one is in
+  ``interruption_words``: "stop", "wait"), or the
   speech goes on for ``InterruptionSettings.decide_after_ms`` without a
   pause (``backchannel_max_ms`` when an early transcript had only
   backchannel words, one word or none: a drawn-out "mm hmm"):
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .backchannel import only_backchannel, word_count
+from .backchannel import only_backchannel, starts_with, word_count
 from .commands import Command
 
 # speech_paused comes after 64 ms of silence plus the trip from the listen
@@ -76,10 +77,11 @@ class Interruptions:
         if d is None or d.backchannel:
             return []
         if not only_backchannel(text, self._backchannel_phrases):
-            if paused or word_count(text) > 1:
+            if paused or word_count(text) > 1 or starts_with(text, self._interruption_phrases):
                 return self._interrupt(now_ms)
             # One word of speech cut while it goes on is as often a fragment
-            # misheard ("mm hmm" 400 ms in: "NME.") as a word: the pause decides.
+            # misheard ("mm hmm" 400 ms in: "NME.") as a word: unless it is one
+            # that takes the turn alone ("Stop."), the pause decides.
         # no word yet, or only backchannels (a drawn-out "mmm" Whisper cannot spell)
         d.heard_backchannel = True
         if paused and d.speaker_paused:

@@ -51,7 +51,7 @@ class _Deciding:
     since_ms: float                 # input position the speech runs from
     speaker_paused: bool = False
     backchannel: bool = False       # decided: the reply goes on, the utterance is not a turn
-    heard_backchannel: bool = False  # early words: none, backchannels or one: speech may go on longer
+    extended: bool = False          # early words none, backchannels or one: may go on longer
     stopped_end_ms: int | None = None   # the utterance ended before the decision
 
 
@@ -83,7 +83,7 @@ class Interruptions:
             # misheard ("mm hmm" 400 ms in: "NME.") as a word: unless it is one
             # that takes the turn alone ("Stop."), the pause decides.
         # no word yet, or only backchannels (a drawn-out "mmm" Whisper cannot spell)
-        d.heard_backchannel = True
+        d.extended = True
         if paused and d.speaker_paused:
             return self._let_reply_go_on(now_ms)
         return []
@@ -96,7 +96,7 @@ class Interruptions:
         if paused or not d.backchannel:
             return []
         # "yeah, but ...": the same utterance goes on; decide again
-        d.backchannel = d.heard_backchannel = False
+        d.backchannel = d.extended = False
         d.since_ms = self.input_ms
         return [] if self.output_paused else self.pause_output(now_ms)
 
@@ -111,7 +111,7 @@ class Interruptions:
         if d.speaker_paused or d.stopped_end_ms is not None:
             return []
         s = self.interruptions
-        limit = s.backchannel_max_ms if d.heard_backchannel else s.decide_after_ms
+        limit = s.backchannel_max_ms if d.extended else s.decide_after_ms
         if self.input_ms - d.since_ms >= limit + PAUSE_NOTICE_MS:
             return self._interrupt(now_ms)
         return []

@@ -82,7 +82,7 @@ class Interruptions:
             # One word of speech cut while it goes on is as often a fragment
             # misheard ("mm hmm" 400 ms in: "NME.") as a word: unless it is one
             # that takes the turn alone ("Stop."), the pause decides.
-        # no word yet, or only backchannels (a drawn-out "mmm" Whisper cannot spell)
+        # no word yet, only backchannels or one unsure word: the speech may go on longer
         d.extended = True
         if paused and d.speaker_paused:
             return self._let_reply_go_on(now_ms)

@@ -14,6 +14,9 @@ Realtime WebSocket, in real time:
 
 * ``latency_ms``: TRUE end of the user's speech (last speech frame sent) ->
   first ``response.output_audio.delta`` at the client (p50/p95, ``complete``);
+* ``latency_human_ms``: the same on recordings of people (``--human``: the
+  LibriVox sentences and spoken commands of ``voice_server.testing.speech_corpus``,
+  cut to the span above 5% of their peak: the true speech bounds);
 * ``premature_rate``: share of ``paused`` sentences whose turn was ended in the
   pause (the server committed the first half, or answered, before the
   second half was spoken);
@@ -109,6 +112,20 @@ def speak(text: str, voice: str, stretch: float) -> np.ndarray:
     pcm = resample(pcm, rate, RATE)
     loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 300)
     return pcm[loud[0]:loud[-1] + 1] if loud.size else pcm
+
+
+def human_set() -> list[dict]:
+    """People's recordings, not synthetic voices, at the benchmark's rate."""
+    from voice_server.testing.speech_corpus import human_clips
+
+    out = []
+    for clip in human_clips():
+        if clip.group == "cards":       # one speaker reading card names: not questions
+            continue
+        pcm = resample((np.clip(clip.audio, -1, 1) * 32767).astype(np.int16), 16000, RATE)
+        loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 0.05 * np.abs(pcm).max())
+        out.append({"text": clip.text, "pcm": pcm[loud[0]:loud[-1] + 1]})
+    return out
 
 
 def build_sets(seed: int, repeat: int = 1) -> dict:
@@ -296,28 +313,39 @@ async def first_audio_then_cancel(c: Caller, n: int) -> dict:
     return d
 
 
+async def answer_latency(c: Caller, pcm: np.ndarray, latency: list, decide: list,
+                         respond: list) -> int:
+    """Say ``pcm``; append true end of speech -> first agent audio (and its two
+    parts: -> speech_stopped, -> audio); 1 when no audio came (an error)."""
+    n = len(c.events)
+    _, end = c.say(pcm)
+    t_end = await asyncio.wait_for(end, 60)
+    d = await first_audio_then_cancel(c, n)
+    await settle(c, n, quiet_s=0.5)
+    if d["type"] != "response.output_audio.delta":
+        return 1
+    latency.append((d["_t"] - t_end) * 1000)
+    stopped = [e for e in c.events[n:] if e["type"] == "input_audio_buffer.speech_stopped"
+               and e["_t"] <= d["_t"]]
+    if stopped:
+        decide.append((stopped[-1]["_t"] - t_end) * 1000)
+        respond.append((d["_t"] - stopped[-1]["_t"]) * 1000)
+    return 0
+
+
 async def run_mode(url: str, key: str | None, mode: str, sets: dict,
                    interrupts: bool = True) -> dict:
     latency, premature, errors, missed = [], [], 0, []
     decide, respond = [], []     # true end -> speech_stopped at the client -> first audio
+    human: list[float] = []
     async with connected(RealtimeWSTransport(url, key), session={
             "max_output_tokens": 16,
             "audio": {"input": {"turn_detection": turn_detection(mode)}}}) as c:
         await c.wait(lambda e: e["type"] == "session.updated", 0, 30)
         for item in sets["complete"]:
-            n = len(c.events)
-            _, end = c.say(item["pcm"])
-            t_end = await asyncio.wait_for(end, 60)
-            d = await first_audio_then_cancel(c, n)
-            if d["type"] == "response.output_audio.delta":
-                latency.append((d["_t"] - t_end) * 1000)
-                stopped = [e for e in c.events[n:] if e["type"] == "input_audio_buffer.speech_stopped"]
-                if stopped:
-                    decide.append((stopped[-1]["_t"] - t_end) * 1000)
-                    respond.append((d["_t"] - stopped[-1]["_t"]) * 1000)
-            else:
-                errors += 1
-            await settle(c, n, quiet_s=0.5)
+            errors += await answer_latency(c, item["pcm"], latency, decide, respond)
+        for item in sets.get("human", []):
+            errors += await answer_latency(c, item["pcm"], human, [], [])
         for item in sets["paused"]:
             n = len(c.events)
             pcm = np.concatenate([item["first"], np.zeros(int(RATE * item["gap_ms"] / 1000),
@@ -339,6 +367,8 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
                            "all": [round(x) for x in latency],
                            "end_decided": {"p50": pct(decide, 50), "p95": pct(decide, 95)},
                            "decided_to_audio": {"p50": pct(respond, 50), "p95": pct(respond, 95)}},
+            "latency_human_ms": {"p50": pct(human, 50), "p95": pct(human, 95), "n": len(human),
+                                 "all": [round(x) for x in human]},
             "premature_rate": round(sum(premature) / len(premature), 3) if premature else None,
             "premature_n": len(premature), "premature_sentences": missed, **inter,
             "wasted_think_ratio": None, "errors": errors}
@@ -346,6 +376,8 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
 
 async def main_async(a) -> dict:
     sets = build_sets(a.seed, a.repeat)
+    if a.human:
+        sets["human"] = human_set()
     inter_modes = a.interruption_modes.split(",") if a.interruption_modes else []
     modes: dict = {}
     async with served(a.config, a.url) as server:
@@ -359,6 +391,7 @@ async def main_async(a) -> dict:
             r["wasted_think_ratio"] = round(wasted / (used + wasted), 3) if used + wasted else None
             r["prepared_replies"] = {"think_tokens_used": used, "think_tokens_wasted": wasted}
             print(f"{mode}: latency p50/p95 {r['latency_ms']['p50']}/{r['latency_ms']['p95']} ms, "
+                  f"people {r['latency_human_ms']['p50']}/{r['latency_human_ms']['p95']} ms, "
                   f"premature {r['premature_rate']}", flush=True)
         rt = await server.runtime()
         for p in rt.get("processes", {}).values():
@@ -376,6 +409,8 @@ def main() -> int:
     ap.add_argument("--interruption-modes", default=",".join(INTERRUPTION_MODES),
                     help="modes that also run the interruption trials")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--human", action="store_true",
+                    help="also the latency on recordings of people (latency_human_ms)")
     ap.add_argument("--no-interruptions", action="store_true",
                     help="only latency and premature end of turn (faster)")
     add_server_arguments(ap, "benchmarks/results/turn.json")

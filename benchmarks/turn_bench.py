@@ -55,15 +55,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import os
 import random
-import subprocess
-import tempfile
-import wave
 
 import numpy as np
 
 from voice_server.audio_codec import resample
+from voice_server.testing.audio import flite_pcm
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import Caller, connected
 from voice_server.testing.echo import PlayoutEcho
@@ -102,14 +99,7 @@ STORY = "tell me a long story about a dragon who learns to fly"
 
 def speak(text: str, voice: str, stretch: float) -> np.ndarray:
     """int16 at 24 kHz, the synthesiser's leading/trailing quiet cut (the true speech bounds)."""
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "s.wav")
-        subprocess.run(["flite", "-voice", voice, "--setf", f"duration_stretch={stretch}",
-                        "-t", text, "-o", path], check=True, capture_output=True, timeout=60)
-        with wave.open(path, "rb") as w:
-            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
-            rate = w.getframerate()
-    pcm = resample(pcm, rate, RATE)
+    pcm = flite_pcm(text, RATE, voice, stretch)
     loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 300)
     return pcm[loud[0]:loud[-1] + 1] if loud.size else pcm
 

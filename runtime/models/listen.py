@@ -33,7 +33,8 @@ silent for 64 ms (the utterance may still go on) and
 "paused": bool}`` (Whisper): the words so far, at each pause (``paused``) and
 once ``asr_peek_ms`` into the utterance while it goes on.  A server whose
 reply is talked over decides with these whether it hears a backchannel or an
-interruption.
+interruption; a short one (and a short ``final``) may carry an
+``"alternative"`` reading ("Uh-huh." where Whisper wrote "I heard that.").
 
 semantic mode: the turn ends after the wait that the end-of-turn model's
 verdict and the transcript at the pause allow together (``EAGERNESS_WAIT_MS``;
@@ -58,6 +59,7 @@ from runtime.heap import trim_heap
 from runtime.models.asr_thread import RecognitionThread
 from runtime.models.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
 from runtime.models.utterance_asr import SpeculativeSegments, StreamingDecoder
+from runtime.models.whisper_asr import ALT_PROMPT
 from runtime.models.turn_text import looks_unfinished
 from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED,
                                            SPEECH_STOPPED, TURN_LIKELY_OVER, onset_dropped_event,
@@ -494,6 +496,12 @@ class ListenExecutor(ChunkExecutor):
       utterance while it goes on (``interim``, default 400; 0: never): a server
       whose reply the speaker talks over decides with it whether that is a
       backchannel or an interruption, before the speaker stops;
+    * ``asr_alt_prompt``: an utterance of at most ``asr_alt_max_s`` (default 1.2)
+      is read a second time after this Whisper prompt (default "Mm-hmm. Uh-huh.
+      Yeah. Okay. Right."; "": never), and the reading goes out as the
+      ``alternative`` of its ``interim`` / ``final`` when Whisper finds it about
+      as likely as its own: what a server needs to tell "uh huh" from words
+      (whisper_asr.py);
     * ``turn_model``: the end-of-turn model for ``turn_mode: semantic`` requests
       (default ``smart-turn-v3.2``, extracted by ``make``; a path to another ONNX
       file of the same interface; null: semantic end of turn unsupported);
@@ -522,6 +530,8 @@ class ListenExecutor(ChunkExecutor):
         self.pause_ms = float(args.get("asr_pause_ms", 192.0))
         self.peek_ms = max(0.0, float(args.get("asr_peek_ms", 400.0)))
         self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
+        self.alt_prompt = str(args.get("asr_alt_prompt", ALT_PROMPT) or "")
+        self.alt_max_s = float(args.get("asr_alt_max_s", 1.2))
         self.spare_decoders = max(0, int(args.get("spare_decoders", 1)))
         self.turn_model = args.get("turn_model", "smart-turn-v3.2")   # None: no semantic_vad
         self.turn_threads = max(1, int(args.get("turn_threads", 1)))
@@ -545,9 +555,10 @@ class ListenExecutor(ChunkExecutor):
 
             asr = WhisperASR(self.asr_model, threads=self.asr_threads, window_s=self.asr_window_s,
                              beam_size=self.asr_beam_size,
-                             no_repeat_ngram_size=self.no_repeat_ngram)
-            asr.transcribe([np.zeros(LISTEN_RATE_HZ, dtype=np.float32)])   # first call allocates
-            self._thread = RecognitionThread(asr.transcribe, self.asr_max_batch, name="listen-asr")
+                             no_repeat_ngram_size=self.no_repeat_ngram,
+                             alt_prompt=self.alt_prompt, alt_max_s=self.alt_max_s)
+            asr.hear([np.zeros(LISTEN_RATE_HZ, dtype=np.float32)])   # first call allocates
+            self._thread = RecognitionThread(asr.hear, self.asr_max_batch, name="listen-asr")
         else:
             from runtime.models.pocketsphinx_asr import make_decoder
 

@@ -29,13 +29,22 @@ from runtime.models.voice_contract import (Final, ListenEvent, final_event, inte
                                            partial_event, turn_likely_over_event)
 
 
-def _final(text: Any, times: tuple[int, int]) -> Final:
-    if isinstance(text, BaseException):
+def _read(value: Any) -> tuple[str, str | None]:
+    """A recogniser's result (a str, a :class:`~runtime.models.whisper_asr.Heard`
+    with its alternative reading, or an exception) -> (text, alternative)."""
+    if isinstance(value, BaseException):
         # One failed recognition must not end the caller's listen stream: the
         # turn goes on with an empty transcript and the stage log says why.
-        print(f"[listen] recognition failed: {text!r}", file=sys.stderr, flush=True)
-        text = ""
-    return final_event(str(text).strip(), times[0], times[1])
+        print(f"[listen] recognition failed: {value!r}", file=sys.stderr, flush=True)
+        return "", None
+    if isinstance(value, tuple):
+        return str(value[0]).strip(), value[1]
+    return str(value).strip(), None
+
+
+def _final(value: Any, times: tuple[int, int]) -> Final:
+    text, alternative = _read(value)
+    return final_event(text, times[0], times[1], alternative)
 
 
 class SpeculativeSegments:
@@ -118,8 +127,9 @@ class SpeculativeSegments:
 
     def result(self, tag: Any, value: Any) -> list[ListenEvent]:
         if isinstance(tag, tuple):          # a peek
-            if tag[1] == self.gen and isinstance(value, str):
-                return [interim_event(value.strip(), False)]
+            if tag[1] == self.gen and not isinstance(value, BaseException):
+                text, alternative = _read(value)
+                return [interim_event(text, False, alternative)]
             return []
         if tag in self.awaiting:
             return [_final(value, self.awaiting.pop(tag))]
@@ -127,8 +137,8 @@ class SpeculativeSegments:
             self.ready[tag] = value
             if isinstance(value, BaseException):
                 return []
-            text = str(value).strip()
-            out: list[ListenEvent] = [interim_event(text, True)]
+            text, alternative = _read(value)
+            out: list[ListenEvent] = [interim_event(text, True, alternative)]
             if text:
                 # The words are known before the turn is: a reply can be prepared.
                 out.append(turn_likely_over_event(text))

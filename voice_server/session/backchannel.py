@@ -29,6 +29,9 @@ DEFAULT_BACKCHANNELS = (
     "indeed", "of course",
 )
 
+# Hums and laughs have no fixed spelling: Whisper writes "MMHMM", "M-H-N-N",
+# "Mmmm", "hahaha", "heh".
+_HUM_OR_LAUGH = re.compile(r"[mhn]+|u+[mh]+|(?:ha)+h?|heh|he(?:he)+h?")
 # Whisper writes non-speech as an annotation: "[cough]", "(knocking)", "*sighs*".
 _ANNOTATION = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
 _WORD = re.compile(r"[a-z0-9']+")
@@ -51,7 +54,7 @@ def starts_with(text: str, phrases: frozenset[tuple[str, ...]]) -> bool:
 
 def only_backchannel(text: str, phrases: frozenset[tuple[str, ...]]) -> bool:
     """True when ``text`` has no words, or only words of backchannel phrases
-    (matched longest first: "mm hmm", "all right")."""
+    (matched longest first: "mm hmm", "all right"), hums and laughs."""
     words = _words(text)
     longest = max((len(p) for p in phrases), default=1)
     i = 0
@@ -61,7 +64,9 @@ def only_backchannel(text: str, phrases: frozenset[tuple[str, ...]]) -> bool:
                 i += n
                 break
         else:
-            return False
+            if not _HUM_OR_LAUGH.fullmatch(words[i]):
+                return False
+            i += 1
     return True
 
 

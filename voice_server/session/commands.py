@@ -8,7 +8,7 @@ calls (listen stream, response requests, aborts) or transport actions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np

@@ -17,7 +17,9 @@ reply paused, holds back ``input_audio_buffer.speech_started`` and decides:
   reply is cancelled and truncated where the listener is (as barge-in always
   did), and the utterance becomes the next user turn;
 * **backchannel or noise** - the speaker pauses and the words so far are
-  none ("[cough]") or only backchannel phrases ("mm hmm", "yeah"): the same
+  none ("[cough]") or only backchannel phrases ("mm hmm", "yeah"), as
+  transcribed or in the listen stage's ``alternative`` reading of a short
+  utterance (Whisper may write "uh huh" as "I heard that."): the same
   reply resumes where it paused (``voice_agent.output_audio.resumed``) and
   the utterance is forgotten: no ``speech_started``, no user item, no
   response, as if the caller had said nothing.  Should the same utterance
@@ -70,13 +72,22 @@ class Interruptions:
         self._paused_for_onset = False     # onset_dropped no longer resumes: we decide
         return out
 
-    def _words_heard(self, text: str, paused: bool, now_ms: float) -> list[Command]:
+    def _only_backchannel(self, text: str, alternative: str) -> bool:
+        """The words, or the listen stage's other reading of a short sound, are
+        only backchannels; words that take the turn ("stop") always count."""
+        if starts_with(text, self._interruption_phrases):
+            return False
+        return only_backchannel(text, self._backchannel_phrases) or \
+            bool(alternative) and only_backchannel(alternative, self._backchannel_phrases)
+
+    def _words_heard(self, text: str, paused: bool, now_ms: float,
+                     alternative: str = "") -> list[Command]:
         """An early transcript of the deciding utterance (``paused``: the
         speaker is silent after these words)."""
         d = self._deciding
         if d is None or d.backchannel:
             return []
-        if not only_backchannel(text, self._backchannel_phrases):
+        if not self._only_backchannel(text, alternative):
             if paused or word_count(text) > 1 or starts_with(text, self._interruption_phrases):
                 return self._interrupt(now_ms)
             # One word of speech cut while it goes on is as often a fragment
@@ -128,11 +139,11 @@ class Interruptions:
         return []
 
     def _deciding_final(self, text: str, start_ms: int, end_ms: int,
-                        now_ms: float) -> list[Command]:
+                        now_ms: float, alternative: str = "") -> list[Command]:
         d = self._deciding
         if d.stopped_end_ms is None:       # a final without its stop: take it as both
             d.stopped_end_ms = end_ms
-        if self._active is not None and only_backchannel(text, self._backchannel_phrases):
+        if self._active is not None and self._only_backchannel(text, alternative):
             out = self._let_reply_go_on(now_ms)
             self._forget_utterance(d.stopped_end_ms)
             return out

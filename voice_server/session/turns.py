@@ -87,7 +87,8 @@ class Turns:
             out += self._partial_text(str(ev.get("text", "")))
             out += self._words_heard(str(ev.get("text", "")), False, now_ms)
         elif t == INTERIM and vad:
-            out += self._words_heard(str(ev.get("text", "")), bool(ev.get("paused")), now_ms)
+            out += self._words_heard(str(ev.get("text", "")), bool(ev.get("paused")), now_ms,
+                                     str(ev.get("alternative") or ""))
         elif t in (SPEECH_PAUSED, SPEECH_RESUMED) and vad:
             out += self._speaker_paused(t == SPEECH_PAUSED, now_ms)
         elif t == SPEECH_STOPPED and (vad or self._speech_item):
@@ -102,7 +103,8 @@ class Turns:
             if self._dropped_final():
                 return out
             if self._deciding is not None and not self._awaiting_final:
-                return out + self._deciding_final(text, start, end, now_ms)
+                return out + self._deciding_final(text, start, end, now_ms,
+                                                  str(ev.get("alternative") or ""))
             out += self._final(text, start, end, now_ms)
         elif t == ONSET and vad:
             out += self._onset(now_ms)

@@ -18,17 +18,17 @@ from voice_server.audio_codec import resample
 
 RATE = 24000
 FRAME_MS = 20
-_CACHE: dict[tuple[str, int], np.ndarray] = {}
+_CACHE: dict[tuple, np.ndarray] = {}
 
 
-def flite_pcm(text: str, rate: int = RATE) -> np.ndarray:
-    """int16 mono PCM of flite (voice slt) saying ``text`` at ``rate``."""
-    key = (text, rate)
+def flite_pcm(text: str, rate: int = RATE, voice: str = "slt", stretch: float = 1.0) -> np.ndarray:
+    """int16 mono PCM of flite saying ``text`` at ``rate`` (``stretch`` > 1: slower)."""
+    key = (text, rate, voice, stretch)
     if key not in _CACHE:
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "q.wav")
-            subprocess.run(["flite", "-voice", "slt", "-t", text, "-o", path], check=True,
-                           capture_output=True, timeout=60)
+            subprocess.run(["flite", "-voice", voice, "--setf", f"duration_stretch={stretch}",
+                            "-t", text, "-o", path], check=True, capture_output=True, timeout=60)
             with wave.open(path, "rb") as w:
                 sr = w.getframerate()
                 pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)

@@ -124,11 +124,12 @@ def _talk_on_until_cancelled(s, rid, t: float, websocket: bool) -> list:
 
 @pytest.mark.parametrize("websocket", [False, True], ids=["stream", "websocket"])
 @pytest.mark.parametrize("early_words, limit_ms", [(None, 600), ("", 1500), ("[cough]", 1500),
-                                                   ("yeah", 1500), ("Mm-hmm.", 1500)])
+                                                   ("yeah", 1500), ("Mm-hmm.", 1500),
+                                                   ("Tell me more", 500)])
 def test_speech_that_goes_on_interrupts_whatever_its_words(early_words, limit_ms, websocket):
     """Without a pause, speech interrupts after decide_after_ms; when an early
     transcript had only backchannel words or none (a drawn-out "mm hmm"),
-    after backchannel_max_ms."""
+    after backchannel_max_ms; with words, once it is min_interruption_ms long."""
     s = paced(decide_after_ms=600, backchannel_max_ms=1500)
     rid, _, now = playing_reply(s)
     start = int(s.input_ms)
@@ -152,8 +153,9 @@ def test_a_pause_holds_the_deadline_and_yeah_but_decides_again():
     assert "voice_agent.output_audio.resumed" in kinds(resumed)
     again = s.listen_event({"type": "speech_resumed"}, now + 700)
     assert kinds(again) == ["voice_agent.output_audio.paused"]
+    s.listen_event({"type": "speech_paused", "audio_end_ms": 21100}, now + 1000)
     cmds = s.listen_event({"type": "interim", "text": "Yeah, but what about the cat?",
-                           "paused": False}, now + 900)
+                           "paused": True}, now + 1100)
     assert kinds(cmds)[0] == "input_audio_buffer.speech_started"
     assert any(isinstance(c, CancelResponse) for c in cmds)
 
@@ -190,17 +192,18 @@ def test_the_backchannel_words_are_configurable():
     s.listen_event({"type": "final", "text": "Copy that.", "audio_start_ms": 20000,
                     "audio_end_ms": 20400}, now + 850)
     talk_over(s, now + 1000, 22000)
-    cmds = s.listen_event({"type": "interim", "text": "Yeah.", "paused": True}, now + 1400)
+    s.listen_event({"type": "speech_paused", "audio_end_ms": 22600}, now + 1700)
+    cmds = s.listen_event({"type": "interim", "text": "Yeah.", "paused": True}, now + 1800)
     assert any(isinstance(c, CancelResponse) for c in cmds)
 
 
 @pytest.mark.parametrize("heard, cancels", [("NME.", False), ("Mm-hmm.", False),
                                             ("Stop.", True), ("Hold on.", True),
-                                            ("Tell me more", True)])
+                                            ("Tell me more", False)])
 def test_words_heard_while_the_speech_goes_on(heard, cancels):
     """400 ms into a drawn-out "mm hmm" Whisper may hear a fragment as a word
-    ("NME."): one word mid-speech does not cancel unless it takes the turn
-    alone ("Stop."); two words do."""
+    ("NME."): words mid-speech do not cancel at once unless they take the turn
+    ("Stop."); two words do once the sound is min_interruption_ms long (above)."""
     s = paced()
     rid, _, now = playing_reply(s)
     talk_over(s, now)
@@ -240,6 +243,23 @@ def test_hums_and_laughs_have_no_spelling_but_are_backchannels():
         assert only_backchannel(heard, PHRASES), heard
     for heard in ("He.", "Hmm, what?", "Nah", "him"):
         assert not only_backchannel(heard, PHRASES), heard
+
+
+@pytest.mark.parametrize("end_ms, heard, cancels", [
+    (20400, "You had.", False),        # a flat "yeah", 400 ms: no interruption
+    (20400, "Why?", True),             # a word that takes the turn alone
+    (20700, "You had.", True)])
+def test_a_sound_shorter_than_min_interruption_ms_is_no_interruption(end_ms, heard, cancels):
+    s = paced()
+    rid, _, now = playing_reply(s)
+    talk_over(s, now)
+    cmds = s.listen_event({"type": "speech_paused", "audio_end_ms": end_ms}, now + 500)
+    cmds += s.listen_event({"type": "interim", "text": heard, "paused": True}, now + 600)
+    cmds += s.listen_event({"type": "speech_stopped", "audio_end_ms": end_ms}, now + 900)
+    cmds += s.listen_event({"type": "final", "text": heard, "audio_start_ms": 20000,
+                            "audio_end_ms": end_ms}, now + 950)
+    assert any(isinstance(c, CancelResponse) for c in cmds) == cancels
+    assert ("voice_agent.output_audio.resumed" in kinds(cmds)) != cancels
 
 
 def test_with_no_reply_playing_speech_starts_a_turn_at_once():

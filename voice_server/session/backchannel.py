@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 DEFAULT_INTERRUPTIONS = (
     "stop", "wait", "no", "hold on", "hang on", "actually", "sorry", "excuse me", "hey",
     "but", "what", "pause", "cancel", "enough", "listen",
+    "why", "how", "who", "where", "when", "which",
 )
 
 DEFAULT_BACKCHANNELS = (
@@ -77,7 +78,8 @@ class InterruptionSettings(BaseModel):
     ``backchannel_words``, cancel it; a backchannel or a noise resumes it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    # phrases that do not take the turn ("mm hmm", "yeah"); [] makes every word an interruption
+    # phrases that do not take the turn ("mm hmm", "yeah"); [] makes every word an
+    # interruption (a hum or a laugh, "MMHMM", "hahaha", is no word)
     backchannel_words: list[str] = Field(default_factory=lambda: list(DEFAULT_BACKCHANNELS))
     # phrases that cancel at once even as the only word heard while the speech goes on
     interruption_words: list[str] = Field(default_factory=lambda: list(DEFAULT_INTERRUPTIONS))
@@ -86,6 +88,9 @@ class InterruptionSettings(BaseModel):
     decide_after_ms: float = Field(700.0, ge=100.0, le=5000.0)
     # ... then this long, however its words read
     backchannel_max_ms: float = Field(1600.0, ge=100.0, le=10000.0)
+    # a sound shorter than this is no interruption, whatever Whisper reads in it ("yeah"
+    # heard as "You had."), unless it starts with interruption_words ("stop", "why")
+    min_interruption_ms: float = Field(500.0, ge=0.0, le=5000.0)
     # false: the reply is cancelled at speech_started, as the Realtime API does
     resume_backchannels: bool = True
     # the agent's own voice in the mic (a speakerphone): mic audio that is this

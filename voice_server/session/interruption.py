@@ -12,11 +12,15 @@ reply paused, holds back ``input_audio_buffer.speech_started`` and decides:
   ``interruption_words``: "stop", "wait"), or the
   speech goes on for ``InterruptionSettings.decide_after_ms`` without a
   pause (``backchannel_max_ms`` when an early transcript had only
-  backchannel words, one word or none: a drawn-out "mm hmm"):
+  backchannel words, one word or none: a drawn-out "mm hmm"); words count
+  only from a sound ``min_interruption_ms`` (500 ms) long, as LiveKit's
+  ``min_interruption_duration``, unless they start with
+  ``interruption_words`` (Whisper reads a 400 ms flat "yeah" as "You had."):
   ``speech_started`` goes out with the utterance's own start, the
   reply is cancelled and truncated where the listener is (as barge-in always
   did), and the utterance becomes the next user turn;
-* **backchannel or noise** - the speaker pauses and the words so far are
+* **backchannel or noise** - the speaker pauses after a sound shorter than
+  ``min_interruption_ms``, or the words so far are
   none ("[cough]") or only backchannel phrases ("mm hmm", "yeah"), as
   transcribed or in the listen stage's ``alternative`` reading of a short
   utterance (Whisper may write "uh huh" as "I heard that."): the same
@@ -52,6 +56,8 @@ class _Deciding:
     audio_start_ms: int
     since_ms: float                 # input position the speech runs from
     speaker_paused: bool = False
+    paused_end_ms: int | None = None    # where the speech paused (listen speech_paused)
+    words: bool = False             # words that take the turn, heard while it goes on
     backchannel: bool = False       # decided: the reply goes on, the utterance is not a turn
     extended: bool = False          # early words none, backchannels or one: may go on longer
     stopped_end_ms: int | None = None   # the utterance ended before the decision
@@ -88,8 +94,17 @@ class Interruptions:
         if d is None or d.backchannel:
             return []
         if not self._only_backchannel(text, alternative):
-            if paused or word_count(text) > 1 or starts_with(text, self._interruption_phrases):
+            if starts_with(text, self._interruption_phrases):
                 return self._interrupt(now_ms)
+            if paused or word_count(text) > 1:
+                # Words, but a sound shorter than min_interruption_ms is taken
+                # for a backchannel misheard ("yeah": "You had."): at a pause the
+                # length decides (unknown yet: the final does); while the
+                # speech goes on, _check_decision does at that length.
+                if paused and d.paused_end_ms is not None and self._long_enough(d.paused_end_ms):
+                    return self._interrupt(now_ms)
+                d.words = d.words or not paused
+                return []
             # One word of speech cut while it goes on is as often a fragment
             # misheard ("mm hmm" 400 ms in: "NME.") as a word: unless it is one
             # that takes the turn alone ("Stop."), the pause decides.
@@ -99,15 +114,21 @@ class Interruptions:
             return self._let_reply_go_on(now_ms)
         return []
 
-    def _speaker_paused(self, paused: bool, now_ms: float) -> list[Command]:
+    def _long_enough(self, end_ms: int) -> bool:
+        """The deciding utterance, ended (or paused) at ``end_ms``, is long
+        enough to take the turn."""
+        return end_ms - self._deciding.audio_start_ms >= self.interruptions.min_interruption_ms
+
+    def _speaker_paused(self, paused: bool, now_ms: float, audio_end_ms: int = 0) -> list[Command]:
         d = self._deciding
         if d is None:
             return []
         d.speaker_paused = paused
+        d.paused_end_ms = audio_end_ms if paused else None
         if paused or not d.backchannel:
             return []
         # "yeah, but ...": the same utterance goes on; decide again
-        d.backchannel = d.extended = False
+        d.backchannel = d.extended = d.words = False
         d.since_ms = self.input_ms
         return [] if self.output_paused else self.pause_output(now_ms)
 
@@ -122,7 +143,8 @@ class Interruptions:
         if d.speaker_paused or d.stopped_end_ms is not None:
             return []
         s = self.interruptions
-        limit = s.backchannel_max_ms if d.extended else s.decide_after_ms
+        limit = s.min_interruption_ms if d.words else \
+            s.backchannel_max_ms if d.extended else s.decide_after_ms
         if self.input_ms - d.since_ms >= limit + PAUSE_NOTICE_MS:
             return self._interrupt(now_ms)
         return []
@@ -143,7 +165,9 @@ class Interruptions:
         d = self._deciding
         if d.stopped_end_ms is None:       # a final without its stop: take it as both
             d.stopped_end_ms = end_ms
-        if self._active is not None and self._only_backchannel(text, alternative):
+        short = not self._long_enough(d.stopped_end_ms) and \
+            not starts_with(text, self._interruption_phrases)
+        if self._active is not None and (short or self._only_backchannel(text, alternative)):
             out = self._let_reply_go_on(now_ms)
             self._forget_utterance(d.stopped_end_ms)
             return out

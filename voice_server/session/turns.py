@@ -90,7 +90,7 @@ class Turns:
             out += self._words_heard(str(ev.get("text", "")), bool(ev.get("paused")), now_ms,
                                      str(ev.get("alternative") or ""))
         elif t in (SPEECH_PAUSED, SPEECH_RESUMED) and vad:
-            out += self._speaker_paused(t == SPEECH_PAUSED, now_ms)
+            out += self._speaker_paused(t == SPEECH_PAUSED, now_ms, int(ev.get("audio_end_ms", 0)))
         elif t == SPEECH_STOPPED and (vad or self._speech_item):
             if self._speech_item is None:
                 return out  # stray stop

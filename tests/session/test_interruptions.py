@@ -255,6 +255,8 @@ def test_a_sound_shorter_than_min_interruption_ms_is_no_interruption(end_ms, hea
     talk_over(s, now)
     cmds = s.listen_event({"type": "speech_paused", "audio_end_ms": end_ms}, now + 500)
     cmds += s.listen_event({"type": "interim", "text": heard, "paused": True}, now + 600)
+    # decided at the pause, not after the turn's silence wait
+    assert ("voice_agent.output_audio.resumed" in kinds(cmds)) != cancels
     cmds += s.listen_event({"type": "speech_stopped", "audio_end_ms": end_ms}, now + 900)
     cmds += s.listen_event({"type": "final", "text": heard, "audio_start_ms": 20000,
                             "audio_end_ms": end_ms}, now + 950)

@@ -101,8 +101,10 @@ class Interruptions:
                 # for a backchannel misheard ("yeah": "You had."): at a pause the
                 # length decides (unknown yet: the final does); while the
                 # speech goes on, _check_decision does at that length.
-                if paused and d.paused_end_ms is not None and self._long_enough(d.paused_end_ms):
-                    return self._interrupt(now_ms)
+                if paused and d.paused_end_ms is not None:
+                    if self._long_enough(d.paused_end_ms):
+                        return self._interrupt(now_ms)
+                    return self._let_reply_go_on(now_ms)    # going on decides again
                 d.words = d.words or not paused
                 return []
             # One word of speech cut while it goes on is as often a fragment

@@ -226,6 +226,7 @@ def test_a_fragment_mid_speech_then_a_backchannel_at_the_pause_resumes():
     ("I heard that.", "Uh-huh.", True),        # Whisper's words for a hum, read again
     ("You had.", "Yeah.", True),
     ("Stop.", "Okay.", False),                 # a word that takes the turn wins
+    ("Open.", "Stop and...", False),           # in either reading
     ("No thanks.", "No, thanks.", False)])
 def test_the_listen_stages_other_reading_of_a_short_sound_decides_too(heard, alternative, resumes):
     s = paced()

@@ -78,10 +78,16 @@ class Interruptions:
         self._paused_for_onset = False     # onset_dropped no longer resumes: we decide
         return out
 
+    def _takes_turn(self, text: str, alternative: str) -> bool:
+        """Either reading starts with ``interruption_words`` (400 ms of a flat
+        "stop and ...": "Open." as heard, "Stop and..." read again)."""
+        return starts_with(text, self._interruption_phrases) or \
+            starts_with(alternative, self._interruption_phrases)
+
     def _only_backchannel(self, text: str, alternative: str) -> bool:
         """The words, or the listen stage's other reading of a short sound, are
         only backchannels; words that take the turn ("stop") always count."""
-        if starts_with(text, self._interruption_phrases):
+        if self._takes_turn(text, alternative):
             return False
         return only_backchannel(text, self._backchannel_phrases) or \
             bool(alternative) and only_backchannel(alternative, self._backchannel_phrases)
@@ -94,7 +100,7 @@ class Interruptions:
         if d is None or d.backchannel:
             return []
         if not self._only_backchannel(text, alternative):
-            if starts_with(text, self._interruption_phrases):
+            if self._takes_turn(text, alternative):
                 return self._interrupt(now_ms)
             if paused or word_count(text) > 1:
                 # Words, but a sound shorter than min_interruption_ms is taken
@@ -167,8 +173,7 @@ class Interruptions:
         d = self._deciding
         if d.stopped_end_ms is None:       # a final without its stop: take it as both
             d.stopped_end_ms = end_ms
-        short = not self._long_enough(d.stopped_end_ms) and \
-            not starts_with(text, self._interruption_phrases)
+        short = not self._long_enough(d.stopped_end_ms) and not self._takes_turn(text, alternative)
         if self._active is not None and (short or self._only_backchannel(text, alternative)):
             out = self._let_reply_go_on(now_ms)
             self._forget_utterance(d.stopped_end_ms)

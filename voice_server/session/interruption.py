@@ -57,7 +57,7 @@ class _Deciding:
     since_ms: float                 # input position the speech runs from
     speaker_paused: bool = False
     paused_end_ms: int | None = None    # where the speech paused (listen speech_paused)
-    words: bool = False             # words that take the turn, heard while it goes on
+    words: bool = False             # two words or more, not backchannels, heard mid-speech
     backchannel: bool = False       # decided: the reply goes on, the utterance is not a turn
     extended: bool = False          # early words none, backchannels or one: may go on longer
     stopped_end_ms: int | None = None   # the utterance ended before the decision
@@ -127,7 +127,8 @@ class Interruptions:
         enough to take the turn."""
         return end_ms - self._deciding.audio_start_ms >= self.interruptions.min_interruption_ms
 
-    def _speaker_paused(self, paused: bool, now_ms: float, audio_end_ms: int = 0) -> list[Command]:
+    def _speaker_paused(self, paused: bool, now_ms: float,
+                        audio_end_ms: int | None = None) -> list[Command]:
         d = self._deciding
         if d is None:
             return []

@@ -53,6 +53,8 @@ from voice_server.testing.wer import corpus_wer
 ENGINES = {
     "pocketsphinx": {"asr_engine": "pocketsphinx"},
     "whisper-tiny.en": {"asr_engine": "whisper", "asr_model": "tiny.en"},          # the default
+    # the default without the second reading of short sounds (its cost, side by side)
+    "whisper-tiny.en-no-alt": {"asr_engine": "whisper", "asr_model": "tiny.en", "asr_alt_prompt": ""},
     "whisper-tiny.en-30s": {"asr_engine": "whisper", "asr_model": "tiny.en", "asr_window_s": 30},
     "whisper-base": {"asr_engine": "whisper", "asr_model": "base"},
 }

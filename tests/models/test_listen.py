@@ -18,6 +18,7 @@ from runtime.models.listen import ListenExecutor
 from runtime.models.pocketsphinx_asr import StreamingRecognizer
 from runtime.models.silero_vad import SileroVAD
 from runtime.models.voice_contract import FINAL, SPEECH_STARTED, SPEECH_STOPPED, validate_listen_event
+from voice_server.testing.audio import flite_pcm
 from voice_server.testing.speech_corpus import human_clips
 from voice_server.testing.wer import corpus_wer, normalize, wer
 
@@ -484,7 +485,8 @@ def stream_judged(ex: ListenExecutor, audio: np.ndarray, params: dict) -> list[t
             deadline = time.monotonic() + 10
             while True:
                 events += [(t, e) for r, evs in ex.collect() if r == rid for e in evs]
-                waiting = (s.asked and s.verdict is None) or ex._thread.busy(rid)
+                waiting = ((s.asked and s.verdict is None) or (s.read and s.text_end is None)
+                           or ex._thread.busy(rid))
                 if not waiting or time.monotonic() > deadline:
                     break
                 time.sleep(0.002)
@@ -522,6 +524,27 @@ def test_semantic_turn_waits_through_a_pause_mid_sentence(whisper_ex, people):
     assert len(finals["silence"]) == 2, finals
     assert len(finals["semantic"]) == 1 and wer(clip.text, finals["semantic"][0]) <= 0.2, finals
     assert whisper_ex.stats()["verdict_incomplete"] >= 1
+
+
+def test_words_a_chat_model_reads_as_whole_shorten_an_unfinished_verdict(whisper_ex):
+    """flite's flat "what time does the store open tomorrow" sounds unfinished to Smart
+    Turn (~0.01); the words read finished, and SmolLM2 expects the message to end there:
+    the turn ends after ``likely`` (300 ms), not ``unsure`` (800 ms) as without it."""
+    speech = flite_pcm("what time does the store open tomorrow", SR).astype(np.float32) / 32768
+    loud = np.flatnonzero(np.abs(speech) > 0.01)
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), speech[:loud[-1] + 1],
+                            np.zeros(2 * SR, np.float32)])
+    waits, reader = {}, whisper_ex._reader
+    try:
+        for label in ("with", "without"):
+            whisper_ex._reader = reader if label == "with" else None
+            events = stream_judged(whisper_ex, audio, {"turn_mode": "semantic"})
+            (t_stop, stopped), = [(t, e) for t, e in events if e["type"] == "speech_stopped"]
+            waits[label] = t_stop - stopped["audio_end_ms"]
+    finally:
+        whisper_ex._reader = reader
+    assert waits["with"] <= 400 and waits["without"] >= 800, waits
+    assert whisper_ex.stats()["verdict_text_end"] >= 1
 
 
 def test_semantic_turn_parameters_are_checked(whisper_ex):

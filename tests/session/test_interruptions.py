@@ -336,6 +336,22 @@ def test_echo_guard_mutes_an_echo_and_lets_the_caller_through():
     assert np.array_equal(quiet.process(x, 100.0), x)
 
 
+def test_echo_guard_places_late_bursts_by_capture_time():
+    """A busy loop delivers the mic in bursts, up to 80 ms late: the echo is
+    placed where it was captured and still muted."""
+    g = EchoGuard(margin_db=10.0)
+    ref = voice(2000, 16000, 4)
+    g.played(ref, 16000, 0.0)
+    delay = 2400                                  # 150 ms
+    echo = np.concatenate([np.zeros(delay, np.int16), ref[:-delay]]) // 10
+    rng = np.random.default_rng(5)
+    muted = 0
+    for i in range(0, 32000, 320):
+        late = 0.0 if i % 1600 == 0 else float(rng.uniform(0, 80))   # every 100 ms one on time
+        muted += int(not g.process(echo[i:i + 320], (i + 320) / 16 + late).any())
+    assert muted >= 95, muted                     # of 100 chunks of echo alone
+
+
 def test_the_replys_echo_neither_pauses_nor_reaches_the_listen_stage():
     """The session feeds the listen stage the mic audio with the reply's own
     echo (-20 dB, 150 ms late) muted; the caller's voice on top gets through."""

@@ -6,7 +6,8 @@ The server knows what the listener plays and when (the output pacer's
 playout model).  An echo is that audio again, some 0..``max_delay_ms``
 later and quieter: its loudness follows the reply's, frame by frame, at one
 delay.  So the guard keeps, per 10 ms slot of the session clock, the energy
-of the reply audio played and of the microphone audio received, and
+of the reply audio played and of the microphone audio (placed by when it
+was captured, not when it arrived: mic_clock.py), and
 estimates the echo path from the last ``window_ms``: the delay at which the
 microphone's log-energy follows the reply's best (correlation at least
 ``min_corr``; a path found is kept until another lag fits clearly better,
@@ -35,6 +36,8 @@ from collections import deque
 import numpy as np
 
 from runtime.models.voice_contract import LISTEN_RATE_HZ
+
+from .mic_clock import MicClock
 
 SLOT_MS = 10.0
 _MIC_FRAME = int(LISTEN_RATE_HZ * SLOT_MS / 1000)
@@ -73,6 +76,7 @@ class EchoGuard:
         self._pass_until = -1e18
         self._reply: str | None = None
         self.muted_ms = 0.0
+        self._clock = MicClock()     # mic slots by capture time, not arrival (mic_clock.py)
 
     # -- the reply --------------------------------------------------------
     def played(self, pcm: np.ndarray, sample_rate: int, start_ms: float,
@@ -163,17 +167,18 @@ class EchoGuard:
         """Microphone audio (16 kHz int16) that arrived at ``now_ms``, with the
         frames that only echo the reply muted (a chunk's last, shorter frame
         is judged on its own)."""
+        span_ms = pcm16k.size * 1000.0 / LISTEN_RATE_HZ
+        end_ms = self._clock.stamp(span_ms, now_ms)
         if not self._ref:
             return pcm16k
         horizon = int((now_ms - self.max_lag * SLOT_MS - self.window * SLOT_MS) / SLOT_MS)
         for s in [s for s in self._ref if s < horizon]:
             del self._ref[s]
         out = pcm16k.copy()
-        span_ms = out.size * 1000.0 / LISTEN_RATE_HZ
         for i in range(0, out.size, _MIC_FRAME):
             x = out[i:i + _MIC_FRAME].astype(np.float64)
             e = float(np.mean(x * x))
-            t = now_ms - span_ms + (i + x.size) * 1000.0 / LISTEN_RATE_HZ   # when it reached us
+            t = end_ms - span_ms + (i + x.size) * 1000.0 / LISTEN_RATE_HZ   # when it was captured
             slot = int(round(t / SLOT_MS))
             self._mic.append((slot, e))
             while len(self._mic) > self.window:

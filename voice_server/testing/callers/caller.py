@@ -88,7 +88,10 @@ class Caller:
             else:
                 frame = np.zeros(n, np.int16)
             if self.echo is not None:     # (an utterance's last frame may be short)
-                frame = np.clip(frame + self.echo.frame(time.monotonic(), frame.size),
+                # what a microphone captures in this frame's own time, even when
+                # the loop is late and sends it a little after
+                captured = min(t0 + k * FRAME_MS / 1000, time.monotonic())   # frame k ends then
+                frame = np.clip(frame + self.echo.frame(captured, frame.size),
                                 -32768, 32767).astype(np.int16)
             await self.t.send_audio(frame)
             if cur.size == 0 and marks and marks[0][0] == "end":

@@ -68,6 +68,19 @@ def _import_llama_cpp() -> Any:
     return llama_cpp
 
 
+def llama_tokenize(lc: Any, vocab: Any, text: str, add_bos: bool) -> list[int]:
+    """Text (chat special tokens parsed as such) to a model's token ids."""
+    data = text.encode("utf-8")
+    cap = len(data) + 16
+    buf = (lc.llama_token * cap)()
+    n = lc.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, True)
+    if n < 0:                      # llama.cpp says how many it needs
+        cap = -n
+        buf = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(vocab, data, len(data), buf, cap, add_bos, True)
+    return list(buf[:n])
+
+
 MIN_CONVERSATION_MATCH = 8  # tokens past the system prompt for a kept sequence to be reused
 
 # How a reply is being written: plain text, a grammar-constrained tool call, or
@@ -271,16 +284,7 @@ class LlamaCppThinker(ARExecutor):
     # ------------------------------------------------------------ tokenizing
     def tokenize(self, text: str) -> list[int]:
         """Prompt text (with chat special tokens) to ids."""
-        lc = self._lc
-        data = text.encode("utf-8")
-        cap = len(data) + 16
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, True, True)
-        if n < 0:
-            cap = -n
-            buf = (lc.llama_token * cap)()
-            n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, True, True)
-        return list(buf[:n])
+        return llama_tokenize(self._lc, self._vocab, text, add_bos=True)
 
     def _piece(self, token: int) -> bytes:
         lc = self._lc

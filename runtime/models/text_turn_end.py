@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode, StageError
+from runtime.models.llama_cpp_thinker import llama_tokenize
 
 # What may follow the last word when the message is over.
 END_MARKS = ("<|im_end|>", "?", ".", "!")
@@ -86,14 +87,7 @@ class TextTurnEnd:
             self._ends.append(ids[0])
 
     def _tokens(self, text: str) -> list[int]:
-        lc = self._lc
-        data = text.encode("utf-8")
-        cap = len(data) + 8
-        buf = (lc.llama_token * cap)()
-        n = lc.llama_tokenize(self._vocab, data, len(data), buf, cap, False, True)
-        if n < 0:
-            raise ValueError(f"cannot tokenize {text[:40]!r}")
-        return list(buf[:n])
+        return llama_tokenize(self._lc, self._vocab, text, add_bos=False)
 
     def probability(self, text: str) -> float | None:
         """None when there are no words to judge (a cough, silence)."""

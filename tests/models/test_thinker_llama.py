@@ -149,6 +149,24 @@ def test_prefix_cache_shares_the_system_prompt_and_changes_nothing(thinker):
         plain.close()
 
 
+def test_one_token_steps_and_prompts_have_their_own_thread_counts():
+    """n_threads for a one-token step, n_threads_batch for a prompt: llama.cpp gets
+    both, and the greedy reply is the one a 2/2 thinker gives."""
+    t = LlamaCppThinker(n_threads=1, n_threads_batch=2, max_sequences=1)
+    ref = LlamaCppThinker(n_threads=2, max_sequences=1)
+    t.load()
+    ref.load()
+    try:
+        assert (t._lc.llama_n_threads(t._ctx), t._lc.llama_n_threads_batch(t._ctx)) == (1, 2)
+        params = {"temperature": 0.0, "max_tokens": 10}
+        t.prefill(_ask(960, "Name a fruit.", **params))
+        ref.prefill(_ask(961, "Name a fruit.", **params))
+        assert _drain(t, 960) == _drain(ref, 961)
+    finally:
+        t.close()
+        ref.close()
+
+
 def test_next_turn_reuses_the_conversation_and_changes_nothing(thinker):
     """Turn 2 of a conversation decodes only what turn 1 did not leave in the cache;
     greedy replies are identical to a thinker that re-decodes the whole prompt."""

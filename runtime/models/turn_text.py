@@ -30,6 +30,9 @@ is are am was were be been being can could would should will shall may might mus
 do does did have has had
 """.split())
 SUBJECTS = frozenset("i you he she it we they there that this what who which".split())
+# A turn of only one of these answers a question ("No.", "That.", or "What."
+# where Whisper left out the question mark): it is over, not cut.
+ANSWER_WORDS = frozenset("no not this that these those some any his her what why how when where".split())
 
 _WORD = re.compile(r"[a-z']+")
 
@@ -42,16 +45,19 @@ def trailing_word(text: str) -> str | None:
 def looks_unfinished(text: str) -> bool:
     """True when the words show the speaker is mid-sentence: a trailing
     function word, or a trailing comma or ellipsis.  A question mark wins
-    ("what is it for?"); an empty transcript (a cough) is not unfinished."""
+    ("what is it for?"), and so does a one-word answer ("No."); an empty
+    transcript (a cough) is not unfinished."""
     t = text.strip()
     if not t or t.endswith("?"):
         return False
     if t.endswith((",", "...", "…", "-")):
         return True
     words = _WORD.findall(t.lower())
+    if words and len(set(words)) == 1 and words[0] in ANSWER_WORDS:
+        return False                      # "No." / "No, no." is an answer, not a cut
     if words[-1:] and words[-1] in AUXILIARIES:
         return len(words) < 2 or words[-2] not in SUBJECTS
     return trailing_word(t) in TRAILING_WORDS
 
 
-__all__ = ["AUXILIARIES", "TRAILING_WORDS", "looks_unfinished", "trailing_word"]
+__all__ = ["ANSWER_WORDS", "AUXILIARIES", "TRAILING_WORDS", "looks_unfinished", "trailing_word"]

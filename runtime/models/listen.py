@@ -93,6 +93,11 @@ EAGERNESS_WAIT_MS = {"high": (160.0, 250.0, 400.0, 1000.0), "medium": (200.0, 30
 # sentence cut by a pause, "had he married a more amiable woman he might have
 # been made", 0.059.
 TEXT_END_P = 0.1
+# Below this the chat LLM reads the words as cut ("i would like to book a
+# table" 0.0016, "can you tell me how" 0.0024): the wait is ``incomplete``, as
+# for words that stop on "to".  Whole questions and people's short commands
+# it scored at least 0.009 ("can you recommend a good book", "rear center").
+TEXT_CUT_P = 0.005
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # Smart Turn needs a little silence after the words to hear a finished turn
@@ -137,7 +142,7 @@ class VadParams:
         return self.turn_mode == "semantic"
 
     def wait_ms(self, verdict: bool | None, words: bool | None = None,
-                text_end: bool | None = None) -> float:
+                text_p: float | None = None) -> float:
         """Silence needed to end the turn: the fixed window, or what the
         end-of-turn model's ``verdict`` and the transcript (``words``: True
         finished, False unfinished, None not known) allow together.  Words
@@ -145,10 +150,11 @@ class VadParams:
         (a flat synthetic voice sounds finished there); both saying "finished"
         the shortest; in between (they disagree: Whisper may punctuate a cut
         sentence as a whole one, the model may hear a question as unfinished;
-        or the words are late) ``unsure``, unless a chat LLM reads the
-        words as a whole message (``text_end``: Smart Turn hears flat
-        synthetic questions as unfinished), which waits ``likely``.  No
-        verdict yet counts as "incomplete" until it comes."""
+        or the words are late) ``unsure``, unless a chat LLM's reading of the
+        words (``text_p``: P(the message ends here)) calls them a whole message
+        (Smart Turn hears flat synthetic questions as unfinished), which waits
+        ``likely``, or clearly cut, which waits ``incomplete``.  No verdict yet
+        counts as "incomplete" until it comes."""
         if not self.semantic:
             return self.silence_duration_ms
         complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
@@ -156,7 +162,12 @@ class VadParams:
             return incomplete
         if verdict and words:
             return complete
-        return likely if words and text_end else unsure
+        if words and text_p is not None:
+            if text_p >= TEXT_END_P:
+                return likely
+            if text_p < TEXT_CUT_P:
+                return incomplete
+        return unsure
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
@@ -264,7 +275,7 @@ class _Stream:
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
         self.reader = reader          # submits a text end-of-turn job (semantic mode, optional)
         self.pause_text = ""          # the transcript at this pause
-        self.text_end: bool | None = None   # the chat LLM reads pause_text as a whole message
+        self.text_p: float | None = None    # the chat LLM's P(pause_text ends the message)
         self.read = False             # text job asked for this silence run
         self.vad = vad
         self.utt = utt
@@ -290,7 +301,8 @@ class _Stream:
         self.verdict: bool | None = None               # end-of-turn model, this silence run
         self.asked = False                             # verdict asked for this silence run
         self.verdict_gen = 0
-        self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0}
+        self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0,
+                         "text_cut": 0}
         self.likely_over = False                       # turn_likely_over sent for this pause
 
     @staticmethod
@@ -398,7 +410,7 @@ class _Stream:
 
         # SPEECH
         if self.silence_start is not None and silent_ms >= p.wait_ms(self.verdict, self.words,
-                                                                      self.text_end):
+                                                                      self.text_p):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -422,7 +434,7 @@ class _Stream:
         self.verdict = None
         self.words = None
         self.asked = False
-        self.text_end = None
+        self.text_p = None
         self.read = False
         self.pause_text = ""
         self.verdict_gen += 1          # a verdict still on its way is for a silence that ended
@@ -450,8 +462,10 @@ class _Stream:
             return []
         if isinstance(tag, tuple) and tag[0] == "words":
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
-                self.text_end = value is not None and value >= TEXT_END_P
-                self.verdicts["text_end" if self.text_end else "text_goes_on"] += 1
+                # nan: no words to read, neither whole nor cut (``unsure``)
+                self.text_p = math.nan if value is None else float(value)
+                self.verdicts["text_end" if self.text_p >= TEXT_END_P else
+                              "text_cut" if self.text_p < TEXT_CUT_P else "text_goes_on"] += 1
             return []
         out = []
         in_pause = self.state == self.SPEECH and self.silence_start is not None and self.paused

@@ -485,7 +485,7 @@ def stream_judged(ex: ListenExecutor, audio: np.ndarray, params: dict) -> list[t
             deadline = time.monotonic() + 10
             while True:
                 events += [(t, e) for r, evs in ex.collect() if r == rid for e in evs]
-                waiting = ((s.asked and s.verdict is None) or (s.read and s.text_end is None)
+                waiting = ((s.asked and s.verdict is None) or (s.read and s.text_p is None)
                            or ex._thread.busy(rid))
                 if not waiting or time.monotonic() > deadline:
                     break
@@ -524,6 +524,25 @@ def test_semantic_turn_waits_through_a_pause_mid_sentence(whisper_ex, people):
     assert len(finals["silence"]) == 2, finals
     assert len(finals["semantic"]) == 1 and wer(clip.text, finals["semantic"][0]) <= 0.2, finals
     assert whisper_ex.stats()["verdict_incomplete"] >= 1
+
+
+def test_words_a_chat_model_reads_as_cut_wait_through_a_long_pause(whisper_ex):
+    """flite's "i would like to book a table", a 1 s pause, "for two people at seven"
+    (voice awb): Whisper ends the first half with a full stop and Smart Turn hears it
+    unfinished; SmolLM2 reads it as cut (p ~0.002), so the turn waits ``incomplete``
+    (2 s) and the sentence stays one turn, where ``unsure`` (800 ms) would split it."""
+    def said(text: str) -> np.ndarray:
+        x = flite_pcm(text, SR, "awb").astype(np.float32) / 32768
+        loud = np.flatnonzero(np.abs(x) > 0.01)
+        return x[loud[0]:loud[-1] + 1]
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), said("i would like to book a table"),
+                            np.zeros(SR, np.float32), said("for two people at seven"),
+                            np.zeros(3 * SR, np.float32)])
+    before = whisper_ex.stats().get("verdict_text_cut", 0)
+    events = stream_judged(whisper_ex, audio, {"turn_mode": "semantic"})
+    finals = [e["text"] for _, e in events if e["type"] == "final"]
+    assert len(finals) == 1 and "seven" in finals[0].lower().replace("7", "seven"), finals
+    assert whisper_ex.stats()["verdict_text_cut"] > before
 
 
 def test_words_a_chat_model_reads_as_whole_shorten_an_unfinished_verdict(whisper_ex):

@@ -4,7 +4,7 @@ once the end-of-turn model, the words and that reading are known."""
 
 import pytest
 
-from runtime.models.listen import EAGERNESS_WAIT_MS, TEXT_END_P, VadParams
+from runtime.models.listen import EAGERNESS_WAIT_MS, TEXT_CUT_P, TEXT_END_P, VadParams
 from runtime.models.text_turn_end import TextTurnEnd, normalised
 
 
@@ -33,6 +33,19 @@ def test_cut_sentences_go_on(reader, text):
     assert reader.probability(text) < TEXT_END_P
 
 
+@pytest.mark.parametrize("text", ["I would like to book a table.", "Can you tell me how?",
+                                  "I want to send a package to"])
+def test_clearly_cut_sentences_read_as_cut(reader, text):
+    assert reader.probability(text) < TEXT_CUT_P
+
+
+@pytest.mark.parametrize("text", [
+    # a question both models hear least finished, and people's short commands
+    "Can you recommend a good book?", "Rear center.", "Front left.", "Stop.", "Yes."])
+def test_whole_short_messages_are_not_read_as_cut(reader, text):
+    assert reader.probability(text) >= TEXT_CUT_P
+
+
 def test_no_words_no_reading(reader):
     assert reader.probability(" ... ") is None
     assert normalised("Can you, uh, tell me HOW?") == "can you uh tell me how"
@@ -44,11 +57,13 @@ def test_the_wait_by_what_is_known():
     complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS["auto"]
     assert complete < likely < unsure < incomplete
     assert p.wait_ms(True, True) == complete
-    assert p.wait_ms(False, True, text_end=True) == likely
-    assert p.wait_ms(False, True, text_end=False) == unsure
+    assert p.wait_ms(False, True, text_p=0.3) == likely
+    assert p.wait_ms(False, True, text_p=0.02) == unsure
+    assert p.wait_ms(False, True, text_p=0.001) == incomplete   # read as cut
+    assert p.wait_ms(False, True, text_p=float("nan")) == unsure   # nothing to read
     assert p.wait_ms(False, True) == unsure                  # the reading is late
     assert p.wait_ms(True, None) == unsure
-    assert p.wait_ms(True, False, text_end=True) == incomplete   # "... to the" never ends a turn
-    assert p.wait_ms(None, True, text_end=True) == incomplete    # no verdict yet
+    assert p.wait_ms(True, False, text_p=0.3) == incomplete   # "... to the" never ends a turn
+    assert p.wait_ms(None, True, text_p=0.3) == incomplete    # no verdict yet
     silence = VadParams(16000, 0.5, 500, 300, 250, 30)
-    assert silence.wait_ms(False, True, text_end=True) == 500
+    assert silence.wait_ms(False, True, text_p=0.3) == 500

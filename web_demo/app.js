@@ -45,11 +45,12 @@ function freshDemo() {
       micStartAt: null, // first mic chunk
       speechStarted: [], // {t, audioStartMs, itemId, onsetAt}
       speechStopped: [], // {t, audioEndMs}
-      flushes: [], // {t, reason, ackAt, wasPlaying, dropped, lastLoudAt}
+      flushes: [], // {t, reason, ackAt, wasPlaying, dropped, lastLoudAt, stoppedAt, stoppedFrame}
       paused: [], // {t, responseId, audioEndMs}: voice_agent.output_audio.paused
       resumed: [], // {t, responseId, audioEndMs}: ... .resumed
       firstAudioAt: [], // {t, responseId}
       lastLoudAt: null, // page time of the last non-silent output block
+      lastLoudFrame: null, // the same, in output frames (exact; page times jitter by ~10 ms)
       connectedAt: null,
     },
     sampleRate: null,
@@ -298,7 +299,7 @@ function onPlayerMessage(m) {
     c.lastLevel = m.level;
     if (m.level > c.maxLevel) c.maxLevel = m.level;
     if (m.level >= LOUD) c.loudMs += (128 * 4 * 1000) / ctx.sampleRate;
-    if (m.lastLoudFrame >= 0) demo.marks.lastLoudAt = frameToPage(m.lastLoudFrame);
+    noteLastLoud(m.lastLoudFrame);
     setMeter(ui.outMeter, m.level);
     for (const [itemId, samples] of Object.entries(m.played)) {
       const t = agentTurns.get(itemId);
@@ -316,12 +317,19 @@ function onPlayerMessage(m) {
       f.dropped = m.dropped;
       f.lastLoudAt = m.lastLoudFrame >= 0 ? frameToPage(m.lastLoudFrame) : null;
       f.stoppedAt = frameToPage(m.frame); // the queue was dropped at this frame
+      f.stoppedFrame = m.frame;
     }
-    if (m.lastLoudFrame >= 0) demo.marks.lastLoudAt = frameToPage(m.lastLoudFrame);
+    noteLastLoud(m.lastLoudFrame);
     c.audioFramesPlayed = m.framesPlayed;
     c.playedMs = (m.framesPlayed * 1000) / ctx.sampleRate;
     afterFlush(m.played);
   }
+}
+
+function noteLastLoud(frame) {
+  if (frame < 0) return;
+  demo.marks.lastLoudFrame = frame;
+  demo.marks.lastLoudAt = frameToPage(frame);
 }
 
 function noteFirstAudio(at) {

@@ -133,8 +133,9 @@ def test_barge_in_stops_playback(demo_server, launch):
     # the page drops its queue when speech_started comes (how soon is measured by
     # benchmarks/turn_bench.py, "stop (web demo)": no timing is asserted here)
     assert page_ms > -5, (page_ms, flush)
-    # nothing non-silent was played after the flush
-    assert m["lastLoudAt"] is None or m["lastLoudAt"] <= stop_at + 1 or \
+    # nothing non-silent was played after the flush (in output frames: two page
+    # times of one frame, converted at different moments, differ by up to ~10 ms)
+    assert m["lastLoudFrame"] is None or m["lastLoudFrame"] <= flush["stoppedFrame"] or \
         any(x["t"] > flush["t"] for x in m["firstAudioAt"]), m
     # the reply is shown cut where it was cut
     cut = [a for a in d["agent"] if a["cut"]]

@@ -86,8 +86,18 @@ class BatchExecutor(Executor):
         raise NotImplementedError
 
 
+# A request whose ``params`` carry this flag asks only that its prompt be decoded
+# into the engine's cache, for a later request that starts the same way (a voice
+# session's conversation, decoded while the caller is still speaking); it
+# produces no output.  An executor that cannot keep a prompt between requests
+# leaves ``prefills_only`` False and the scheduler ends such a request at once.
+PREFILL_ONLY = "prefill_only"
+
+
 class ARExecutor(Executor):
     """Step-level executor: requests join and leave between steps."""
+
+    prefills_only = False      # honours PREFILL_ONLY (see above)
 
     def prefill(self, item: WorkItem) -> None:
         """Admit a request (tokenise, fill KV).  Called between steps."""

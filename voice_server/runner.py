@@ -49,6 +49,7 @@ from typing import Any, Awaitable, Callable, Optional
 import numpy as np
 
 from runtime.errors import ErrorCode
+from runtime.executor import PREFILL_ONLY
 from runtime.models.voice_contract import (FINAL, LISTEN, LISTEN_RATE_HZ, LISTEN_TIME_KEYS, SPOKEN_REPLY_ROUTE,
                                            TEXT_REPLY_ROUTE, THINK, ThinkRequest, think_request)
 
@@ -58,8 +59,8 @@ from . import metrics
 from .metrics import TurnTimer
 from .prepared_reply import PreparedReply, request_key
 from .session import (AudioOut, CancelResponse, Close, ConfigureListen, DropPreparedReply,
-                      FeedListen, FlushAudio, PauseAudio, PrepareReply, ResumeAudio, SendEvent,
-                      Session, StartResponse, StopListen, TranscribeBuffer)
+                      FeedListen, FlushAudio, PauseAudio, PrefillConversation, PrepareReply,
+                      ResumeAudio, SendEvent, Session, StartResponse, StopListen, TranscribeBuffer)
 from .session.server_events import error_body
 
 log = logging.getLogger("voice_server.runner")
@@ -153,15 +154,16 @@ class SessionRunner:
         self._listen: _Listen | None = None
         self._listen_failures = 0
         self._responses: dict[str, _Resp] = {}
-        self._live: dict[int, str] = {}  # request id -> what ("listen"/"response"/"transcribe")
+        self._live: dict[int, str] = {}  # request id -> what ("listen"/"response"/"transcribe"/...)
         self._tasks: set[asyncio.Task] = set()
         self._tickets: list = []
         # small debug history for tests/ops: the messages each response was started with
         self.started_responses: deque = deque(maxlen=16)
         self.stats = {"events_sent": 0, "audio_chunks": 0, "aborts": 0, "prepared": 0,
                       "prepared_used": 0, "prepared_wasted": 0, "think_tokens": 0,
-                      "think_tokens_wasted": 0}
+                      "think_tokens_wasted": 0, "prefills": 0}
         self._prepared: PreparedReply | None = None   # preemptive generation (prepared_reply.py)
+        self._prefilling: asyncio.Task | None = None  # PrefillConversation in flight
 
     # ------------------------------------------------------------------ public
     async def start(self) -> None:
@@ -274,6 +276,8 @@ class SessionRunner:
                 r.task = self._spawn(self._run_response(r), "response")
             elif isinstance(c, PrepareReply):
                 self._prepare(c)
+            elif isinstance(c, PrefillConversation):
+                self._prefill_conversation(c)
             elif isinstance(c, DropPreparedReply):
                 self._drop_prepared()
             elif isinstance(c, TranscribeBuffer):
@@ -525,15 +529,47 @@ class SessionRunner:
         self._listen_push(("configure", new))
 
     @staticmethod
-    def _request(c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[str]]:
-        """The think(+speak) request a response (or a prepared reply) submits:
-        the conversation, the instructions as its system message, and the
-        tools (already in the chat-completions shape)."""
+    def _messages(c: StartResponse | PrepareReply | PrefillConversation) -> list:
+        """The conversation with the instructions as its system message."""
         msgs = list(c.messages)
         if c.instructions and not any(m.get("role") == "system" for m in msgs):
             msgs = [{"role": "system", "content": c.instructions}] + msgs
-        return (think_request(msgs, c.max_tokens, c.tools, c.tool_choice),
+        return msgs
+
+    @classmethod
+    def _request(cls, c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[str]]:
+        """The think(+speak) request a response (or a prepared reply) submits:
+        the conversation, the instructions as its system message, and the
+        tools (already in the chat-completions shape)."""
+        return (think_request(cls._messages(c), c.max_tokens, c.tools, c.tool_choice),
                 list(SPOKEN_REPLY_ROUTE if "audio" in c.modalities else TEXT_REPLY_ROUTE))
+
+    def _prefill_conversation(self, c: PrefillConversation) -> None:
+        """Fire and forget: the think stage keeps what it decoded for the reply's
+        prompt (an engine that cannot keep it ends the request at once)."""
+        msgs = self._messages(c)
+        if self.draining or self.closed or not msgs or \
+                (self._prefilling is not None and not self._prefilling.done()):
+            return
+        self.stats["prefills"] += 1
+
+        async def run() -> None:
+            rid = None
+            try:
+                h = await self.pipeline.submit(think_request(msgs, None, c.tools, c.tool_choice),
+                                               entry=THINK, route=[THINK],
+                                               params={PREFILL_ONLY: True},
+                                               deadline_s=self.opt.response_deadline_s)
+                rid = h.request_id
+                self._live[rid] = "prefill"
+                async for _ in h:
+                    pass
+            except Exception as exc:  # noqa: BLE001 - only time is lost: the reply decodes it all
+                log.debug("conversation prefill failed: %r", exc)
+            finally:
+                if rid is not None:
+                    self._live.pop(rid, None)
+        self._prefilling = self._spawn(run(), "prefill")
 
     def _prepare(self, c: PrepareReply) -> None:
         self._drop_prepared()

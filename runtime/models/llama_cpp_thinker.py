@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import ARExecutor, StepResult, WorkItem
+from runtime.executor import PREFILL_ONLY, ARExecutor, StepResult, WorkItem
 from runtime.models.chat import Message, fit_messages, render_template
 from runtime.models.gguf_requant import requantized
 from runtime.models.model_files import ModelFileMissing, smollm2_gguf
@@ -107,6 +107,7 @@ class _Seq:
     call_sampler: Any = None     # tool_choice auto: the grammar chain, ready if the reply calls
     calls: CallStream | None = None
     max_calls: int = 1
+    prefill_only: bool = False   # decode the prompt into the cache, answer nothing
 
 
 class LlamaCppThinker(ARExecutor):
@@ -143,9 +144,17 @@ class LlamaCppThinker(ARExecutor):
     decodes only the new tail (usually the new user turn).  With no useful
     match it takes the least recently used free sequence.  When the cache is
     full the kept cells of free sequences are dropped and the decode retried.
+
+    A request with ``PREFILL_ONLY`` in its params decodes the conversation it
+    carries up to where the next user message's words would start (the
+    template's header for it included) and ends with no output; the sequence
+    is kept as any finished one.  A voice session sends one when the caller
+    starts speaking, so the reply's prompt, once the words are known, decodes
+    only them and the assistant header (with the conversation cache on).
     """
 
     idle_wait_s = 0.0
+    prefills_only = True
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
@@ -168,6 +177,7 @@ class LlamaCppThinker(ARExecutor):
         self._last_tokens = 0
         self._hist: dict[int, int] = {}
         self._prefix_hits = 0
+        self._prefills_only = 0
         self.conversation_cache = bool(args.get("conversation_cache", True))
         self._kept: dict[int, list[int]] = {}  # free seq id -> tokens its cells still hold
         self._conv_hits = 0
@@ -357,6 +367,9 @@ class LlamaCppThinker(ARExecutor):
             raise StageError(ErrorCode.RESOURCE_EXHAUSTED,
                              f"all {self.max_sequences} llama.cpp sequences are busy")
         tools = req.tools
+        if item.params and item.params.get(PREFILL_ONLY):   # (the next message is the user's)
+            self._admit_prefill_only(item.request_id, req.messages, tools)
+            return
         if tools.active and not tools.choice.forces_call and req.messages[-1]["role"] == "tool":
             # auto right after tool results answers with them, from a prompt without
             # the tools: the small model would rather repeat the call it just made
@@ -391,6 +404,20 @@ class LlamaCppThinker(ARExecutor):
             calls=CallStream() if mode == CALL else None,
             max_calls=self._max_calls(tools, req.parallel_tool_calls))
         self._admitted += 1
+
+    def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools) -> None:
+        """The conversation's tokens up to the next user message's words: render it
+        with that message as the marker and cut there (every chat template puts the
+        message's header before its content)."""
+        ids = self.tokenize(self.render(plain_messages(
+            messages + [{"role": "user", "content": MARKER}], tools)))
+        cut = ids.index(self._marker_token) if self._marker_token in ids else 0
+        ids = ids[:cut] if self.conversation_cache and cut <= self.n_ctx_seq // 2 else []
+        seq_id, cached = self._claim_sequence(ids)
+        self._seqs[rid] = _Seq(rid=rid, seq_id=seq_id, sampler=None, text=Utf8Stream(),
+                               max_tokens=0, prompt=ids[cached:], pos=cached, kv=ids[:cached],
+                               finished=len(ids) <= cached, prefill_only=True)
+        self._prefills_only += 1
 
     def _max_calls(self, tools: Tools, parallel: bool) -> int:
         return 1 if tools.choice.name is not None or not parallel else max(self.max_tool_calls, 1)
@@ -436,8 +463,11 @@ class LlamaCppThinker(ARExecutor):
                 if n > best_n:
                     best, best_n = sid, n
         # More than the system prompt and the next turn's header: a different
-        # conversation matches that far too, and must not take this one's cells.
-        if best is not None and best_n >= len(self._prefix) + MIN_CONVERSATION_MATCH:
+        # conversation matches that far too, and must not take this one's cells;
+        # unless they hold nothing past the match (a prefill-only request's cells,
+        # or another request that stopped there): taking them loses nothing.
+        if best is not None and (best_n >= len(self._prefix) + MIN_CONVERSATION_MATCH
+                                 or best_n == len(self._kept[best]) >= 4):
             self._free.remove(best)
             del self._kept[best]
             lc.llama_memory_seq_rm(mem, best, best_n, -1)
@@ -495,7 +525,7 @@ class LlamaCppThinker(ARExecutor):
             take = min(len(seq.prompt), self.n_batch - n)
             if take <= 0:
                 break
-            last = take == len(seq.prompt)
+            last = take == len(seq.prompt) and not seq.prefill_only
             for j, tok in enumerate(seq.prompt[:take]):
                 self._put(batch, n, tok, seq.pos + j, seq.seq_id, last and j == take - 1)
                 n += 1
@@ -526,6 +556,9 @@ class LlamaCppThinker(ARExecutor):
             if seq.kv is not None:
                 seq.kv.extend(seq.prompt[:take])
             del seq.prompt[:take]
+            if seq.prefill_only and not seq.prompt:
+                seq.finished = True
+                results[seq.rid] = StepResult(None, True)
         for seq, tok in fed:
             if seq.kv is not None:
                 seq.kv.append(tok)
@@ -581,7 +614,8 @@ class LlamaCppThinker(ARExecutor):
             self._kept[seq.seq_id] = seq.kv  # the next turn of this conversation starts here
         else:
             lc.llama_memory_seq_rm(self._mem, seq.seq_id, -1, -1)
-        lc.llama_sampler_free(seq.sampler)
+        if seq.sampler is not None:
+            lc.llama_sampler_free(seq.sampler)
         if seq.call_sampler is not None:  # released before auto decided
             lc.llama_sampler_free(seq.call_sampler)
         self._free.append(seq.seq_id)
@@ -617,6 +651,7 @@ class LlamaCppThinker(ARExecutor):
             "truncated_total": self._truncated_total,
             "prefix_tokens": len(self._prefix),
             "prefix_hits": self._prefix_hits,
+            "prefills_only": self._prefills_only,
             "tool_calls": self._tool_stats["calls"],
             "auto_decisions": self._tool_stats["auto_decisions"],
             "auto_calls": self._tool_stats["auto_calls"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from runtime.executor import PREFILL_ONLY
 from runtime.schedulers.base import Pending, Scheduler
 
 
@@ -50,6 +51,10 @@ class ARScheduler(Scheduler):
                 continue
             req.t_start = time.monotonic()
             item = req.work_item()
+            if item.params.get(PREFILL_ONLY) and not self.executor.prefills_only:
+                req.inputs.clear()
+                self.ctx.finish(rid)     # nothing this engine could keep for later
+                continue
             req.inputs.clear()  # the executor copied what it needs; let buffers go
             try:
                 self.executor.prefill(item)

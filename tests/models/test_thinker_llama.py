@@ -6,7 +6,7 @@ import llama_cpp  # noqa: F401 - a missing llama-cpp-python fails here, it does 
 import pytest
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import StepResult, WorkItem
+from runtime.executor import PREFILL_ONLY, StepResult, WorkItem
 from runtime.models.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.model_files import smollm2_gguf
 
@@ -213,5 +213,52 @@ def test_kept_cells_give_way_when_the_cache_is_full():
         assert _drain(t, 3), "the request that needed the room generated nothing"
         st = t.stats()
         assert st["kept_dropped_for_room"] == 1 and st["kept_sequences"] == 1
+    finally:
+        t.close()
+
+
+def test_a_prefill_only_request_leaves_the_conversation_for_the_reply(thinker):
+    """The conversation decoded while the caller is still speaking: no output, and
+    the reply's prompt, once the words are known, decodes only them and the
+    assistant header; the greedy reply is the one a thinker without it gives."""
+    plain = LlamaCppThinker(n_threads=2, max_sequences=2, conversation_cache=False)
+    plain.load()
+    try:
+        params = {"temperature": 0.0, "max_tokens": 12}
+        convo = [{"role": "user", "content": "My name is Ada and I like green tea."},
+                 {"role": "assistant", "content": "Nice to meet you, Ada!"}]
+        before = thinker.stats()["prefills_only"]
+        thinker.prefill(WorkItem(960, {"messages": convo}, params={**params, PREFILL_ONLY: True}))
+        for _ in range(50):
+            sr = thinker.step([960])[960]
+            assert sr.chunk is None, sr
+            if sr.finished:
+                thinker.release(960)
+                break
+        else:
+            raise AssertionError("the prefill-only request never finished")
+        assert thinker.stats()["prefills_only"] == before + 1
+        question = "What do I like to drink?"
+        turn = convo + [{"role": "user", "content": question}]
+        thinker.prefill(WorkItem(961, {"messages": turn}, params=params))
+        left = thinker._seqs[961].prompt
+        # the words, the end of the message and the assistant's header (5 in ChatML)
+        assert len(left) <= len(thinker.tokenize(question)) + 6, len(left)
+        plain.prefill(WorkItem(962, {"messages": turn}, params=params))
+        assert _drain(thinker, 961) == _drain(plain, 962)
+    finally:
+        plain.close()
+
+
+def test_without_the_conversation_cache_a_prefill_only_request_ends_at_once():
+    t = LlamaCppThinker(n_threads=2, max_sequences=1, max_tokens=4, conversation_cache=False)
+    t.load()
+    try:     # nothing it decoded could be kept for the reply
+        t.prefill(WorkItem(1, {"messages": [{"role": "system", "content": "Be brief."}]},
+                           params={PREFILL_ONLY: True}))
+        assert t.step([1])[1] == StepResult(None, True)
+        t.release(1)
+        t.prefill(_ask(2, "Hello!"))
+        assert _drain(t, 2).strip()
     finally:
         t.close()

@@ -418,3 +418,36 @@ def test_a_prepared_reply_is_dropped_when_the_speaker_goes_on():
     assert s.listen_event({"type": "turn_continues"}, 13) == []      # once
     # no preparation while a reply is active or without words
     assert of(s.listen_event({"type": "turn_likely_over", "text": ""}, 14), PrepareReply) == []
+
+
+def test_the_conversation_is_prefilled_when_the_caller_starts_to_speak():
+    """What the reply's prompt holds before the caller's words is decoded while they
+    speak: the conversation so far, with the instructions and tools the next
+    response will carry; not while a reply is active (it is being cut), and not
+    for a first turn with nothing but the cached system prompt."""
+    from voice_server.session import PrefillConversation, PrepareReply
+
+    s = new_session()
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 1000}, 10)
+    assert of(cmds, PrefillConversation) == []          # nothing said yet, no instructions
+    s.listen_event({"type": "speech_stopped", "audio_end_ms": 1900}, 11)
+    s.listen_event({"type": "final", "text": "hello there", "audio_start_ms": 1000,
+                    "audio_end_ms": 1900}, 12)
+    rid = s.active_response_id
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 3000}, 13)
+    assert of(cmds, PrefillConversation) == []          # the reply is being cut
+    s.response_finished(rid, "cancelled", None, 14)
+    s.listen_event({"type": "speech_stopped", "audio_end_ms": 3500}, 15)
+    s.listen_event({"type": "final", "text": "wait", "audio_start_ms": 3000,
+                    "audio_end_ms": 3500}, 16)
+    s.response_finished(s.active_response_id, "completed", None, 17)
+    cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 5000}, 18)
+    [pre] = of(cmds, PrefillConversation)
+    assert events(cmds) and pre.messages and pre.messages[-1]["role"] in ("user", "assistant")
+    assert all(m.get("content") != "what time is it" for m in pre.messages)
+    [prep] = of(s.listen_event({"type": "turn_likely_over", "text": "what time is it"}, 19),
+                PrepareReply)
+    # the prepared reply's messages start with exactly what was prefilled
+    assert prep.messages[:len(pre.messages)] == pre.messages
+    assert (prep.instructions, prep.tools, prep.tool_choice) == \
+        (pre.instructions, pre.tools, pre.tool_choice)

@@ -1,13 +1,15 @@
 """Sans-I/O session core of the voice server (see core.py for the API)."""
 
 from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen,
-                       DropPreparedReply, FeedListen, FlushAudio, PauseAudio, PrepareReply,
-                       ResumeAudio, SendEvent, StartResponse, StopListen, TranscribeBuffer)
+                       DropPreparedReply, FeedListen, FlushAudio, PauseAudio,
+                       PrefillConversation, PrepareReply, ResumeAudio, SendEvent, StartResponse,
+                       StopListen, TranscribeBuffer)
 from .config import ServerLimits, SessionSettings, TurnDetection, AudioFormat
 from .core import Session
 from .errors import ClientError
 
 __all__ = ["Session", "SessionSettings", "ServerLimits", "TurnDetection", "AudioFormat",
            "ClientError", "Command", "SendEvent", "FeedListen", "ConfigureListen", "StopListen",
-           "TranscribeBuffer", "StartResponse", "PrepareReply", "DropPreparedReply",
+           "TranscribeBuffer", "StartResponse", "PrepareReply", "PrefillConversation",
+           "DropPreparedReply",
            "CancelResponse", "AudioOut", "FlushAudio", "PauseAudio", "ResumeAudio", "Close"]

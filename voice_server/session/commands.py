@@ -89,6 +89,19 @@ class PrepareReply:
 
 
 @dataclass
+class PrefillConversation:
+    """The caller started to speak: the think stage decodes the conversation so
+    far, up to where their words will go, while they talk, so that the reply's
+    prompt (prepared in the pause) decodes only their words.  Nothing is
+    answered and nothing reaches the client; ``messages``, ``instructions`` and
+    the tools as the next response will carry them."""
+    messages: list
+    instructions: str | None
+    tools: list | None = None
+    tool_choice: Any = None
+
+
+@dataclass
 class DropPreparedReply:
     """The speaker went on: abort the prepared reply; nothing of it reaches the client."""
 
@@ -136,9 +149,10 @@ class Close:
 
 
 Command = Union[SendEvent, FeedListen, ConfigureListen, StopListen, TranscribeBuffer,
-                StartResponse, PrepareReply, DropPreparedReply, CancelResponse, AudioOut,
-                FlushAudio, PauseAudio, ResumeAudio, Close]
+                StartResponse, PrepareReply, PrefillConversation, DropPreparedReply,
+                CancelResponse, AudioOut, FlushAudio, PauseAudio, ResumeAudio, Close]
 
 __all__ = ["SendEvent", "FeedListen", "ConfigureListen", "StopListen", "TranscribeBuffer",
-           "StartResponse", "PrepareReply", "DropPreparedReply", "CancelResponse", "AudioOut",
+           "StartResponse", "PrepareReply", "PrefillConversation", "DropPreparedReply",
+           "CancelResponse", "AudioOut",
            "FlushAudio", "PauseAudio", "ResumeAudio", "Close", "Command"]

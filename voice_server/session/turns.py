@@ -14,7 +14,7 @@ from runtime.models.voice_contract import (FINAL, INTERIM, LISTEN_RATE_HZ, ONSET
                                            final_event, speech_stopped_event)
 
 from ..audio_codec import StreamResampler, low_latency_quality
-from .commands import Command, DropPreparedReply, FeedListen, PrepareReply
+from .commands import Command, DropPreparedReply, FeedListen, PrefillConversation, PrepareReply
 from .items import Content, Item
 
 
@@ -180,10 +180,21 @@ class Turns:
         started = self._send("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms,
                              item_id=self._speech_item)
         if td is None or not td.interrupt_response:
-            return [started]
+            return [started] + self._prefill_conversation()
         if self._active is not None:
             return self._cancel_active("turn_detected", now_ms, flush=True, between=[started])
-        return [started] + self._interrupt_playback()
+        return [started] + self._interrupt_playback() + self._prefill_conversation()
+
+    def _prefill_conversation(self) -> list[Command]:
+        """While the caller speaks, the think stage can decode everything of the
+        reply's prompt but their words (the session's first turn without
+        instructions has nothing to decode: the system prompt is cached)."""
+        td, s = self.settings.turn_detection, self.settings
+        msgs = self.conversation.messages()
+        if td is None or not td.create_response or self._active is not None \
+                or not (msgs or s.instructions):
+            return []
+        return [PrefillConversation(msgs, s.instructions or None, *self._tool_params())]
 
     def _partial_text(self, text: str) -> list[Command]:
         target = self._speech_item or (self._awaiting_final[0] if self._awaiting_final else None)

@@ -221,13 +221,14 @@ class SessionRunner:
 
     @property
     def live_requests(self) -> dict[int, str]:
-        """Request id -> what it is (``listen``, ``response``, ``transcribe``): a copy."""
+        """Request id -> what it is (``listen``, ``response``, ``prepared``, ``prefill``,
+        ``transcribe``): a copy."""
         return dict(self._live)
 
     @property
     def response_pending_submit(self) -> bool:
         """A response was started by the session but is not in the pipeline yet."""
-        return bool(self._responses) and not self._live
+        return bool(self._responses) and "response" not in self._live.values()
 
     @property
     def output_pending(self) -> bool:
@@ -541,7 +542,8 @@ class SessionRunner:
         """The think(+speak) request a response (or a prepared reply) submits:
         the conversation, the instructions as its system message, and the
         tools (already in the chat-completions shape)."""
-        return (think_request(cls._messages(c), c.max_tokens, c.tools, c.tool_choice),
+        return (think_request(cls._messages(c), c.max_tokens, c.tools, c.tool_choice,
+                              include_usage=True),
                 list(SPOKEN_REPLY_ROUTE if "audio" in c.modalities else TEXT_REPLY_ROUTE))
 
     def _prefill_conversation(self, c: PrefillConversation) -> None:

@@ -46,7 +46,7 @@ from runtime.models.sampling import Sampling
 from runtime.models.text_stream import Utf8Stream
 from runtime.models.tool_call_format import MARKER, CallStream, call_grammar, plain_messages
 from runtime.models.tools import NO_TOOLS, Tools
-from runtime.models.voice_contract import think_chunk, think_events
+from runtime.models.voice_contract import think_chunk, think_events, usage_event
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,7 @@ class _Seq:
     calls: CallStream | None = None
     max_calls: int = 1
     prefill_only: bool = False   # decode the prompt into the cache, answer nothing
+    usage: tuple[int, int] | None = None   # (prompt tokens, of them cached): report at the end
 
 
 class LlamaCppThinker(ARExecutor):
@@ -402,7 +403,8 @@ class LlamaCppThinker(ARExecutor):
             kv=ids[:cached], mode=mode, sampling=req.sampling,
             call_sampler=call_sampler if mode == DECIDE else None,
             calls=CallStream() if mode == CALL else None,
-            max_calls=self._max_calls(tools, req.parallel_tool_calls))
+            max_calls=self._max_calls(tools, req.parallel_tool_calls),
+            usage=(len(ids), cached) if req.include_usage else None)
         self._admitted += 1
 
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools) -> None:
@@ -583,7 +585,7 @@ class LlamaCppThinker(ARExecutor):
         seq.generated += 1
         if self._lc.llama_vocab_is_eog(self._vocab, token):
             seq.finished = True
-            return StepResult(self._chunk(seq, seq.text.flush()), True)
+            return StepResult(self._last(seq, self._chunk(seq, seq.text.flush())), True)
         chunk = self._chunk(seq, seq.text.push(self._piece(token)))
         calls_done = seq.calls is not None and not seq.calls.open_call and len(seq.calls.calls) >= seq.max_calls
         if seq.generated >= seq.max_tokens or seq.pos + 1 >= self.n_ctx_seq or calls_done:
@@ -591,9 +593,19 @@ class LlamaCppThinker(ARExecutor):
             # (the frame's close) carries nothing, so the reply ends here.
             seq.finished = True
             tail = self._chunk(seq, seq.text.flush())
-            return StepResult(think_chunk(think_events(chunk) + think_events(tail)), True)
+            return StepResult(self._last(seq, think_chunk(think_events(chunk) + think_events(tail))),
+                              True)
         seq.pending = token
         return StepResult(chunk, False)
+
+    @staticmethod
+    def _last(seq: _Seq, chunk: Any) -> Any:
+        """The reply's last chunk, with its usage event when the request asked for it
+        (the end-of-generation token counts as generated, as OpenAI counts it)."""
+        if seq.usage is None:
+            return chunk
+        prompt, cached = seq.usage
+        return think_events(chunk) + [usage_event(prompt, cached, seq.generated)]
 
     def _chunk(self, seq: _Seq, text: str | None) -> Any:
         """Text as is, or in a call the tool-call events the text makes (None when none)."""

@@ -18,7 +18,7 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.models.clauses import ClauseSegmenter, strip_markdown
 from runtime.models.tts_base import Synthesizer, speakable
-from runtime.models.voice_contract import TOOL_CALL_EVENTS, SpeakChunk, speak_chunk, think_text
+from runtime.models.voice_contract import THINK_EVENT_TYPES, SpeakChunk, speak_chunk, think_text
 
 ENGINES = ("flite", "espeak")
 
@@ -46,12 +46,12 @@ def text_of(payload: Any) -> str:
         except UnicodeDecodeError:
             raise StageError(ErrorCode.BAD_INPUT, "speak: bytes payload is not UTF-8 text") from None
     if isinstance(payload, (list, tuple)):
-        # a think chunk with tool-call events in it: only its text is spoken
-        if all(isinstance(p, str) or (isinstance(p, dict) and p.get("type") in TOOL_CALL_EVENTS)
+        # a think chunk with tool-call or usage events in it: only its text is spoken
+        if all(isinstance(p, str) or (isinstance(p, dict) and p.get("type") in THINK_EVENT_TYPES)
                for p in payload):
             return think_text(payload)
         raise StageError(ErrorCode.BAD_INPUT,
-                         "speak: a list payload must contain only str and tool-call events")
+                         "speak: a list payload must contain only str and think events")
     raise StageError(ErrorCode.BAD_INPUT,
                      f"speak: expected text (str or list[str]), got {type(payload).__name__}")
 

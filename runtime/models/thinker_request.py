@@ -22,6 +22,7 @@ class ThinkerRequest:
     sampling: Sampling
     tools: Tools = field(default_factory=lambda: NO_TOOLS)
     parallel_tool_calls: bool = True
+    include_usage: bool = False     # a usage event in the last chunk
 
 
 def read_request(item: WorkItem, system_prompt: str | None, defaults: Sampling,
@@ -42,7 +43,11 @@ def read_request(item: WorkItem, system_prompt: str | None, defaults: Sampling,
     parallel = payload.get("parallel_tool_calls", True) if payload else True
     if not isinstance(parallel, bool):
         raise StageError(ErrorCode.BAD_INPUT, "parallel_tool_calls must be a boolean")
-    return ThinkerRequest(messages, defaults.override(payload, item.params or {}), tools, parallel)
+    usage = payload.get("include_usage", False) if payload else False
+    if not isinstance(usage, bool):
+        raise StageError(ErrorCode.BAD_INPUT, "include_usage must be a boolean")
+    return ThinkerRequest(messages, defaults.override(payload, item.params or {}), tools, parallel,
+                          usage)
 
 
 DEFAULT_SYSTEM_PROMPT = (

@@ -247,6 +247,7 @@ class ThinkRequest(TypedDict):
     max_tokens: NotRequired[int]
     tools: NotRequired[list[ToolSpec]]
     tool_choice: NotRequired[Any]   # one of TOOL_CHOICES or {"type": "function", "function": {"name": N}}
+    include_usage: NotRequired[bool]   # a usage event in the last chunk (thinkers that count)
 
 
 def validate_tools(tools: Any, tool_choice: Any = None) -> None:
@@ -264,10 +265,13 @@ def validate_tools(tools: Any, tool_choice: Any = None) -> None:
 
 
 def think_request(messages: list[ChatMessage], max_tokens: int | None = None,
-                  tools: list[ToolSpec] | None = None, tool_choice: Any = None) -> ThinkRequest:
+                  tools: list[ToolSpec] | None = None, tool_choice: Any = None,
+                  include_usage: bool = False) -> ThinkRequest:
     req: ThinkRequest = {"messages": messages}
     if max_tokens is not None:
         req["max_tokens"] = int(max_tokens)
+    if include_usage:
+        req["include_usage"] = True
     if tools:
         req["tools"] = tools
         if tool_choice is not None:
@@ -283,6 +287,11 @@ def think_request(messages: list[ChatMessage], max_tokens: int | None = None,
 TOOL_CALL_DELTA = "tool_call_delta"
 TOOL_CALL_DONE = "tool_call_done"
 TOOL_CALL_EVENTS = (TOOL_CALL_DELTA, TOOL_CALL_DONE)
+# With ``include_usage`` in the request, a thinker that counts tokens puts one
+# usage event in the reply's last chunk (as OpenAI's chat streams do with
+# ``stream_options.include_usage``): the server reports it in response.done.
+USAGE = "usage"
+THINK_EVENT_TYPES = TOOL_CALL_EVENTS + (USAGE,)
 
 
 class ToolCallDelta(TypedDict):
@@ -306,7 +315,22 @@ class ToolCallDone(TypedDict):
     arguments: str
 
 
-ThinkEvent = Union[str, ToolCallDelta, ToolCallDone]
+class Usage(TypedDict):
+    """Tokens of one reply: its prompt (of which ``cached_tokens`` were already
+    in the engine's cache) and what it generated."""
+
+    type: Literal["usage"]
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+
+
+def usage_event(input_tokens: int, cached_tokens: int, output_tokens: int) -> Usage:
+    return {"type": USAGE, "input_tokens": int(input_tokens), "cached_tokens": int(cached_tokens),
+            "output_tokens": int(output_tokens)}
+
+
+ThinkEvent = Union[str, ToolCallDelta, ToolCallDone, Usage]
 ThinkChunk = Union[str, list[ThinkEvent]]
 
 
@@ -394,8 +418,8 @@ def validate_speak_chunk(payload: Any) -> SpeakChunk:
 
 def validate_think_chunk(payload: Any) -> ThinkChunk:
     """``payload`` if it is a think chunk: a ``str``, or a non-empty list of
-    text deltas and tool-call events of exactly their shapes (strict types, no
-    extra keys); a ``ValueError`` saying why otherwise."""
+    text deltas, tool-call and usage events of exactly their shapes (strict
+    types, no extra keys); a ``ValueError`` saying why otherwise."""
     if isinstance(payload, str):
         return payload
     if not isinstance(payload, list) or not payload:
@@ -421,5 +445,6 @@ def _adapters() -> tuple[Any, Any, Any]:
     forbid = with_config(ConfigDict(extra="forbid", arbitrary_types_allowed=True))
     shapes = typing.get_args(ListenEvent)
     listen = Annotated[Union[tuple(forbid(shape) for shape in shapes)], Field(discriminator="type")]
-    calls = Annotated[Union[forbid(ToolCallDelta), forbid(ToolCallDone)], Field(discriminator="type")]
+    calls = Annotated[Union[forbid(ToolCallDelta), forbid(ToolCallDone), forbid(Usage)],
+                      Field(discriminator="type")]
     return TypeAdapter(listen), TypeAdapter(forbid(SpeakChunk)), TypeAdapter(calls)

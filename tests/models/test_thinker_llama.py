@@ -262,3 +262,30 @@ def test_without_the_conversation_cache_a_prefill_only_request_ends_at_once():
         assert _drain(t, 2).strip()
     finally:
         t.close()
+
+
+def test_usage_counts_the_prompt_its_cached_part_and_the_reply(thinker):
+    """include_usage: the last chunk carries a usage event (as OpenAI's chat streams
+    do with stream_options.include_usage); without it no chunk does."""
+    payload = {"messages": [{"role": "user", "content": "Name one color."}], "include_usage": True}
+    thinker.prefill(WorkItem(980, payload, params={"max_tokens": 6}))
+    seq = thinker._seqs[980]
+    prompt, cached = seq.pos + len(seq.prompt), seq.pos
+    chunks = []
+    for _ in range(50):
+        sr = thinker.step([980]).get(980)
+        if sr is None:
+            continue
+        chunks.append(sr.chunk)
+        if sr.finished:
+            thinker.release(980)
+            break
+    *body, last = chunks
+    assert all(c is None or isinstance(c, str) for c in body)
+    [usage] = [e for e in last if isinstance(e, dict)]
+    assert usage == {"type": "usage", "input_tokens": prompt, "cached_tokens": cached,
+                     "output_tokens": len(chunks)}
+    assert 0 < cached < prompt            # the system prompt came from the prefix cache
+    with pytest.raises(StageError) as e:
+        thinker.prefill(WorkItem(981, {**payload, "include_usage": "yes"}))
+    assert e.value.code == ErrorCode.BAD_INPUT

@@ -143,6 +143,13 @@ async def test_text_turn(server):
         assert not c.of_type("response.output_audio.delta")
         text = c.of_type("response.output_text.done")[0]["text"]
         assert text and r["output"][0]["content"][0]["text"] == text
+        # the thinker's own token counts (no audio tokens: speech goes through ASR and TTS)
+        u = r["usage"]
+        assert u["input_tokens"] > 10 and u["output_tokens"] >= 1, u
+        assert u["total_tokens"] == u["input_tokens"] + u["output_tokens"]
+        assert u["input_token_details"]["text_tokens"] == u["input_tokens"]
+        assert 0 < u["input_token_details"]["cached_tokens"] < u["input_tokens"], u
+        assert u["output_token_details"] == {"text_tokens": u["output_tokens"], "audio_tokens": 0}
     finally:
         await c.close()
 

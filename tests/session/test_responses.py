@@ -355,3 +355,24 @@ def test_listen_lost_ends_the_utterance_and_answers_pending_finals():
     assert "conversation.item.input_audio_transcription.completed" in types(cmds)
     assert not of(cmds, StartResponse)  # an empty transcript starts no response
     assert s.listen_lost(2) == []
+
+
+def test_the_thinkers_usage_event_is_response_dones_usage():
+    """A usage event in the think stage's last chunk (include_usage, which the runner
+    asks for) becomes response.done's usage; none leaves the zeros."""
+    s = new_session()
+    rid = _start(s)
+    events(s.response_chunk(rid, "speak", speak("It is noon.", 300), 10))
+    assert s.response_chunk(rid, "think", ["It is noon.", {
+        "type": "usage", "input_tokens": 42, "cached_tokens": 30, "output_tokens": 5}], 11) == []
+    done = one(s.response_finished(rid, "completed", None, 20), "response.done")["response"]
+    assert done["usage"] == {"total_tokens": 47, "input_tokens": 42, "output_tokens": 5,
+                             "input_token_details": {"text_tokens": 42, "audio_tokens": 0,
+                                                     "image_tokens": 0, "cached_tokens": 30,
+                                                     "cached_tokens_details": {
+                                                         "text_tokens": 30, "audio_tokens": 0,
+                                                         "image_tokens": 0}},
+                             "output_token_details": {"text_tokens": 5, "audio_tokens": 0}}
+    rid = _start(s, "again", now=100)
+    done = one(s.response_finished(rid, "completed", None, 120), "response.done")["response"]
+    assert done["usage"]["total_tokens"] == 0

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import ERROR_CODES, SPEAK, THINK, SpeakChunk, think_events
+from runtime.models.voice_contract import ERROR_CODES, SPEAK, THINK, USAGE, SpeakChunk, think_events
 
 from ..audio_codec import StreamResampler, encode_wire_audio
 from .commands import AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, StartResponse
 from .items import Content, Item, Segment
-from .server_events import content_part, response_object, zero_usage
+from .server_events import content_part, response_object, token_usage, zero_usage
 from .tools import chat_tool_choice, chat_tools, choice_still_valid
 
 
@@ -53,6 +53,7 @@ class _Response:
     # waits for the last of it (pump_output); the usage to report then
     generated: bool = False
     usage: dict | None = None
+    tokens: dict | None = None   # the thinker's usage event (response.done's usage)
 
     @property
     def audio(self) -> bool:
@@ -147,6 +148,8 @@ class Responses:
             for ev in think_events(payload):
                 if isinstance(ev, str):
                     out += self._think_text(r, ev)
+                elif ev.get("type") == USAGE:
+                    r.tokens = ev
                 else:
                     out += self._tool_call_event(r, ev)
             return out
@@ -255,6 +258,10 @@ class Responses:
                 out += self._message_done_events(r, status)
             else:
                 self._close_unfinished_call(item)
+        if usage is None and r.tokens is not None:
+            t = r.tokens
+            usage = token_usage(*(int(t.get(k) or 0) for k in
+                                  ("input_tokens", "cached_tokens", "output_tokens")))
         out.append(self._send("response.done", response=self._response_wire(
             r, status, details, usage if usage is not None else zero_usage())))
         return out

@@ -57,10 +57,20 @@ def error_body(type_: str, code: str | None, message: str, param: str | None = N
 
 
 def zero_usage() -> dict:
-    return {"total_tokens": 0, "input_tokens": 0, "output_tokens": 0,
-            "input_token_details": {"text_tokens": 0, "audio_tokens": 0, "image_tokens": 0,
-                                    "cached_tokens": 0},
-            "output_token_details": {"text_tokens": 0, "audio_tokens": 0}}
+    return token_usage(0, 0, 0)
+
+
+def token_usage(input_tokens: int, cached_tokens: int, output_tokens: int) -> dict:
+    """response.done's ``usage``: the thinker's text tokens (audio goes through
+    speech recognition and synthesis, so no audio tokens are counted)."""
+    return {"total_tokens": input_tokens + output_tokens, "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "input_token_details": {"text_tokens": input_tokens, "audio_tokens": 0,
+                                    "image_tokens": 0, "cached_tokens": cached_tokens,
+                                    "cached_tokens_details": {"text_tokens": cached_tokens,
+                                                              "audio_tokens": 0,
+                                                              "image_tokens": 0}},
+            "output_token_details": {"text_tokens": output_tokens, "audio_tokens": 0}}
 
 
 def response_object(response_id: str, status: str, *, status_details: dict | None,

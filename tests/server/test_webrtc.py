@@ -34,7 +34,9 @@ pytestmark = pytest.mark.timeout(120)
 
 QUESTION = "what is the capital of france"
 STORY = "tell me a long story about a dragon"
-INTERRUPT = "stop and tell me the time"
+# long enough that the caller is still talking well after the cancel, so the
+# stretch between the flush and the next reply can be checked for silence
+INTERRUPT = "stop that story please and tell me instead what time it is right now in london"
 RATE = 16000
 
 

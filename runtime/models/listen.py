@@ -62,7 +62,7 @@ from runtime.models.asr_thread import RecognitionThread
 from runtime.models.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
 from runtime.models.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.whisper_asr import ALT_PROMPT
-from runtime.models.turn_text import looks_unfinished
+from runtime.models.turn_text import asks_the_agent, looks_unfinished
 from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED,
                                            SPEECH_STOPPED, TURN_LIKELY_OVER, onset_dropped_event,
                                            onset_event, partial_event, speech_paused_event,
@@ -99,15 +99,16 @@ TEXT_END_P = 0.1
 # for words that stop on "to".  Whole questions and people's short commands
 # it scored at least 0.009 ("can you recommend a good book", "rear center").
 TEXT_CUT_P = 0.005
-# The chat LLM reads every pause whose words read finished (unless Smart Turn is
-# sure, below), on a thread of its own at this much lower priority: on 2 cores
-# its ~100 ms would otherwise slow the prepared reply's prompt, which the caller
+# The chat LLM reads every pause whose words read finished, as soon as they
+# are in, on a thread of its own at this much lower priority: on 2 cores its
+# ~70-100 ms would otherwise slow the prepared reply's prompt, which the caller
 # waits for, by about half.
 READ_NICE = 5
-# Smart Turn this sure of "finished" is not read at all (people's short
-# commands, 0.94-0.99: they would wait ~100 ms more for nothing, and the reading
-# would compete with the reply's prompt); below it a reading of "cut" may still
-# hold the turn (flite's cut halves it calls finished score 0.53-0.91).
+# Smart Turn this sure of "finished" (people's short commands, 0.94-0.99) does
+# not wait the whole ``likely`` for the reading, only halfway from ``complete``
+# to it: a reading that comes by then can still say "cut" (flite says "I would
+# like to book a table." on a falling tone that Smart Turn may score 0.9+;
+# the chat model reads it 0.0016).
 SURE_P = 0.9
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
@@ -153,7 +154,8 @@ class VadParams:
         return self.turn_mode == "semantic"
 
     def wait_ms(self, verdict: bool | None, words: bool | None = None,
-                text_p: float | None = None, reading: bool = False) -> float:
+                text_p: float | None = None, reading: bool = False, sure: bool = False,
+                question: bool = False) -> float:
         """Silence needed to end the turn: the fixed window, or what the
         end-of-turn model's ``verdict`` and the transcript (``words``: True
         finished, False unfinished, None not known) allow together.  Words
@@ -168,8 +170,14 @@ class VadParams:
         finished); one that calls them a whole message shortens ``unsure`` to
         ``likely`` (Smart Turn hears flat synthetic questions as unfinished).
         While the reading is on its way (``reading``) "finished" waits
-        ``likely``, so that it can still say "cut".  No verdict yet counts as
-        "incomplete" until it comes."""
+        ``likely``, so that it can still say "cut" (halfway there when the
+        model is ``sure``).  Words that Whisper wrote as a ``question`` and the
+        reading does not call cut wait ``likely`` too: a question asked is the
+        plainest end of a turn, which flat voices hide from the model ("Can you
+        recommend a good book?": Smart Turn 0.008, the reading 0.009, since
+        "... for my son" could follow; turn_text.asks_the_agent: a question
+        mark alone is no sign, people's pauses mid-sentence rise too).  No
+        verdict yet counts as "incomplete" until it comes."""
         if not self.semantic:
             return self.silence_duration_ms
         complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
@@ -178,8 +186,12 @@ class VadParams:
         if words and text_p is not None and text_p < TEXT_CUT_P:
             return incomplete
         if verdict and words:
-            return likely if reading else complete
-        return likely if words and text_p is not None and text_p >= TEXT_END_P else unsure
+            if not reading:
+                return complete
+            return (complete + likely) / 2 if sure else likely
+        if words and text_p is not None and (text_p >= TEXT_END_P or question and text_p >= TEXT_CUT_P):
+            return likely
+        return unsure
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
@@ -422,9 +434,9 @@ class _Stream:
             return
 
         # SPEECH
-        reading = self.read and self.text_p is None and self.verdict_p < SURE_P
         if self.silence_start is not None and silent_ms >= p.wait_ms(
-                self.verdict, self.words, self.text_p, reading):
+                self.verdict, self.words, self.text_p, reading=self.read and self.text_p is None,
+                sure=self.verdict_p >= SURE_P, question=asks_the_agent(self.pause_text)):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -461,13 +473,11 @@ class _Stream:
         self._maybe_read()
 
     def _maybe_read(self) -> None:
-        """Wherever the words read finished and the model is not sure of
-        "finished" (a reading of "cut" overrules a verdict below ``SURE_P``),
-        as soon as both are known.  Waiting for the verdict costs the reading
-        ~30 ms but spares the prepared reply's prompt, which starts with the
-        words, a thread competing for the second core when the model is sure."""
-        if self.reader is not None and not self.read and self.words and self.pause_text \
-                and self.verdict is not None and self.verdict_p < SURE_P:
+        """Wherever the words read finished, as soon as they are in: a reading
+        of "cut" overrules any verdict, and Smart Turn's comes ~30 ms after
+        the words, too late to wait for (the reading would miss a sure
+        verdict's short wait)."""
+        if self.reader is not None and not self.read and self.words and self.pause_text:
             self.read = True
             self.reader(("words", self.verdict_gen), self.pause_text)
 
@@ -477,7 +487,6 @@ class _Stream:
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
                 self.verdict, self.verdict_p = value >= 0.5, float(value)
                 self.verdicts["complete" if self.verdict else "incomplete"] += 1
-                self._maybe_read()
             return []
         if isinstance(tag, tuple) and tag[0] == "words":
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):

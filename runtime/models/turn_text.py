@@ -30,9 +30,24 @@ is are am was were be been being can could would should will shall may might mus
 do does did have has had
 """.split())
 SUBJECTS = frozenset("i you he she it we they there that this what who which".split())
+# Not even a question ends on these: an article, a possessive before its noun, a
+# conjunction or a filler ("Could you check the?" is Whisper punctuating a cut).
+# A question may end on a preposition or a pronoun ("What is it for?").
+NEVER_LAST = frozenset("""
+the a an my your their our its every each
+and or but nor because although unless whether
+um uh er erm
+""".split())
 # A turn of only one of these answers a question ("No.", "That.", or "What."
 # where Whisper left out the question mark): it is over, not cut.
 ANSWER_WORDS = frozenset("no not this that these those some any his her what why how when where".split())
+
+# How a question put to the agent opens: a question word, or an auxiliary
+# before "you" ("can you", "do you").
+QUESTION_WORDS = frozenset("what who whom whose which when where why how".split())
+# Whisper also writes "?" after a person's rising mid-sentence pause ("Had he
+# married a more amiable woman he might have been made?"), so the mark alone
+# says little about a turn's end.
 
 _WORD = re.compile(r"[a-z']+")
 
@@ -45,11 +60,15 @@ def trailing_word(text: str) -> str | None:
 def looks_unfinished(text: str) -> bool:
     """True when the words show the speaker is mid-sentence: a trailing
     function word, or a trailing comma or ellipsis.  A question mark wins
-    ("what is it for?"), and so does a one-word answer ("No."); an empty
+    ("what is it for?") unless the word before it cannot end any sentence
+    (``NEVER_LAST``), and so does a one-word answer ("No."); an empty
     transcript (a cough) is not unfinished."""
     t = text.strip()
-    if not t or t.endswith("?"):
+    if not t:
         return False
+    if t.endswith("?"):
+        words = _WORD.findall(t.lower())
+        return len(words) > 1 and words[-1] in NEVER_LAST
     if t.endswith((",", "...", "…", "-")):
         return True
     words = _WORD.findall(t.lower())
@@ -60,4 +79,14 @@ def looks_unfinished(text: str) -> bool:
     return trailing_word(t) in TRAILING_WORDS
 
 
-__all__ = ["ANSWER_WORDS", "AUXILIARIES", "TRAILING_WORDS", "looks_unfinished", "trailing_word"]
+def asks_the_agent(text: str) -> bool:
+    """A whole question put to the agent: Whisper wrote a question mark, and
+    the words open as such a question does."""
+    if not text.rstrip().endswith("?"):
+        return False
+    words = _WORD.findall(text.lower())
+    return bool(words) and (words[0] in QUESTION_WORDS
+                            or words[0] in AUXILIARIES and words[1:2] == ["you"])
+
+
+__all__ = ["ANSWER_WORDS", "AUXILIARIES", "NEVER_LAST", "QUESTION_WORDS", "asks_the_agent", "TRAILING_WORDS", "looks_unfinished", "trailing_word"]

@@ -58,6 +58,7 @@ def test_the_wait_by_what_is_known():
     assert complete < likely < unsure < incomplete
     assert p.wait_ms(True, True) == complete
     assert p.wait_ms(True, True, reading=True) == likely     # the reading may still say "cut"
+    assert complete < p.wait_ms(True, True, reading=True, sure=True) < likely
     assert p.wait_ms(True, True, text_p=0.001) == incomplete   # Whisper's "a table." after a cut
     assert p.wait_ms(True, True, text_p=0.02) == complete
     assert p.wait_ms(False, True, text_p=0.3) == likely
@@ -65,6 +66,11 @@ def test_the_wait_by_what_is_known():
     assert p.wait_ms(False, True, text_p=0.001) == incomplete   # read as cut
     assert p.wait_ms(False, True, text_p=float("nan")) == unsure   # nothing to read
     assert p.wait_ms(False, True) == unsure                  # the reading is late
+    # a question asked ("Can you recommend a good book?") unless the reading calls it cut
+    assert p.wait_ms(False, True, text_p=0.009, question=True) == likely
+    assert p.wait_ms(False, True, text_p=0.002, question=True) == incomplete
+    assert p.wait_ms(False, True, text_p=float("nan"), question=True) == unsure
+    assert p.wait_ms(False, True, question=True) == unsure
     assert p.wait_ms(True, None) == unsure
     assert p.wait_ms(True, False, text_p=0.3) == incomplete   # "... to the" never ends a turn
     assert p.wait_ms(None, True, text_p=0.3) == incomplete    # no verdict yet
@@ -72,28 +78,24 @@ def test_the_wait_by_what_is_known():
     assert silence.wait_ms(False, True, text_p=0.3) == 500
 
 
-def test_the_words_are_read_only_where_smart_turn_is_not_sure():
-    """The reading waits for the verdict and is skipped when Smart Turn is sure of
-    "finished": on 2 cores it would slow the prepared reply's prompt for nothing."""
+def test_the_words_are_read_as_soon_as_they_are_in():
+    """Whatever Smart Turn says, and before it says it: a sure verdict's short
+    wait would not outlast a reading that waited for it."""
     from runtime.models.listen import SURE_P, _Stream
 
     read: list[str] = []
     p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")
     s = _Stream(p, None, None, judge=lambda tag, audio: None,
                 reader=lambda tag, text: read.append(text))
-    words = "What time does the store open tomorrow?"
+    words = "I would like to book a table."
     s._heard_words(words)
-    assert read == []                              # no verdict yet
+    assert read == [words]                         # no verdict yet
     s.on_result(("turn", s.verdict_gen), SURE_P + 0.05)
-    assert read == []                              # sure: nothing to read
-    s._forget_verdict()                            # the speaker went on; a new pause
-    s.on_result(("turn", s.verdict_gen), 0.6)
-    assert read == []                              # no words yet
     s._heard_words(words)
-    assert read == [words]
-    s.on_result(("turn", s.verdict_gen - 1), 0.1)  # a stale verdict asks nothing more
-    assert read == [words]
+    assert read == [words]                         # once a pause
+    s._forget_verdict()                            # the speaker went on; a new pause
+    s._heard_words("I would like to book a table for")
+    assert read == [words]                         # unfinished words: nothing to read
     s._forget_verdict()
-    s._heard_words("I would like to book a table.")
-    s.on_result(("turn", s.verdict_gen), 0.05)     # words first, then an unfinished verdict
-    assert read == [words, "I would like to book a table."]
+    s._heard_words("For two.")
+    assert read == [words, "For two."]

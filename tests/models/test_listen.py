@@ -526,6 +526,18 @@ def test_semantic_turn_waits_through_a_pause_mid_sentence(whisper_ex, people):
     assert whisper_ex.stats()["verdict_incomplete"] >= 1
 
 
+def test_a_finished_verdict_the_reading_doubts_waits(whisper_ex, people):
+    """A person's "front ... left" with ~360 ms between the words: Smart Turn
+    calls "Front." finished (0.5-0.8, not sure) but the chat model reads it as
+    a message that may go on (~0.014): they disagree, and the turn waits
+    ``unsure`` instead of ending after 200 ms between the two words."""
+    clip = next(c for c in people if c.text == "front left")
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), clip.audio, np.zeros(2 * SR, np.float32)])
+    events = stream_judged(whisper_ex, audio, {"turn_mode": "semantic"})
+    finals = [e["text"] for _, e in events if e["type"] == "final"]
+    assert len(finals) == 1 and "left" in finals[0].lower(), finals
+
+
 def test_words_a_chat_model_reads_as_cut_wait_through_a_long_pause(whisper_ex):
     """flite's "i would like to book a table", a 1 s pause, "for two people at seven"
     (voice awb): Whisper ends the first half with a full stop and Smart Turn hears it

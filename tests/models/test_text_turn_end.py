@@ -60,7 +60,9 @@ def test_the_wait_by_what_is_known():
     assert p.wait_ms(True, True, reading=True) == likely     # the reading may still say "cut"
     assert complete < p.wait_ms(True, True, reading=True, sure=True) < likely
     assert p.wait_ms(True, True, text_p=0.001) == incomplete   # Whisper's "a table." after a cut
-    assert p.wait_ms(True, True, text_p=0.02) == complete
+    assert p.wait_ms(True, True, text_p=0.02) == unsure          # "Front." of "front ... left"
+    assert p.wait_ms(True, True, text_p=0.02, sure=True) == complete   # "Rear center."
+    assert p.wait_ms(True, True, text_p=0.3) == complete
     assert p.wait_ms(False, True, text_p=0.3) == likely
     assert p.wait_ms(False, True, text_p=0.02) == unsure
     assert p.wait_ms(False, True, text_p=0.001) == incomplete   # read as cut

@@ -171,9 +171,9 @@ class VadParams:
         ``likely`` (Smart Turn hears flat synthetic questions as unfinished),
         and one that says the message may go on (between the two bounds)
         turns a "finished" the model is not ``sure`` of into ``unsure``.
-        While the reading is on its way (``reading``) "finished" waits
-        ``likely``, so that it can still say "cut" (halfway there when the
-        model is ``sure``).  Words that Whisper wrote as a ``question`` and the
+        While the reading is on its way (``reading``) "finished" waits for it
+        (up to ``unsure``; when the model is ``sure``, only halfway from
+        ``complete`` to ``likely``).  Words that Whisper wrote as a ``question`` and the
         reading does not call cut wait ``likely`` too: a question asked is the
         plainest end of a turn, which flat voices hide from the model ("Can you
         recommend a good book?": Smart Turn 0.008, the reading 0.009, since
@@ -188,8 +188,8 @@ class VadParams:
         if words and text_p is not None and text_p < TEXT_CUT_P:
             return incomplete
         if verdict and words:
-            if reading:
-                return (complete + likely) / 2 if sure else likely
+            if reading:      # it decides between complete and unsure: wait for it
+                return (complete + likely) / 2 if sure else unsure
             if sure or text_p is None or not text_p < TEXT_END_P:
                 return complete
             # the reading says the message may go on ("Front." of a person's

@@ -57,7 +57,7 @@ def test_the_wait_by_what_is_known():
     complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS["auto"]
     assert complete < likely < unsure < incomplete
     assert p.wait_ms(True, True) == complete
-    assert p.wait_ms(True, True, reading=True) == likely     # the reading may still say "cut"
+    assert p.wait_ms(True, True, reading=True) == unsure     # the reading may still say "cut"
     assert complete < p.wait_ms(True, True, reading=True, sure=True) < likely
     assert p.wait_ms(True, True, text_p=0.001) == incomplete   # Whisper's "a table." after a cut
     assert p.wait_ms(True, True, text_p=0.02) == unsure          # "Front." of "front ... left"

@@ -304,9 +304,11 @@ async def first_audio_then_cancel(c: Caller, n: int) -> dict:
 
 
 async def answer_latency(c: Caller, pcm: np.ndarray, latency: list, decide: list,
-                         respond: list) -> int:
+                         respond: list, early: list) -> int:
     """Say ``pcm``; append true end of speech -> first agent audio (and its two
-    parts: -> speech_stopped, -> audio); 1 when no audio came (an error)."""
+    parts: -> speech_stopped, -> audio); 1 when no audio came (an error).  An
+    answer that starts before the speaker has finished (a pause inside the
+    clip taken for the end of the turn) is no latency: it goes to ``early``."""
     n = len(c.events)
     _, end = c.say(pcm)
     t_end = await asyncio.wait_for(end, 60)
@@ -314,6 +316,9 @@ async def answer_latency(c: Caller, pcm: np.ndarray, latency: list, decide: list
     await settle(c, n, quiet_s=0.5)
     if d["type"] != "response.output_audio.delta":
         return 1
+    if d["_t"] < t_end:
+        early.append(round((d["_t"] - t_end) * 1000))
+        return 0
     latency.append((d["_t"] - t_end) * 1000)
     stopped = [e for e in c.events[n:] if e["type"] == "input_audio_buffer.speech_stopped"
                and e["_t"] <= d["_t"]]
@@ -328,14 +333,16 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
     latency, premature, errors, missed = [], [], 0, []
     decide, respond = [], []     # true end -> speech_stopped at the client -> first audio
     human: list[float] = []
+    early: list[int] = []        # answered before the end of the clip
+    early_human: list[int] = []
     async with connected(RealtimeWSTransport(url, key), session={
             "max_output_tokens": 16,
             "audio": {"input": {"turn_detection": turn_detection(mode)}}}) as c:
         await c.wait(lambda e: e["type"] == "session.updated", 0, 30)
         for item in sets["complete"]:
-            errors += await answer_latency(c, item["pcm"], latency, decide, respond)
+            errors += await answer_latency(c, item["pcm"], latency, decide, respond, early)
         for item in sets.get("human", []):
-            errors += await answer_latency(c, item["pcm"], human, [], [])
+            errors += await answer_latency(c, item["pcm"], human, [], [], early_human)
         for item in sets["paused"]:
             n = len(c.events)
             pcm = np.concatenate([item["first"], np.zeros(int(RATE * item["gap_ms"] / 1000),
@@ -354,11 +361,11 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
             {"stop_ms": {"p50": None, "p95": None}, "stop_ms_standard": {"p50": None, "p95": None},
              "false_cancel_rate": None, "resumed_rate": None}
     return {"latency_ms": {"p50": pct(latency, 50), "p95": pct(latency, 95), "n": len(latency),
-                           "all": [round(x) for x in latency],
+                           "all": [round(x) for x in latency], "answered_early": early,
                            "end_decided": {"p50": pct(decide, 50), "p95": pct(decide, 95)},
                            "decided_to_audio": {"p50": pct(respond, 50), "p95": pct(respond, 95)}},
             "latency_human_ms": {"p50": pct(human, 50), "p95": pct(human, 95), "n": len(human),
-                                 "all": [round(x) for x in human]},
+                                 "all": [round(x) for x in human], "answered_early": early_human},
             "premature_rate": round(sum(premature) / len(premature), 3) if premature else None,
             "premature_n": len(premature), "premature_sentences": missed, **inter,
             "wasted_think_ratio": None, "errors": errors}
@@ -381,7 +388,8 @@ async def main_async(a) -> dict:
             r["wasted_think_ratio"] = round(wasted / (used + wasted), 3) if used + wasted else None
             r["prepared_replies"] = {"think_tokens_used": used, "think_tokens_wasted": wasted}
             print(f"{mode}: latency p50/p95 {r['latency_ms']['p50']}/{r['latency_ms']['p95']} ms, "
-                  f"people {r['latency_human_ms']['p50']}/{r['latency_human_ms']['p95']} ms, "
+                  f"people {r['latency_human_ms']['p50']}/{r['latency_human_ms']['p95']} ms "
+                  f"({len(r['latency_human_ms']['answered_early'])} answered before their end), "
                   f"premature {r['premature_rate']}", flush=True)
         rt = await server.runtime()
         for p in rt.get("processes", {}).values():

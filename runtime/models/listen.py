@@ -173,13 +173,12 @@ class VadParams:
         turns a "finished" the model is not ``sure`` of into ``unsure``.
         While the reading is on its way (``reading``) "finished" waits for it
         (up to ``unsure``; when the model is ``sure``, only halfway from
-        ``complete`` to ``likely``).  Words that Whisper wrote as a ``question`` and the
-        reading does not call cut wait ``likely`` too: a question asked is the
-        plainest end of a turn, which flat voices hide from the model ("Can you
-        recommend a good book?": Smart Turn 0.008, the reading 0.009, since
-        "... for my son" could follow; turn_text.asks_the_agent: a question
-        mark alone is no sign, people's pauses mid-sentence rise too).  No
-        verdict yet counts as "incomplete" until it comes."""
+        ``complete`` to ``likely``).  A ``question`` put to the agent
+        (turn_text.asks_the_agent) that the reading does not call cut waits
+        ``likely`` too: a question asked is the plainest end of a turn, which
+        flat voices hide from the model ("Can you recommend a good book?":
+        Smart Turn 0.008, the reading 0.009, since "... for my son" could
+        follow).  No verdict yet counts as "incomplete" until it comes."""
         if not self.semantic:
             return self.silence_duration_ms
         complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]

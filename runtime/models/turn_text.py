@@ -45,9 +45,6 @@ ANSWER_WORDS = frozenset("no not this that these those some any his her what why
 # How a question put to the agent opens: a question word, or an auxiliary
 # before "you" ("can you", "do you").
 QUESTION_WORDS = frozenset("what who whom whose which when where why how".split())
-# Whisper also writes "?" after a person's rising mid-sentence pause ("Had he
-# married a more amiable woman he might have been made?"), so the mark alone
-# says little about a turn's end.
 
 _WORD = re.compile(r"[a-z']+")
 
@@ -81,7 +78,9 @@ def looks_unfinished(text: str) -> bool:
 
 def asks_the_agent(text: str) -> bool:
     """A whole question put to the agent: Whisper wrote a question mark, and
-    the words open as such a question does."""
+    the words open as such a question does.  The mark alone says little:
+    Whisper writes one after a person's rising pause mid-sentence too ("Had
+    he married a more amiable woman he might have been made?")."""
     if not text.rstrip().endswith("?"):
         return False
     words = _WORD.findall(text.lower())
@@ -89,4 +88,5 @@ def asks_the_agent(text: str) -> bool:
                             or words[0] in AUXILIARIES and words[1:2] == ["you"])
 
 
-__all__ = ["ANSWER_WORDS", "AUXILIARIES", "NEVER_LAST", "QUESTION_WORDS", "asks_the_agent", "TRAILING_WORDS", "looks_unfinished", "trailing_word"]
+__all__ = ["ANSWER_WORDS", "AUXILIARIES", "NEVER_LAST", "QUESTION_WORDS", "TRAILING_WORDS",
+           "asks_the_agent", "looks_unfinished", "trailing_word"]

@@ -16,7 +16,8 @@ from runtime.models.async_stream_thinker import AsyncStreamThinker, code_for_sta
 from runtime.models.thinker_request import ThinkerRequest
 from runtime.models.sse import sse_events
 from runtime.models.tool_call_format import new_call_id
-from runtime.models.voice_contract import ThinkEvent, tool_call_delta_event, tool_call_done_event
+from runtime.models.voice_contract import (ThinkEvent, Usage, tool_call_delta_event,
+                                           tool_call_done_event, usage_event)
 
 
 def status_code_error(status: int, body: str) -> StageError:
@@ -82,6 +83,10 @@ class OpenAICompatThinker(AsyncStreamThinker):
                 body["parallel_tool_calls"] = False
             if not self.stream_tool_calls:
                 body["stream"] = False
+        if req.include_usage and body["stream"]:
+            # the token counts come in one more chunk after the last one (a
+            # server that does not know the option ignores it and sends none)
+            body["stream_options"] = {"include_usage": True}
         body.update(self.extra_body)
         return body
 
@@ -95,22 +100,29 @@ class OpenAICompatThinker(AsyncStreamThinker):
                     text = (await resp.aread()).decode("utf-8", "replace")
                     raise status_code_error(resp.status_code, text)
                 if not body["stream"]:
-                    for ev in self._whole_reply((await resp.aread()).decode("utf-8", "replace"), calls):
+                    for ev in self._whole_reply((await resp.aread()).decode("utf-8", "replace"),
+                                                calls, req.include_usage):
                         yield ev
                     return
+                usage, finished = None, False
                 async for ev in sse_events(resp.aiter_lines()):
                     if ev.data.strip() == "[DONE]":
                         break
-                    delta, pieces, finished = self._parse_event(ev.data)
+                    obj = self._decoded(ev.data)
+                    delta, pieces, ended = self._read_event(obj, ev.data)
                     if delta:
                         yield delta
                     for piece in pieces:
                         for out in calls.add(piece):
                             yield out
-                    if finished:
+                    usage = self._usage(obj) or usage
+                    finished = finished or ended
+                    if finished and (usage is not None or "stream_options" not in body):
                         break
             for out in calls.finish():
                 yield out
+            if usage is not None:
+                yield usage
         except StageError:
             raise
         except httpx.TimeoutException as e:
@@ -122,7 +134,8 @@ class OpenAICompatThinker(AsyncStreamThinker):
             raise StageError(ErrorCode.STAGE_UNAVAILABLE,
                              f"chat server {self.base_url} dropped the stream: {e!r}") from None
 
-    def _whole_reply(self, data: str, calls: "ToolCallAssembler") -> list[ThinkEvent]:
+    def _whole_reply(self, data: str, calls: "ToolCallAssembler",
+                     include_usage: bool = False) -> list[ThinkEvent]:
         """A non-streamed completion as the events a stream would have carried."""
         try:
             obj = json.loads(data)
@@ -132,7 +145,21 @@ class OpenAICompatThinker(AsyncStreamThinker):
         out: list[ThinkEvent] = [msg["content"]] if msg.get("content") else []
         for i, call in enumerate(msg.get("tool_calls") or []):
             out.extend(calls.add({**call, "index": call.get("index", i)}))
-        return out + calls.finish()
+        usage = self._usage(obj) if include_usage else None
+        return out + calls.finish() + ([usage] if usage is not None else [])
+
+    def _usage(self, obj: dict) -> Usage | None:
+        """The server's ``usage`` object as the contract's usage event (and the
+        stage's stats); None where the chunk has none."""
+        u = obj.get("usage")
+        if not isinstance(u, dict) or not isinstance(u.get("prompt_tokens"), int):
+            return None
+        details = u.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        completion = u.get("completion_tokens")
+        completion = completion if isinstance(completion, int) else 0
+        self._note_usage(u["prompt_tokens"], completion)
+        return usage_event(u["prompt_tokens"], cached if isinstance(cached, int) else 0, completion)
 
     @classmethod
     def _parse_chunk(cls, data: str) -> tuple[str | None, bool]:
@@ -140,16 +167,16 @@ class OpenAICompatThinker(AsyncStreamThinker):
         delta, _, finished = cls._parse_event(data)
         return delta, finished
 
-    @staticmethod
-    def _parse_event(data: str) -> tuple[str | None, list[dict], bool]:
-        """One event's text delta, tool-call pieces and whether the stream is finished.
+    @classmethod
+    def _parse_event(cls, data: str) -> tuple[str | None, list[dict], bool]:
+        """One event's text delta, tool-call pieces and whether the stream is finished."""
+        return cls._read_event(cls._decoded(data), data)
 
-        An ``error`` event carries the server's HTTP status in ``code`` (SGLang,
-        vLLM): that status picks the error code.  ``finish_reason: "abort"``
-        means the server gave up on the request (SGLang on an abort without an
-        error status): the reply is incomplete, so it is ``cancelled``, never a
-        normal completion.
-        """
+    @staticmethod
+    def _decoded(data: str) -> dict:
+        """One event's JSON object.  An ``error`` event raises: it carries the
+        server's HTTP status in ``code`` (SGLang, vLLM), and that status picks
+        the error code."""
         try:
             obj = json.loads(data)
         except json.JSONDecodeError:
@@ -164,6 +191,15 @@ class OpenAICompatThinker(AsyncStreamThinker):
                 status = int(status)
             code = code_for_status(status) if isinstance(status, int) else ErrorCode.INTERNAL
             raise StageError(code, f"chat server error{f' {status}' if status else ''}: {msg}")
+        return obj
+
+    @staticmethod
+    def _read_event(obj: dict, data: str) -> tuple[str | None, list[dict], bool]:
+        """A decoded event's text delta, tool-call pieces and whether the reply is
+        finished (``data``, the raw event, for error messages).
+        ``finish_reason: "abort"`` means the server gave up on the request
+        (SGLang on an abort without an error status): the reply is incomplete,
+        so it is ``cancelled``, never a normal completion."""
         choices = obj.get("choices") or []
         if not choices:
             return None, [], False

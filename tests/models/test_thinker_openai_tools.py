@@ -166,3 +166,39 @@ def test_transformers_thinker_refuses_tools_clearly():
         read_request(WorkItem(1, {"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}),
                      None, Sampling(), TransformersThinker.supports_tools, "the transformers thinker")
     assert e.value.code == ErrorCode.BAD_INPUT and "does not support tools" in str(e.value)
+
+
+def test_usage_of_a_whole_reply_and_of_a_stream(server):
+    """include_usage: a whole reply (this server always counts) ends with the
+    usage event; a stream asks for it with stream_options, which this server
+    ignores: the reply still ends, with no usage event and no wait for one."""
+    _, url = server
+    t = _thinker(url, stream_tool_calls=False)
+    try:
+        _, text, events = _collect(t, 30, {
+            "messages": [{"role": "user", "content": "Tell me a joke."}], "tools": TOOLS,
+            "tool_choice": "none", "include_usage": True})
+        usage = [e for e in events if e["type"] == "usage"]
+        assert len(usage) == 1 and events[-1] is usage[0], events
+        assert usage[0]["input_tokens"] > 5 and usage[0]["output_tokens"] >= 1
+        assert t.stats()["last_usage"]["prompt_tokens"] == usage[0]["input_tokens"]
+        _, text, events = _collect(t, 31, {
+            "messages": [{"role": "user", "content": "Say hello."}], "include_usage": True})
+        assert text.strip() and not events
+    finally:
+        t.close()
+
+
+def test_usage_read_from_the_servers_object():
+    t = OpenAICompatThinker()
+    assert t._usage({"choices": []}) is None
+    assert t._usage({"usage": {"prompt_tokens": 12, "completion_tokens": 5,
+                               "prompt_tokens_details": {"cached_tokens": 8}}}) == \
+        {"type": "usage", "input_tokens": 12, "cached_tokens": 8, "output_tokens": 5}
+    assert t._usage({"usage": {"prompt_tokens": 3}}) == \
+        {"type": "usage", "input_tokens": 3, "cached_tokens": 0, "output_tokens": 0}
+    body = t._body(t._fit(WorkItem(1, {"messages": [{"role": "user", "content": "hi"}],
+                                       "include_usage": True})))
+    assert body["stream_options"] == {"include_usage": True}
+    assert "stream_options" not in t._body(t._fit(WorkItem(2, {"messages": [
+        {"role": "user", "content": "hi"}]})))

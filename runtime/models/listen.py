@@ -303,6 +303,7 @@ class _Stream:
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
         self.reader = reader          # submits a text end-of-turn job (semantic mode, optional)
         self.pause_text = ""          # the transcript at this pause
+        self.question = False         # it is a question put to the agent (turn_text)
         self.text_p: float | None = None    # the chat LLM's P(pause_text ends the message)
         self.read = False             # text job asked for this silence run
         self.vad = vad
@@ -440,7 +441,7 @@ class _Stream:
         # SPEECH
         if self.silence_start is not None and silent_ms >= p.wait_ms(
                 self.verdict, self.words, self.text_p, reading=self.read and self.text_p is None,
-                sure=self.verdict_p >= SURE_P, question=asks_the_agent(self.pause_text)):
+                sure=self.verdict_p >= SURE_P, question=self.question):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -469,10 +470,12 @@ class _Stream:
         self.text_p = None
         self.read = False
         self.pause_text = ""
+        self.question = False
         self.verdict_gen += 1          # a new silence run
 
     def _heard_words(self, text: str) -> None:
         self.words = not looks_unfinished(text)
+        self.question = asks_the_agent(text)   # read once a pause, not every frame of it
         self.pause_text = text
         self._maybe_read()
 

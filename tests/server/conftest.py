@@ -26,14 +26,15 @@ def server():
     srv.stop()
 
 
-def loopback_server(max_output_tokens: int) -> ServerThread:
+def loopback_server(max_output_tokens: int, config: Path = ROOT / "configs" / "voice-cpu.yaml"
+                    ) -> ServerThread:
     """A server for WebRTC tests: ICE on 127.0.0.1 only, no STUN (see
     test_webrtc.py); ``srv.base`` is its http:// root."""
     settings = ServerSettings.from_sources(
         env={"VOICE_AGENT_ICE_HOSTS": "127.0.0.1"}, api_keys=[API_KEY], max_sessions=8,
         max_output_tokens=max_output_tokens)
     assert settings.ice_hosts == ["127.0.0.1"] and settings.ice_servers == []
-    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
+    srv = ServerThread(str(config), settings).start()
     srv.base = f"http://127.0.0.1:{srv.port}"
     return srv
 

@@ -13,13 +13,16 @@ from __future__ import annotations
 import asyncio
 import json
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from voice_server.testing.audio import flite_pcm
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.rtc_client import RTCClient
 
-from .conftest import API_KEY, loopback_server
+from .conftest import API_KEY, ROOT, loopback_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -43,10 +46,23 @@ RATE = 16000
 
 
 @pytest.fixture(scope="module")
-def tool_server():
-    srv = loopback_server(max_output_tokens=40)
+def tool_server(tmp_path_factory):
+    srv = loopback_server(max_output_tokens=40, config=greedy_config(tmp_path_factory.mktemp("cfg")))
     yield srv
     srv.stop()
+
+
+def greedy_config(folder: Path) -> Path:
+    """voice-cpu with a greedy thinker.  Sampled at the shipped temperature, the
+    135M model left the tool result out of 3 replies in a row in one CI run;
+    greedy, its reply to a given prompt is always the same, so what these
+    tests check is the protocol, not a draw."""
+    data = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
+    [think] = [s for s in data["stages"] if s["name"] == "think"]
+    think["args"]["temperature"] = 0.0
+    path = folder / "voice-cpu-greedy.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
 
 
 def user_text(text: str) -> dict:
@@ -130,17 +146,11 @@ async def test_tool_round_trip_over_websocket(tool_server):
         await c.send(output_item(call["call_id"]))
         item = await c.wait("conversation.item.done", start=n)
         assert item["item"]["type"] == "function_call_output"
-        # The reply is sampled: the 135M model passes the result on in most
-        # tries, not all (the protocol is what is tested), so up to 3 replies.
-        for _ in range(3):
-            m = len(c.events)
-            await c.send({"type": "response.create", "response": {"tool_choice": "none"}})
-            done2 = await c.wait("response.done", timeout=60, start=m)
-            assert done2["response"]["status"] == "completed", done2
-            [msg] = done2["response"]["output"]
-            spoken = msg["content"][0]["transcript"]
-            if FACT in spoken.lower():
-                break
+        await c.send({"type": "response.create", "response": {"tool_choice": "none"}})
+        done2 = await c.wait("response.done", timeout=60, start=n)
+        assert done2["response"]["status"] == "completed", done2
+        [msg] = done2["response"]["output"]
+        spoken = msg["content"][0]["transcript"]
         assert FACT in spoken.lower(), spoken
         assert c.of_type("response.output_audio.delta", n)
         assert not c.of_type("error"), c.of_type("error")

@@ -85,21 +85,36 @@ class Tools:
 NO_TOOLS = Tools()
 
 
-def _check_parameters(name: str, params: Any) -> dict:
-    if params is None:
+class ToolSpecError(ValueError):
+    """What makes a tool's ``parameters`` unusable, said without saying where:
+    each boundary names the field the way its callers know it (a Realtime
+    client's ``session.tools[0].parameters``, a think request's tool name)."""
+
+
+def object_schema(params: Any) -> dict:
+    """``parameters`` as the thinkers take it: a valid JSON Schema (of the draft
+    its ``$schema`` names, else the latest) of an object; ``null`` or ``{}``
+    take no parameters, and a schema without ``type`` is an object's.  The one
+    check for both the session (a client's ``session.update``) and the think
+    stage (any caller's request), so they can never disagree on a tool."""
+    if params is None or params == {}:
         return dict(EMPTY_PARAMETERS)
     if not isinstance(params, dict):
-        raise _bad(f"tool {name!r}: 'parameters' must be a JSON Schema object, got {type(params).__name__}")
-    from jsonschema import Draft202012Validator, SchemaError
+        raise ToolSpecError(f"must be a JSON Schema object, got {type(params).__name__}")
+    import jsonschema  # on first use: jsonschema loads only with tools
 
     try:
-        Draft202012Validator.check_schema(params)
-    except SchemaError as e:
-        raise _bad(f"tool {name!r}: 'parameters' is not a valid JSON Schema: {e.message}") from None
+        jsonschema.validators.validator_for(params).check_schema(params)
+    except jsonschema.SchemaError as e:
+        where = "/".join(str(p) for p in e.path)
+        raise ToolSpecError(f"is not a valid JSON Schema: {e.message[:200]}"
+                            f"{' at ' + where if where else ''}") from None
+    except RecursionError:
+        raise ToolSpecError("is nested too deeply") from None
     kind = params.get("type", "object")
     if kind != "object":
-        raise _bad(f"tool {name!r}: 'parameters' must describe an object (type 'object'), got type {kind!r}")
-    return params
+        raise ToolSpecError(f"must describe an object (type 'object'), got type {str(kind)[:40]!r}")
+    return params if "type" in params else {"type": "object", **params}
 
 
 def parse_tool(spec: Any, i: int) -> Tool:
@@ -118,7 +133,11 @@ def parse_tool(spec: Any, i: int) -> Tool:
     desc = fn.get("description") or ""
     if not isinstance(desc, str):
         raise _bad(f"tool {name!r}: 'description' must be a string")
-    return Tool(name, desc, _check_parameters(name, fn.get("parameters")))
+    try:
+        params = object_schema(fn.get("parameters"))
+    except ToolSpecError as e:
+        raise _bad(f"tool {name!r}: 'parameters' {e}") from None
+    return Tool(name, desc, params)
 
 
 def parse_tool_choice(choice: Any, tools: tuple[Tool, ...]) -> ToolChoice:

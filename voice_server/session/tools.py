@@ -12,27 +12,22 @@ echoes it in ``session.updated``, and converts when it starts a response.
 
 A tool is refused when the model could not be made to honour it: a name
 outside ``[A-Za-z0-9_-]{1,64}`` (the pattern the OpenAI APIs use), two tools
-of one name, ``parameters`` that is not a JSON Schema (checked with
-``jsonschema``) of an object, or a type other than ``function`` (MCP tools
-need a server the agent does not reach).  The error names the offending
+of one name, ``parameters`` that is not a JSON Schema of an object (the
+think stage's own check, :func:`runtime.models.tools.object_schema`), or a
+type other than ``function`` (MCP tools need a server the agent does not
+reach).  The error names the offending
 field; the session's previous tools stay in force.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-import jsonschema
-
+from runtime.models.tools import NAME_RE, ToolSpecError, object_schema
 from runtime.models.voice_contract import TOOL_CHOICES
 
 from .errors import ClientError
-
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# a tool without parameters takes none: the thinkers build their grammar from this
-NO_PARAMETERS = {"type": "object", "properties": {}}
 
 
 def parse_tools(value: Any, param: str, max_tools: int, max_chars: int) -> list[dict]:
@@ -74,7 +69,7 @@ def _parse_tool(tool: Any, param: str) -> dict:
                           f"{str(ttype)[:64]!r}. Only 'function' tools are supported.",
                           f"{param}.type")
     name = tool.get("name")
-    if not isinstance(name, str) or not TOOL_NAME.match(name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
         raise ClientError("invalid_tool", f"Invalid '{param}.name': {str(name)[:80]!r}. A "
                           "function name is 1 to 64 characters among a-z, A-Z, 0-9, '_' "
                           "and '-'.", f"{param}.name")
@@ -85,32 +80,12 @@ def _parse_tool(tool: Any, param: str) -> dict:
     out = {"type": "function", "name": name}
     if description is not None:
         out["description"] = description
-    out["parameters"] = _parse_parameters(tool.get("parameters"), f"{param}.parameters")
-    return out
-
-
-def _parse_parameters(schema: Any, param: str) -> dict:
-    """A JSON Schema of an object; ``null`` or ``{}`` take no parameters."""
-    if schema is None or schema == {}:
-        return dict(NO_PARAMETERS)
-    if not isinstance(schema, dict):
-        raise ClientError("invalid_tool_parameters", f"Invalid '{param}': expected a JSON "
-                          "Schema object.", param)
-    if schema.get("type", "object") != "object":
-        raise ClientError("invalid_tool_parameters", f"Invalid '{param}': the parameters "
-                          f"schema must have type 'object', not {str(schema.get('type'))[:40]!r}.",
-                          param)
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path)
-        raise ClientError("invalid_tool_parameters", f"Invalid '{param}': not a valid JSON "
-                          f"Schema ({exc.message[:200]}{' at ' + where if where else ''}).",
-                          param) from None
-    except RecursionError:
-        raise ClientError("invalid_tool_parameters", f"Invalid '{param}': the schema is "
-                          "nested too deeply.", param) from None
-    return schema if "type" in schema else {"type": "object", **schema}
+        out["parameters"] = object_schema(tool.get("parameters"))
+    except ToolSpecError as e:
+        raise ClientError("invalid_tool_parameters", f"Invalid '{param}.parameters': the schema "
+                          f"{e}.", f"{param}.parameters") from None
+    return out
 
 
 def parse_tool_choice(value: Any, tools: list[dict], param: str) -> str | dict:

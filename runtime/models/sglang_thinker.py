@@ -22,6 +22,10 @@ aborts for it, so cancelling first would leave the GPU generating to
 ``max_new_tokens``; from 0.5.21 a second abort of a request is dropped, so
 abort-then-cancel dispatches exactly one on every release.
 
+With ``include_usage`` the reply's last chunk carries a usage event: the
+prompt, cached and completion token counts of the finished request's
+``meta_info``.
+
 ``seed`` is passed as SGLang's ``sampling_seed``; it makes a request repeatable
 only when the engine runs with ``enable_deterministic_inference=True`` (batch
 composition changes the numerics otherwise).
@@ -55,6 +59,7 @@ from runtime.models.async_stream_thinker import AsyncStreamThinker, code_for_sta
 from runtime.models.chat import render_template
 from runtime.models.thinker_request import ThinkerRequest
 from runtime.models.sampling import Range
+from runtime.models.voice_contract import ThinkEvent, Usage, usage_event
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +108,16 @@ def abort_error(reason: dict) -> StageError:
     status = reason.get("status_code")
     code = code_for_status(int(status)) if isinstance(status, int) else ErrorCode.CANCELLED
     return StageError(code, f"sglang aborted the request: {reason.get('message') or 'no reason given'}")
+
+
+def usage_of(meta: dict) -> Usage:
+    """The usage event from a finished request's ``meta_info`` (SGLang counts
+    ``prompt_tokens``, ``completion_tokens`` and, of the prompt, the
+    ``cached_tokens`` its radix cache held); a count it left out is 0."""
+    def count(key: str) -> int:
+        v = meta.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+    return usage_event(count("prompt_tokens"), count("cached_tokens"), count("completion_tokens"))
 
 
 def _construction_error(e: BaseException, path: str) -> StageError:
@@ -307,7 +322,7 @@ class SGLangThinker(AsyncStreamThinker):
         # No template in the model: a plain ChatML text, tokenised once by SGLang.
         return {"prompt": render_template(None, req.messages)}
 
-    async def _generate(self, request_id: int, req: ThinkerRequest) -> AsyncIterator[str]:
+    async def _generate(self, request_id: int, req: ThinkerRequest) -> AsyncIterator[ThinkEvent]:
         s = req.sampling
         params: dict[str, Any] = {"max_new_tokens": s.max_tokens, "temperature": s.temperature,
                                   "top_p": s.top_p, "repetition_penalty": s.repeat_penalty}
@@ -338,6 +353,8 @@ class SGLangThinker(AsyncStreamThinker):
                     self._note_usage(meta.get("prompt_tokens"), meta.get("completion_tokens"))
                 if isinstance(reason, dict) and reason.get("type") == "abort":
                     raise abort_error(reason)
+                if reason is not None and req.include_usage:
+                    yield usage_of(meta)
         except Exception as e:  # noqa: BLE001 - mapped to the closed error set
             raise error_for(e) from None
         finally:

@@ -31,7 +31,8 @@ import pytest
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import StepResult, WorkItem
 from runtime.models.sglang_thinker import SUPPORTED_RELEASES, SGLangThinker, require_sole_parent
-from tests.models.test_thinker_openai import _collect
+from runtime.models.voice_contract import think_events
+from tests.models.test_thinker_openai import _collect, collect_chunks
 
 BOS = "<s>"
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}[ {{ m['role'] }} ] {{ m['content'] }} {% endfor %}"
@@ -185,7 +186,8 @@ class RecordingTokenizerManager:
         body = piece if self.incremental_streaming_output else text
         state.outs.append({"text": body, "meta_info": {"id": rid, "finish_reason": reason,
                                                        "prompt_tokens": n_prompt,
-                                                       "completion_tokens": n_out}})
+                                                       "completion_tokens": n_out,
+                                                       "cached_tokens": n_prompt // 2}})
         if reason is not None:
             state.finished = True
             del self.rid_to_state[rid]
@@ -281,6 +283,22 @@ def test_joined_deltas_equal_final_text(make, incremental):
     text = _collect(t2, 4)
     assert text == tm2.full_text[next(iter(tm2.received))] == "Hello, world!Hello, world!Hello"
     assert t.stats()["incremental_streaming"] is incremental
+
+
+def test_usage_comes_in_the_last_chunk_when_asked(make):
+    """include_usage: the finished request's meta_info counts as the usage
+    event, after the last words; not asked, no event."""
+    t, tm = make()
+    t.prefill(WorkItem(6, {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 5,
+                           "include_usage": True}))
+    events = [e for c in collect_chunks(t, 6, 10.0) for e in think_events(c)]
+    (ids,) = tm.received.values()
+    assert events[-1] == {"type": "usage", "input_tokens": len(ids), "cached_tokens": len(ids) // 2,
+                          "output_tokens": 5}
+    assert "".join(e for e in events if isinstance(e, str)) == "Hello, world!Hello"
+    assert t.stats()["last_usage"] == {"prompt_tokens": len(ids), "completion_tokens": 5}
+    t.prefill(_ask(7, max_tokens=3))
+    assert all(isinstance(c, str) for c in collect_chunks(t, 7, 10.0))
 
 
 def test_prompt_is_chat_template_token_ids_with_one_bos(make, tokenizer):

@@ -20,6 +20,7 @@ from runtime.models.chat import Message, fit_messages, render_template
 from runtime.models.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
 from runtime.models.sampling import LogitSampler, Sampling
 from runtime.models.text_stream import TokenTextStream
+from runtime.models.voice_contract import think_events, usage_event
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ class _Seq:
     pending: int | None = None       # sampled but not yet fed to the model
     generated: int = 0
     finished: bool = False
+    prompt_tokens: int | None = None  # report a usage event at the end (include_usage)
 
 
 class TransformersThinker(ARExecutor):
@@ -143,7 +145,8 @@ class TransformersThinker(ARExecutor):
             cache=cache, logits=logits,
             sampler=LogitSampler(req.sampling),
             text=TokenTextStream(lambda t: self.tokenizer.decode(t, skip_special_tokens=True)),
-            max_tokens=req.sampling.max_tokens, history=list(ids))
+            max_tokens=req.sampling.max_tokens, history=list(ids),
+            prompt_tokens=len(ids) if req.include_usage else None)
 
     def _forward(self, ids: list[int], cache: Any) -> Any:
         """Feed ``ids`` into ``cache`` (updated in place); next-token logits as a 1-D tensor."""
@@ -183,14 +186,22 @@ class TransformersThinker(ARExecutor):
         seq.generated += 1
         if token in self._eos:
             seq.finished = True
-            return StepResult(seq.text.flush(), True)
+            return StepResult(self._last(seq, seq.text.flush()), True)
         chunk = seq.text.push(token)
         if seq.generated >= seq.max_tokens or len(seq.history) >= self.max_context:
             seq.finished = True
             tail = seq.text.flush()
-            return StepResult((chunk or "") + (tail or "") or None, True)
+            return StepResult(self._last(seq, (chunk or "") + (tail or "") or None), True)
         seq.pending = token
         return StepResult(chunk, False)
+
+    @staticmethod
+    def _last(seq: _Seq, chunk: str | None) -> Any:
+        """The reply's last chunk, with its usage event when the request asked
+        for it (no prompt cache here: nothing is ever cached)."""
+        if seq.prompt_tokens is None:
+            return chunk
+        return think_events(chunk) + [usage_event(seq.prompt_tokens, 0, seq.generated)]
 
     def release(self, request_id: int) -> None:
         self._seqs.pop(request_id, None)

@@ -117,3 +117,26 @@ def test_emoji_only(thinker):
     thinker.prefill(_item(21, "\U0001f600\U0001f680\U0001f44d"))
     chunks, _ = _stream(thinker, 21)
     _assert_whole_characters(chunks)
+
+
+def test_usage_ends_the_reply_when_asked(thinker):
+    """include_usage: the last chunk ends with the usage event (the prompt's
+    tokens, none cached, the tokens generated); not asked, text only."""
+    thinker.prefill(WorkItem(40, {"messages": [{"role": "user", "content": "hello"}],
+                                  "include_usage": True}))
+    chunks, steps = [], 0
+    while True:
+        sr = thinker.step([40])[40]
+        steps += 1
+        chunks.append(sr.chunk)
+        if sr.finished:
+            break
+    thinker.release(40)
+    last = chunks[-1]
+    assert isinstance(last, list) and last[-1]["type"] == "usage", last
+    usage = last[-1]
+    assert usage["cached_tokens"] == 0 and usage["output_tokens"] == steps
+    assert usage["input_tokens"] > 3
+    assert all(c is None or isinstance(c, str) for c in chunks[:-1])
+    thinker.prefill(_item(41, "hello"))
+    assert all(isinstance(c, str) for c in _run(thinker, [41]).values())

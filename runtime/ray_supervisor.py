@@ -23,6 +23,7 @@ cannot tell them apart), different mechanics:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sys
 import time
@@ -40,7 +41,17 @@ from runtime.ray_actor import RayStageLauncher
 from runtime.supervisor import Proc, StageStartError, Supervisor
 
 STOP_WAIT_S = 3.0
+# A replica that cannot be placed again (its node is gone and no other has the
+# bundle free) is retried for as long as the pipeline runs -- a node may join
+# later -- but less and less often, and said less and less often.
 RETRY_PLACE_S = 0.5
+RETRY_PLACE_MAX_S = 15.0
+
+
+def retry_wait_s(attempt: int) -> float:
+    """Seconds before placing a replica again after ``attempt`` failed tries:
+    doubling from RETRY_PLACE_S up to RETRY_PLACE_MAX_S."""
+    return min(RETRY_PLACE_S * 2 ** min(attempt - 1, 16), RETRY_PLACE_MAX_S)
 
 
 def bundle_of(g: GroupConfig) -> dict[str, float]:
@@ -159,7 +170,7 @@ class RaySupervisor(Supervisor):
     async def _restart(self, p: Proc) -> None:
         gen = self.gen[p.key]
         try:
-            while True:
+            for attempt in itertools.count(1):
                 try:
                     await self._place(p)
                     break
@@ -168,9 +179,12 @@ class RaySupervisor(Supervisor):
                     # had not yet declared dead: once it has, the bundle moves.
                     if self.stopping or gen != self.gen[p.key]:
                         return
-                    print(f"re-creating {p.group}/{p.replica}: {type(exc).__name__}; trying again",
-                          file=sys.stderr, flush=True)
-                    await asyncio.sleep(RETRY_PLACE_S)
+                    wait = retry_wait_s(attempt)
+                    if attempt & (attempt - 1) == 0:    # attempts 1, 2, 4, 8, ...
+                        print(f"re-creating {p.group}/{p.replica}: {type(exc).__name__} "
+                              f"(attempt {attempt}); trying again in {wait:g} s",
+                              file=sys.stderr, flush=True)
+                    await asyncio.sleep(wait)
             self.on_topology(self.nodes)
             await self._launch(p)
             await self._wait_ready(p, self.cfg.control.ready_timeout_s)

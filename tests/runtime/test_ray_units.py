@@ -75,3 +75,14 @@ def test_metrics_label_every_replica_with_its_node():
     fam = next(f for f in _families(snap) if f.name == "voice_process_node")
     got = {(s.labels["replica"], s.labels["node"], s.labels["node_ip"]) for s in fam.samples}
     assert got == {("0", "ab12", "10.0.0.2"), ("1", "cd34", "10.0.0.3")}
+
+
+def test_placing_a_replica_again_backs_off():
+    """A replica whose node is gone is retried while the pipeline runs, but
+    ever less often: 0.5 s, doubling, at most 15 s between tries."""
+    pytest.importorskip("ray")
+    from runtime.ray_supervisor import RETRY_PLACE_MAX_S, retry_wait_s
+
+    waits = [retry_wait_s(a) for a in range(1, 10)]
+    assert waits[:5] == [0.5, 1.0, 2.0, 4.0, 8.0]
+    assert waits[5:] == [RETRY_PLACE_MAX_S] * 4 and retry_wait_s(10**6) == RETRY_PLACE_MAX_S

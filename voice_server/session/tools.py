@@ -15,14 +15,16 @@ outside ``[A-Za-z0-9_-]{1,64}`` (the pattern the OpenAI APIs use), two tools
 of one name, ``parameters`` that is not a JSON Schema of an object (the
 think stage's own check, :func:`runtime.models.tools.object_schema`), or a
 type other than ``function`` (MCP tools need a server the agent does not
-reach).  The error names the offending
-field; the session's previous tools stay in force.
+reach).  The error names the offending field; the session's previous tools
+stay in force.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import jsonschema  # noqa: F401 - loaded with the server, not on the event loop at a client's first tools
 
 from runtime.models.tools import NAME_RE, ToolSpecError, object_schema
 from runtime.models.voice_contract import TOOL_CHOICES

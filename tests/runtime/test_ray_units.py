@@ -80,7 +80,6 @@ def test_metrics_label_every_replica_with_its_node():
 def test_placing_a_replica_again_backs_off():
     """A replica whose node is gone is retried while the pipeline runs, but
     ever less often: 0.5 s, doubling, at most 15 s between tries."""
-    pytest.importorskip("ray")
     from runtime.ray_supervisor import RETRY_PLACE_MAX_S, retry_wait_s
 
     waits = [retry_wait_s(a) for a in range(1, 10)]

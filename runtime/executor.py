@@ -92,6 +92,9 @@ class BatchExecutor(Executor):
 # produces no output.  An executor that cannot keep a prompt between requests
 # leaves ``prefills_only`` False and the scheduler ends such a request at once.
 PREFILL_ONLY = "prefill_only"
+# With PREFILL_ONLY: the request's last message is the caller's words so far
+# (from a transcript of speech still going on), decoded too, up to its end.
+PREFILL_WORDS = "prefill_words"
 
 
 class ARExecutor(Executor):

@@ -49,7 +49,7 @@ from typing import Any, Awaitable, Callable, Optional
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.executor import PREFILL_ONLY
+from runtime.executor import PREFILL_ONLY, PREFILL_WORDS
 from runtime.models.voice_contract import (FINAL, LISTEN, LISTEN_RATE_HZ, LISTEN_TIME_KEYS, SPOKEN_REPLY_ROUTE,
                                            TEXT_REPLY_ROUTE, THINK, ThinkRequest, think_request)
 
@@ -549,7 +549,7 @@ class SessionRunner:
     def _prefill_conversation(self, c: PrefillConversation) -> None:
         """Fire and forget: the think stage keeps what it decoded for the reply's
         prompt (an engine that cannot keep it ends the request at once)."""
-        msgs = self._messages(c)
+        msgs = self._messages(c) + ([{"role": "user", "content": c.words}] if c.words else [])
         if self.draining or self.closed or not msgs or \
                 (self._prefilling is not None and not self._prefilling.done()):
             return
@@ -560,7 +560,8 @@ class SessionRunner:
             try:
                 h = await self.pipeline.submit(think_request(msgs, None, c.tools, c.tool_choice),
                                                entry=THINK, route=[THINK],
-                                               params={PREFILL_ONLY: True},
+                                               params={PREFILL_ONLY: True,
+                                                       PREFILL_WORDS: bool(c.words)},
                                                deadline_s=self.opt.response_deadline_s)
                 rid = h.request_id
                 self._live[rid] = "prefill"

@@ -96,6 +96,11 @@ class RecognitionThread:
             out.append(self._results.popleft())
         return out
 
+    @property
+    def idle(self) -> bool:
+        """No job of any stream is queued or running: extra work now delays nobody."""
+        return not self._busy
+
     def busy(self, key: int) -> bool:
         """Jobs for this stream are queued or running (their results may still come)."""
         return self._busy.get(key, 0) > 0

@@ -294,10 +294,12 @@ class _Stream:
     IDLE, PENDING, SPEECH = 0, 1, 2
 
     def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
-                 pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0, reader=None) -> None:
+                 pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0, reader=None,
+                 peek_every_ms: float = 0.0) -> None:
         self.p = p
         self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
-        self.peeked = False
+        self.peek_every_ms = peek_every_ms   # and again this often while it goes on (0: once)
+        self.next_peek_ms = peek_ms
         self.words: bool | None = None   # the transcript at this pause reads finished
         self.last_partial = ""
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
@@ -356,7 +358,7 @@ class _Stream:
         self.turn_audio.clear()
         self.paused = False
         self.pause_said = False
-        self.peeked = False
+        self.next_peek_ms = self.peek_ms
         self.last_partial = ""
         self.speech_frames = 0
         self.held_partial = None
@@ -425,10 +427,14 @@ class _Stream:
                 and silent_ms >= PAUSE_EVENT_MS:
             self.pause_said = True
             out.append(speech_paused_event(self._ms(self.silence_start)))
-        if self.state == self.SPEECH and self.peek_ms and not self.peeked \
-                and self.silence_start is None and (end - self.onset) * 1000 / LISTEN_RATE_HZ >= self.peek_ms:
-            self.peeked = True
-            self.utt.peek()      # the words so far, while they go on (a server deciding an interruption)
+        spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
+        if self.state == self.SPEECH and self.peek_ms and self.silence_start is None \
+                and spoken_ms >= self.next_peek_ms and self._may_peek():
+            # the words so far, while they go on: a server deciding an interruption
+            # uses them, and the think stage and the chat model reading the words
+            # decode them ahead of the pause (only the last words are left then)
+            self.next_peek_ms = spoken_ms + self.peek_every_ms if self.peek_every_ms else math.inf
+            self.utt.peek()
 
         if self.state == self.PENDING:
             if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
@@ -455,6 +461,15 @@ class _Stream:
             if self.held_partial:
                 out.append(partial_event(self.held_partial))
             self.held_partial = None
+
+    def _may_peek(self) -> bool:
+        """The first peek always (an interruption is decided with it); the later
+        ones only while recognition has nothing else to do for anyone, so they
+        never delay a pause's transcript (theirs or another caller's)."""
+        if self.next_peek_ms == self.peek_ms:
+            return True
+        thread = getattr(self.utt, "thread", None)
+        return thread is not None and thread.idle
 
     # -- end-of-turn model ----------------------------------------------------
     def _ask_verdict(self) -> None:
@@ -495,6 +510,8 @@ class _Stream:
                 self.verdict, self.verdict_p = value >= 0.5, float(value)
                 self.verdicts["complete" if self.verdict else "incomplete"] += 1
             return []
+        if isinstance(tag, tuple) and tag[0] == "ahead":
+            return []     # a reading of the words so far: it only readied the model's cache
         if isinstance(tag, tuple) and tag[0] == "words":
             if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
                 # nan: no words to read, neither whole nor cut (``unsure``)
@@ -518,6 +535,8 @@ class _Stream:
                     self._heard_words(ev["text"])
                 elif ev["paused"] or self.state != self.SPEECH:
                     continue     # the pause it was for is over, or the utterance is
+                elif self.reader is not None and self.silence_start is None:
+                    self.reader(("ahead", self.verdict_gen), ev["text"])
                 out.append(ev)
             elif ev["type"] == TURN_LIKELY_OVER:
                 # Prepared even when the model heard "unfinished": the words read
@@ -588,6 +607,11 @@ class ListenExecutor(ChunkExecutor):
       utterance while it goes on (``interim``, default 400; 0: never): a server
       whose reply the speaker talks over decides with it whether that is a
       backchannel or an interruption, before the speaker stops;
+    * ``asr_peek_every_ms``: after the first peek, transcribe the utterance
+      again this often while it goes on, when recognition is idle (default 0:
+      once).  The think stage decodes the words so far into the reply's
+      prompt and the chat model reading the words (``turn_text_model``) into
+      its cache, so that at the pause only the last words are left to decode;
     * ``asr_alt_prompt``: an utterance of at most ``asr_alt_max_s`` (default 1.2)
       is read a second time after this Whisper prompt (default "Mm-hmm. Uh-huh.
       Yeah. Okay. Right."; "": never), and the reading goes out as the
@@ -627,6 +651,7 @@ class ListenExecutor(ChunkExecutor):
         self.speculative = bool(args.get("asr_speculative", True))
         self.pause_ms = float(args.get("asr_pause_ms", 192.0))
         self.peek_ms = max(0.0, float(args.get("asr_peek_ms", 400.0)))
+        self.peek_every_ms = max(0.0, float(args.get("asr_peek_every_ms", 0.0)))
         self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
         self.alt_prompt = str(args.get("asr_alt_prompt", ALT_PROMPT) or "")
         self.alt_max_s = float(args.get("asr_alt_max_s", 1.2))
@@ -676,7 +701,8 @@ class ListenExecutor(ChunkExecutor):
                 self._reader = self._load_reader()
             # Its own thread: a verdict decides how long the caller waits, so it
             # must not queue behind recognition; both wake the loop on one fd.
-            self._turn_thread = RecognitionThread(None, name="listen-turn", efd=self._thread.fileno())
+            self._turn_thread = RecognitionThread(None, name="listen-turn", efd=self._thread.fileno(),
+                                                  nice=READ_NICE)
             if self._reader is not None:
                 self._read_thread = RecognitionThread(None, name="listen-read",
                                                       efd=self._thread.fileno(), nice=READ_NICE)
@@ -760,7 +786,8 @@ class ListenExecutor(ChunkExecutor):
             if p.semantic else None,
             self.peek_ms if self.engine == "whisper" else 0.0,
             self._turn_job(self._read_thread, request_id, self._reader.probability)
-            if p.semantic and self._reader is not None else None)
+            if p.semantic and self._reader is not None else None,
+            self.peek_every_ms)
 
     @staticmethod
     def _turn_job(thread: RecognitionThread, request_id: int, judge):

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import PREFILL_ONLY, ARExecutor, StepResult, WorkItem
+from runtime.executor import PREFILL_ONLY, PREFILL_WORDS, ARExecutor, StepResult, WorkItem
 from runtime.models.chat import Message, fit_messages, render_template
 from runtime.models.gguf_requant import requantized
 from runtime.models.model_files import ModelFileMissing, smollm2_gguf
@@ -152,6 +152,8 @@ class LlamaCppThinker(ARExecutor):
     is kept as any finished one.  A voice session sends one when the caller
     starts speaking, so the reply's prompt, once the words are known, decodes
     only them and the assistant header (with the conversation cache on).
+    With ``PREFILL_WORDS`` too, the last message is the caller's words so far
+    and is decoded up to its end: at the pause only the last words are left.
     """
 
     idle_wait_s = 0.0
@@ -369,7 +371,8 @@ class LlamaCppThinker(ARExecutor):
                              f"all {self.max_sequences} llama.cpp sequences are busy")
         tools = req.tools
         if item.params and item.params.get(PREFILL_ONLY):   # (the next message is the user's)
-            self._admit_prefill_only(item.request_id, req.messages, tools)
+            self._admit_prefill_only(item.request_id, req.messages, tools,
+                                     bool(item.params.get(PREFILL_WORDS)))
             return
         if tools.active and not tools.choice.forces_call and req.messages[-1]["role"] == "tool":
             # auto right after tool results answers with them, from a prompt without
@@ -407,13 +410,19 @@ class LlamaCppThinker(ARExecutor):
             usage=(len(ids), cached) if req.include_usage else None)
         self._admitted += 1
 
-    def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools) -> None:
+    def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
+                            words: bool = False) -> None:
         """The conversation's tokens up to the next user message's words: render it
         with that message as the marker and cut there (every chat template puts the
-        message's header before its content)."""
+        message's header before its content).  With ``words`` the last message
+        holds the words said so far, and the marker goes after them."""
+        said = ""
+        if words and messages and messages[-1].get("role") == "user":
+            said, messages = str(messages[-1].get("content") or ""), messages[:-1]
         ids = self.tokenize(self.render(plain_messages(
-            messages + [{"role": "user", "content": MARKER}], tools)))
-        cut = ids.index(self._marker_token) if self._marker_token in ids else 0
+            messages + [{"role": "user", "content": said + MARKER}], tools)))
+        marks = [i for i, t in enumerate(ids) if t == self._marker_token]
+        cut = marks[-1] if marks else 0
         ids = ids[:cut] if self.conversation_cache and cut <= self.n_ctx_seq // 2 else []
         seq_id, cached = self._claim_sequence(ids)
         self._seqs[rid] = _Seq(rid=rid, seq_id=seq_id, sampler=None, text=Utf8Stream(),

@@ -14,7 +14,9 @@ punctuation first, because Whisper punctuates a cut sentence as a whole one.
 
 One decode of the words (up to ~60 tokens) on one thread: 40-100 ms here,
 which the listen stage runs on a thread of its own at a lower priority, so
-that it does not slow the reply being prepared meanwhile.
+that it does not slow the reply being prepared meanwhile.  The model keeps
+what it decoded last: read while the caller still speaks (the words so far),
+the pause's words decode only past what they share with those.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class TextTurnEnd:
         self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         self._batch = lc.llama_batch_init(N_CTX, 0, 1)
         self._lock = threading.Lock()
+        self._kv: list[int] = []       # the tokens whose cells the context holds
         self._head = self._tokens("<|im_start|>user\n")
         self._ends = []
         for mark in END_MARKS:
@@ -98,22 +101,30 @@ class TextTurnEnd:
         ids = (self._head + self._tokens(words))[:N_CTX]
         lc, b = self._lc, self._batch
         with self._lock:
-            lc.llama_memory_clear(self._mem, True)
-            for i, tok in enumerate(ids):
+            kept = shared_prefix(self._kv, ids)
+            lc.llama_memory_seq_rm(self._mem, 0, kept, -1)
+            self._kv = []              # whatever fails below leaves nothing to trust
+            for i, tok in enumerate(ids[kept:]):
                 b.token[i] = tok
-                b.pos[i] = i
+                b.pos[i] = kept + i
                 b.n_seq_id[i] = 1
                 b.seq_id[i][0] = 0
-                b.logits[i] = 1 if i == len(ids) - 1 else 0
-            b.n_tokens = len(ids)
+                b.logits[i] = 1 if kept + i == len(ids) - 1 else 0
+            b.n_tokens = len(ids) - kept
             rc = lc.llama_decode(self._ctx, b)
             if rc != 0:
+                lc.llama_memory_clear(self._mem, True)
                 raise RuntimeError(f"llama_decode returned {rc}")
-            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, len(ids) - 1),
+            self._kv = ids
+            logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, len(ids) - 1 - kept),
                                            shape=(self._n_vocab,)).astype(np.float64)
         top = logits.max()
         log_z = top + math.log(float(np.exp(logits - top).sum()))
         return float(sum(math.exp(logits[t] - log_z) for t in self._ends))
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._kv)
 
     def close(self) -> None:
         lc = getattr(self, "_lc", None)
@@ -131,4 +142,13 @@ class TextTurnEnd:
             pass
 
 
-__all__ = ["END_MARKS", "TextTurnEnd", "normalised"]
+def shared_prefix(cached: list[int], ids: list[int]) -> int:
+    """How many leading tokens of ``ids`` the cache holds, leaving at least the
+    last one to decode: its logits are the reading."""
+    n, limit = 0, min(len(cached), len(ids) - 1)
+    while n < limit and cached[n] == ids[n]:
+        n += 1
+    return n
+
+
+__all__ = ["END_MARKS", "TextTurnEnd", "normalised", "shared_prefix"]

@@ -626,6 +626,22 @@ def test_interim_words_come_while_speaking_and_at_each_pause(whisper_ex, people)
     assert at_pause[-1]["text"] == final["text"]
 
 
+def test_peeks_repeat_while_the_speech_goes_on(people):
+    """asr_peek_every_ms: the words so far again and again while the utterance
+    goes on (recognition idle), each reading further than the last."""
+    clip = max(people, key=lambda c: c.audio.size)
+    ex = ListenExecutor(threads=1, asr_peek_every_ms=300)
+    ex.load()
+    try:
+        audio = np.concatenate([np.zeros(SR // 2, np.float32), clip.audio, np.zeros(SR, np.float32)])
+        events = [e for _, e in stream_judged(ex, audio, {})]
+        peeks = [e["text"] for e in events if e["type"] == "interim" and not e["paused"]]
+        assert len(peeks) >= 2, (clip.audio.size / SR, peeks)
+        assert len(normalize(peeks[0])) < len(normalize(peeks[-1])), peeks
+    finally:
+        ex.close()
+
+
 def test_no_interim_with_asr_peek_off(people):
     ex = ListenExecutor(threads=1, asr_peek_ms=0)
     ex.load()

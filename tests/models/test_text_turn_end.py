@@ -101,3 +101,21 @@ def test_the_words_are_read_as_soon_as_they_are_in():
     s._forget_verdict()
     s._heard_words("For two.")
     assert read == [words, "For two."]
+
+
+def test_a_reading_decodes_only_past_the_words_read_before(reader):
+    """Read while the caller speaks, the pause's words decode only their new
+    tail; the reading is the one a fresh model gives."""
+    from runtime.models.text_turn_end import shared_prefix
+
+    assert shared_prefix([1, 2, 3], [1, 2, 3]) == 2       # the last token is always decoded
+    assert shared_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and shared_prefix([], [7]) == 0
+    fresh = TextTurnEnd()
+    try:
+        whole = "I would like to book a table for two people at seven"
+        reader.probability("I would like to book a")   # the words so far
+        assert reader.cached_tokens > 0
+        assert reader.probability(whole) == pytest.approx(fresh.probability(whole), rel=0.02)
+        assert reader.probability("Stop.") == pytest.approx(fresh.probability("Stop."), rel=0.02)
+    finally:
+        fresh.close()

@@ -6,7 +6,7 @@ import llama_cpp  # noqa: F401 - a missing llama-cpp-python fails here, it does 
 import pytest
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import PREFILL_ONLY, StepResult, WorkItem
+from runtime.executor import PREFILL_ONLY, PREFILL_WORDS, StepResult, WorkItem
 from runtime.models.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.model_files import smollm2_gguf
 
@@ -246,6 +246,33 @@ def test_a_prefill_only_request_leaves_the_conversation_for_the_reply(thinker):
         assert len(left) <= len(thinker.tokenize(question)) + 6, len(left)
         plain.prefill(WorkItem(962, {"messages": turn}, params=params))
         assert _drain(thinker, 961) == _drain(plain, 962)
+    finally:
+        plain.close()
+
+
+def test_the_words_so_far_are_prefilled_too(thinker):
+    """PREFILL_WORDS: the caller's words so far are decoded after the conversation;
+    the reply's prompt then decodes only the rest of their words, the end of the
+    message and the assistant header, and its greedy reply is unchanged."""
+    plain = LlamaCppThinker(n_threads=2, max_sequences=2, conversation_cache=False)
+    plain.load()
+    try:
+        params = {"temperature": 0.0, "max_tokens": 12}
+        convo = [{"role": "user", "content": "My name is Bo and I like black coffee."},
+                 {"role": "assistant", "content": "Hello Bo!"}]
+        so_far = convo + [{"role": "user", "content": "What do I like"}]
+        thinker.prefill(WorkItem(970, {"messages": so_far},
+                                 params={**params, PREFILL_ONLY: True, PREFILL_WORDS: True}))
+        for _ in range(50):
+            if thinker.step([970])[970].finished:
+                thinker.release(970)
+                break
+        turn = convo + [{"role": "user", "content": "What do I like to drink?"}]
+        thinker.prefill(WorkItem(971, {"messages": turn}, params=params))
+        left = thinker._seqs[971].prompt
+        assert len(left) <= len(thinker.tokenize(" to drink?")) + 6, len(left)
+        plain.prefill(WorkItem(972, {"messages": turn}, params=params))
+        assert _drain(thinker, 971) == _drain(plain, 972)
     finally:
         plain.close()
 

@@ -451,3 +451,23 @@ def test_the_conversation_is_prefilled_when_the_caller_starts_to_speak():
     assert prep.messages[:len(pre.messages)] == pre.messages
     assert (prep.instructions, prep.tools, prep.tool_choice) == \
         (pre.instructions, pre.tools, pre.tool_choice)
+
+
+def test_the_words_so_far_are_prefilled_while_the_caller_speaks():
+    """An interim transcript of speech still going on is decoded into the reply's
+    prompt ahead of the pause, without its last (possibly cut) word; not the
+    interim of a pause, nor while a reply plays (that speech is being judged)."""
+    from voice_server.session import PrefillConversation
+
+    s = new_session()
+    s.listen_event({"type": "speech_started", "audio_start_ms": 1000}, 10)
+    [pre] = of(s.listen_event({"type": "interim", "text": "What is the capi", "paused": False}, 11),
+               PrefillConversation)
+    assert pre.words == "What is the" and pre.messages == []
+    assert of(s.listen_event({"type": "interim", "text": "What", "paused": False}, 12),
+              PrefillConversation) == []                # no whole word yet
+    assert of(s.listen_event({"type": "interim", "text": "What is the capital of France?",
+                              "paused": True}, 13), PrefillConversation) == []
+    s.listen_event({"type": "speech_stopped", "audio_end_ms": 2900}, 14)
+    assert of(s.listen_event({"type": "interim", "text": "What is the capital", "paused": False},
+                             15), PrefillConversation) == []   # no utterance going on

@@ -94,11 +94,14 @@ class PrefillConversation:
     far, up to where their words will go, while they talk, so that the reply's
     prompt (prepared in the pause) decodes only their words.  Nothing is
     answered and nothing reaches the client; ``messages``, ``instructions`` and
-    the tools as the next response will carry them."""
+    the tools as the next response will carry them.  ``words``: a transcript
+    of the speech still going on, decoded too (the reply's prompt then
+    decodes only what follows them)."""
     messages: list
     instructions: str | None
     tools: list | None = None
     tool_choice: Any = None
+    words: str = ""
 
 
 @dataclass

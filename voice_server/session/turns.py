@@ -89,6 +89,8 @@ class Turns:
         elif t == INTERIM and vad:
             out += self._words_heard(str(ev.get("text", "")), bool(ev.get("paused")), now_ms,
                                      str(ev.get("alternative") or ""))
+            if not ev.get("paused"):
+                out += self._prefill_words(str(ev.get("text", "")))
         elif t in (SPEECH_PAUSED, SPEECH_RESUMED) and vad:
             out += self._speaker_paused(t == SPEECH_PAUSED, now_ms, int(ev.get("audio_end_ms", 0)))
         elif t == SPEECH_STOPPED and (vad or self._speech_item):
@@ -195,6 +197,20 @@ class Turns:
                 or not (msgs or s.instructions):
             return []
         return [PrefillConversation(msgs, s.instructions or None, *self._tool_params())]
+
+    def _prefill_words(self, text: str) -> list[Command]:
+        """The words so far of a turn still being spoken go into the reply's
+        prompt ahead of the pause.  Their last word is left out: cut by the
+        transcript's end, it is the one most likely to read differently at the
+        pause, and the think stage reuses a prompt only up to the first change."""
+        words = text.split()[:-1]
+        if self._speech_item is None or self._deciding is not None or not words:
+            return []
+        td, s = self.settings.turn_detection, self.settings
+        if td is None or not td.create_response or self._active is not None:
+            return []
+        return [PrefillConversation(self.conversation.messages(), s.instructions or None,
+                                    *self._tool_params(), words=" ".join(words))]
 
     def _partial_text(self, text: str) -> list[Command]:
         target = self._speech_item or (self._awaiting_final[0] if self._awaiting_final else None)

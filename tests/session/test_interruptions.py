@@ -222,6 +222,29 @@ def test_a_fragment_mid_speech_then_a_backchannel_at_the_pause_resumes():
     assert "voice_agent.output_audio.resumed" in kinds(ok) and s.active_response_id == rid
 
 
+def test_only_the_first_transcript_mid_speech_decides():
+    """The listen stage's later transcripts of speech still going on
+    (asr_peek_every_ms, for the reply's prompt) have no second reading of a
+    short sound: flite's "mm hmm" 900 ms in reads "MMH and M".  Only the first
+    one decides; the pause's decides as before."""
+    s = paced(backchannel_max_ms=1500)
+    rid, _, now = playing_reply(s)
+    start = int(s.input_ms)
+    talk_over(s, now, start)
+    s.listen_event({"type": "interim", "text": "NME", "alternative": "And Mm-hmm.",
+                    "paused": False}, now + 400)
+    cmds = []
+    for t in range(0, 1100, 20):     # the sound goes on; a second transcript mid-way
+        if t == 900:
+            cmds += s.listen_event({"type": "interim", "text": "MMH and M", "paused": False},
+                                   now + t)
+        cmds += s.input_audio(np.zeros(320, np.int16), 16000, now + t)
+    assert not any(isinstance(c, CancelResponse) for c in cmds) and s.active_response_id == rid
+    s.listen_event({"type": "speech_paused", "audio_end_ms": start + 1100}, now + 1200)
+    ok = s.listen_event({"type": "interim", "text": "Mm-hmm.", "paused": True}, now + 1300)
+    assert "voice_agent.output_audio.resumed" in kinds(ok) and s.active_response_id == rid
+
+
 @pytest.mark.parametrize("heard, alternative, resumes", [
     ("I heard that.", "Uh-huh.", True),        # Whisper's words for a hum, read again
     ("You had.", "Yeah.", True),

@@ -61,6 +61,7 @@ class _Deciding:
     backchannel: bool = False       # decided: the reply goes on, the utterance is not a turn
     extended: bool = False          # early words none, backchannels or one: may go on longer
     stopped_end_ms: int | None = None   # the utterance ended before the decision
+    peeked: bool = False            # the words so far were heard once already
 
 
 class Interruptions:
@@ -99,6 +100,13 @@ class Interruptions:
         d = self._deciding
         if d is None or d.backchannel:
             return []
+        if not paused:
+            # Only the first: the listen stage's later ones (asr_peek_every_ms,
+            # for the reply's prompt) come without the second reading of a
+            # short sound, which the first has ("mm hmm" 900 ms in: "MMH and M")
+            if d.peeked:
+                return []
+            d.peeked = True
         if not self._only_backchannel(text, alternative):
             if self._takes_turn(text, alternative):
                 return self._interrupt(now_ms)

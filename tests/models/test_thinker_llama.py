@@ -217,18 +217,24 @@ def test_kept_cells_give_way_when_the_cache_is_full():
         t.close()
 
 
-def test_a_prefill_only_request_leaves_the_conversation_for_the_reply(thinker):
-    """The conversation decoded while the caller is still speaking: no output, and
-    the reply's prompt, once the words are known, decodes only them and the
-    assistant header; the greedy reply is the one a thinker without it gives."""
+@pytest.mark.parametrize("said, rest", [("", "What do I like to drink?"),
+                                        ("What do I like", " to drink?")],
+                         ids=["conversation", "words so far"])
+def test_a_prefill_only_request_leaves_the_conversation_for_the_reply(thinker, said, rest):
+    """The conversation decoded while the caller is still speaking (with
+    PREFILL_WORDS, their words so far too): no output, and the reply's prompt,
+    once the words are known, decodes only the rest of them and the assistant
+    header; the greedy reply is the one a thinker without it gives."""
     plain = LlamaCppThinker(n_threads=2, max_sequences=2, conversation_cache=False)
     plain.load()
     try:
         params = {"temperature": 0.0, "max_tokens": 12}
-        convo = [{"role": "user", "content": "My name is Ada and I like green tea."},
+        convo = [{"role": "user", "content": f"My name is Ada {len(said)} and I like green tea."},
                  {"role": "assistant", "content": "Nice to meet you, Ada!"}]
         before = thinker.stats()["prefills_only"]
-        thinker.prefill(WorkItem(960, {"messages": convo}, params={**params, PREFILL_ONLY: True}))
+        ahead = convo + ([{"role": "user", "content": said}] if said else [])
+        thinker.prefill(WorkItem(960, {"messages": ahead},
+                                 params={**params, PREFILL_ONLY: True, PREFILL_WORDS: bool(said)}))
         for _ in range(50):
             sr = thinker.step([960])[960]
             assert sr.chunk is None, sr
@@ -238,41 +244,13 @@ def test_a_prefill_only_request_leaves_the_conversation_for_the_reply(thinker):
         else:
             raise AssertionError("the prefill-only request never finished")
         assert thinker.stats()["prefills_only"] == before + 1
-        question = "What do I like to drink?"
-        turn = convo + [{"role": "user", "content": question}]
+        turn = convo + [{"role": "user", "content": said + rest}]
         thinker.prefill(WorkItem(961, {"messages": turn}, params=params))
         left = thinker._seqs[961].prompt
         # the words, the end of the message and the assistant's header (5 in ChatML)
-        assert len(left) <= len(thinker.tokenize(question)) + 6, len(left)
+        assert len(left) <= len(thinker.tokenize(rest)) + 6, len(left)
         plain.prefill(WorkItem(962, {"messages": turn}, params=params))
         assert _drain(thinker, 961) == _drain(plain, 962)
-    finally:
-        plain.close()
-
-
-def test_the_words_so_far_are_prefilled_too(thinker):
-    """PREFILL_WORDS: the caller's words so far are decoded after the conversation;
-    the reply's prompt then decodes only the rest of their words, the end of the
-    message and the assistant header, and its greedy reply is unchanged."""
-    plain = LlamaCppThinker(n_threads=2, max_sequences=2, conversation_cache=False)
-    plain.load()
-    try:
-        params = {"temperature": 0.0, "max_tokens": 12}
-        convo = [{"role": "user", "content": "My name is Bo and I like black coffee."},
-                 {"role": "assistant", "content": "Hello Bo!"}]
-        so_far = convo + [{"role": "user", "content": "What do I like"}]
-        thinker.prefill(WorkItem(970, {"messages": so_far},
-                                 params={**params, PREFILL_ONLY: True, PREFILL_WORDS: True}))
-        for _ in range(50):
-            if thinker.step([970])[970].finished:
-                thinker.release(970)
-                break
-        turn = convo + [{"role": "user", "content": "What do I like to drink?"}]
-        thinker.prefill(WorkItem(971, {"messages": turn}, params=params))
-        left = thinker._seqs[971].prompt
-        assert len(left) <= len(thinker.tokenize(" to drink?")) + 6, len(left)
-        plain.prefill(WorkItem(972, {"messages": turn}, params=params))
-        assert _drain(thinker, 971) == _drain(plain, 972)
     finally:
         plain.close()
 

@@ -102,7 +102,8 @@ TEXT_CUT_P = 0.005
 # The chat LLM reads every pause whose words read finished, as soon as they
 # are in, on a thread of its own at this much lower priority: on 2 cores its
 # ~70-100 ms would otherwise slow the prepared reply's prompt, which the caller
-# waits for, by about half.
+# waits for, by about half.  Smart Turn's thread too: the turn's decision that
+# waits for its verdict comes before the reply's first audio on a slow CPU.
 READ_NICE = 5
 # Smart Turn this sure of "finished" (people's short commands, 0.94-0.99) does
 # not wait the whole ``likely`` for the reading, only halfway from ``complete``
@@ -621,7 +622,8 @@ class ListenExecutor(ChunkExecutor):
     * ``turn_model``: the end-of-turn model for ``turn_mode: semantic`` requests
       (default ``smart-turn-v3.2``, extracted by ``make``; a path to another ONNX
       file of the same interface; null: semantic end of turn unsupported);
-    * ``turn_threads``: its onnxruntime threads (default 1), on a thread of its own;
+    * ``turn_threads``: its onnxruntime threads (default 1), on a thread of its
+      own at nice +5;
     * ``turn_text_model``: a chat LLM (GGUF) that reads the words of a pause when
       they read finished: clearly cut, the turn waits ``incomplete``; a whole
       message, an "unfinished" verdict waits only ``likely`` (default

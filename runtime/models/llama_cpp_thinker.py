@@ -271,10 +271,7 @@ class LlamaCppThinker(ARExecutor):
 
     def _reuse_prefix(self, seq_id: int, ids: list[int]) -> int:
         """Share the cached system-prompt cells; returns how many prompt tokens they cover."""
-        n = 0
-        limit = min(len(self._prefix), len(ids) - 1)  # keep one token to decode for logits
-        while n < limit and self._prefix[n] == ids[n]:
-            n += 1
+        n = common_prefix(self._prefix, ids, len(ids) - 1)  # keep one token to decode for logits
         if n < 4:
             return 0
         self._lc.llama_memory_seq_cp(self._mem, self._prefix_seq, seq_id, 0, n)
@@ -470,7 +467,7 @@ class LlamaCppThinker(ARExecutor):
         if self.conversation_cache:
             limit = len(ids) - 1  # keep one token to decode for logits
             for sid, kept in self._kept.items():
-                n = _common_prefix(kept, ids, limit)
+                n = common_prefix(kept, ids, limit)
                 if n > best_n:
                     best, best_n = sid, n
         # More than the system prompt and the next turn's header: a different
@@ -680,7 +677,8 @@ class LlamaCppThinker(ARExecutor):
         }
 
 
-def _common_prefix(a: list[int], b: list[int], limit: int) -> int:
+def common_prefix(a: list[int], b: list[int], limit: int) -> int:
+    """How many leading tokens ``a`` and ``b`` share, at most ``limit``."""
     n = 0
     top = min(len(a), len(b), limit)
     while n < top and a[n] == b[n]:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode, StageError
-from runtime.models.llama_cpp_thinker import llama_tokenize
+from runtime.models.llama_cpp_thinker import common_prefix, llama_tokenize
 
 # What may follow the last word when the message is over.
 END_MARKS = ("<|im_end|>", "?", ".", "!")
@@ -101,7 +101,7 @@ class TextTurnEnd:
         ids = (self._head + self._tokens(words))[:N_CTX]
         lc, b = self._lc, self._batch
         with self._lock:
-            kept = shared_prefix(self._kv, ids)
+            kept = common_prefix(self._kv, ids, len(ids) - 1)   # the last token's logits are the reading
             lc.llama_memory_seq_rm(self._mem, 0, kept, -1)
             self._kv = []              # whatever fails below leaves nothing to trust
             for i, tok in enumerate(ids[kept:]):
@@ -142,13 +142,4 @@ class TextTurnEnd:
             pass
 
 
-def shared_prefix(cached: list[int], ids: list[int]) -> int:
-    """How many leading tokens of ``ids`` the cache holds, leaving at least the
-    last one to decode: its logits are the reading."""
-    n, limit = 0, min(len(cached), len(ids) - 1)
-    while n < limit and cached[n] == ids[n]:
-        n += 1
-    return n
-
-
-__all__ = ["END_MARKS", "TextTurnEnd", "normalised", "shared_prefix"]
+__all__ = ["END_MARKS", "TextTurnEnd", "normalised"]

@@ -106,10 +106,9 @@ def test_the_words_are_read_as_soon_as_they_are_in():
 def test_a_reading_decodes_only_past_the_words_read_before(reader):
     """Read while the caller speaks, the pause's words decode only their new
     tail; the reading is the one a fresh model gives."""
-    from runtime.models.text_turn_end import shared_prefix
+    from runtime.models.llama_cpp_thinker import common_prefix
 
-    assert shared_prefix([1, 2, 3], [1, 2, 3]) == 2       # the last token is always decoded
-    assert shared_prefix([1, 2, 3], [1, 2, 4, 5]) == 2 and shared_prefix([], [7]) == 0
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5], 3) == 2 and common_prefix([1, 2, 3], [1, 2, 3], 2) == 2
     fresh = TextTurnEnd()
     try:
         whole = "I would like to book a table for two people at seven"

@@ -117,6 +117,10 @@ SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
 # at 150 ms); asked later, cut speech starts to sound finished too.
 TURN_ASK_MS = 128.0
+# Where the chat model reads the words (turn_text_model), Smart Turn is asked
+# once the reading says it matters (_Stream._verdict_matters), or after this
+# much silence if the words or their reading are not in by then.
+VERDICT_LATE_MS = 300.0
 SEMANTIC_PAUSE_MS = 32.0       # recognition starts at the first silent frame: the wait may be 150-250 ms
 PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
 
@@ -179,13 +183,19 @@ class VadParams:
         ``likely`` too: a question asked is the plainest end of a turn, which
         flat voices hide from the model ("Can you recommend a good book?":
         Smart Turn 0.008, the reading 0.009, since "... for my son" could
-        follow).  No verdict yet counts as "incomplete" until it comes."""
+        follow).  No verdict counts as "incomplete", but for words the reading
+        calls a whole message: the model is not asked there, and the wait is
+        halfway from ``complete`` to ``likely`` (as for a turn that LiveKit's
+        end-of-turn model, which reads only the words, would end)."""
         if not self.semantic:
             return self.silence_duration_ms
         complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
-        if words is False or verdict is None or (verdict is False and words is None):
+        if words is False or (words and text_p is not None and text_p < TEXT_CUT_P):
             return incomplete
-        if words and text_p is not None and text_p < TEXT_CUT_P:
+        if verdict is None:     # not asked where the reading alone decides (_Stream._verdict_matters)
+            return (complete + likely) / 2 if words and text_p is not None \
+                and text_p >= TEXT_END_P else incomplete
+        if verdict is False and words is None:
             return incomplete
         if verdict and words:
             if reading:      # it decides between complete and unsure: wait for it
@@ -414,10 +424,8 @@ class _Stream:
         elif self.silence_start is None:
             self.silence_start = start
         silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / LISTEN_RATE_HZ
-        if self.state == self.SPEECH and self.p.semantic and self.judge is not None \
-                and self.silence_start is not None and not self.asked and silent_ms >= TURN_ASK_MS:
-            self.asked = True
-            self._ask_verdict()
+        if self.state == self.SPEECH and self.silence_start is not None:
+            self._maybe_ask(silent_ms)
         if self.state == self.SPEECH and not self.paused and self.silence_start is not None \
                 and silent_ms >= self.pause_ms:
             self.paused = True
@@ -473,6 +481,28 @@ class _Stream:
         return thread is not None and thread.idle
 
     # -- end-of-turn model ----------------------------------------------------
+    def _maybe_ask(self, silent_ms: float) -> None:
+        if self.p.semantic and self.judge is not None and not self.asked \
+                and silent_ms >= TURN_ASK_MS and self._verdict_matters(silent_ms):
+            self.asked = True
+            self._ask_verdict()
+
+    def _verdict_matters(self, silent_ms: float) -> bool:
+        """Smart Turn only where its verdict can change the wait: on 2 cores its
+        ~60 ms slow the prepared reply's prompt, which the caller waits for.
+        Words that read unfinished or cut wait ``incomplete`` whatever it
+        hears, and words the chat model reads as a whole message end after
+        ``likely`` without it (``complete`` with it: the reply is not ready
+        sooner than that here).  Until the reading is in it waits for it, up to
+        ``VERDICT_LATE_MS`` of silence (a busy stage: the words are late)."""
+        if self.reader is None:
+            return True
+        if self.words is False:
+            return False
+        if self.text_p is None:
+            return silent_ms >= VERDICT_LATE_MS
+        return not (self.words and (self.text_p < TEXT_CUT_P or self.text_p >= TEXT_END_P))
+
     def _ask_verdict(self) -> None:
         # tagged with this silence run's number, as the reading is: what comes
         # back after the speaker went on is for a silence that ended
@@ -519,6 +549,8 @@ class _Stream:
                 self.text_p = math.nan if value is None else float(value)
                 self.verdicts["text_end" if self.text_p >= TEXT_END_P else
                               "text_cut" if self.text_p < TEXT_CUT_P else "text_goes_on"] += 1
+                if self.state == self.SPEECH and self.silence_start is not None:
+                    self._maybe_ask((self.pos - self.silence_start) * 1000 / LISTEN_RATE_HZ)
             return []
         out = []
         in_pause = self.state == self.SPEECH and self.silence_start is not None and self.paused

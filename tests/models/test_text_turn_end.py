@@ -133,7 +133,11 @@ def test_smart_turn_is_asked_only_where_the_reading_leaves_the_wait_open():
     assert not asked
     s._maybe_ask(VERDICT_LATE_MS)                         # the reading is late: ask anyway
     assert asked == [s.verdict_gen]
-    s.reader = None                                       # no reading: asked at 128 ms
+    s._forget_verdict()
+    s._heard_words("")                                    # no words to read: asked at 128 ms
+    s._maybe_ask(TURN_ASK_MS)
+    assert asked[-1] == s.verdict_gen
+    s.reader = None                                       # no reading model: the same
     s._forget_verdict()
     s._maybe_ask(TURN_ASK_MS)
     assert asked[-1] == s.verdict_gen

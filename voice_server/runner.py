@@ -49,7 +49,7 @@ from typing import Any, Awaitable, Callable, Optional
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.executor import PREFILL_ONLY, PREFILL_WORDS
+from runtime.executor import CONVERSATION, FORGET, PREFILL_ONLY, PREFILL_WORDS
 from runtime.models.voice_contract import (FINAL, LISTEN, LISTEN_RATE_HZ, LISTEN_TIME_KEYS, SPOKEN_REPLY_ROUTE,
                                            TEXT_REPLY_ROUTE, THINK, ThinkRequest, think_request)
 
@@ -163,6 +163,7 @@ class SessionRunner:
                       "prepared_used": 0, "prepared_wasted": 0, "think_tokens": 0,
                       "think_tokens_wasted": 0, "prefills": 0}
         self._prepared: PreparedReply | None = None   # preemptive generation (prepared_reply.py)
+        self._thought = False    # a think request was sent: the stage may keep its cells
         self._prefilling: asyncio.Task | None = None  # PrefillConversation in flight
 
     # ------------------------------------------------------------------ public
@@ -546,6 +547,26 @@ class SessionRunner:
                               include_usage=True),
                 list(SPOKEN_REPLY_ROUTE if "audio" in c.modalities else TEXT_REPLY_ROUTE))
 
+    async def _submit_think(self, payload: ThinkRequest, route: list[str],
+                            params: dict | None = None):
+        """Every think request names its conversation (this session), whose cells
+        the think stage may keep for the next turn until the session closes."""
+        self._thought = True
+        return await self.pipeline.submit(payload, entry=THINK, route=route,
+                                          params={CONVERSATION: self.session.session_id,
+                                                  **(params or {})},
+                                          deadline_s=self.opt.response_deadline_s)
+
+    async def _forget_conversation(self) -> None:
+        """The session is over: the think stage drops what it keeps of it (the
+        request ends at once; its end is not waited for)."""
+        if not self._thought:
+            return
+        with contextlib.suppress(Exception):   # a closed pipeline keeps nothing either
+            await self.pipeline.submit({}, entry=THINK, route=[THINK],
+                                       params={FORGET: True,
+                                               CONVERSATION: self.session.session_id})
+
     def _prefill_conversation(self, c: PrefillConversation) -> None:
         """Fire and forget: the think stage keeps what it decoded for the reply's
         prompt (an engine that cannot keep it ends the request at once)."""
@@ -558,11 +579,9 @@ class SessionRunner:
         async def run() -> None:
             rid = None
             try:
-                h = await self.pipeline.submit(think_request(msgs, None, c.tools, c.tool_choice),
-                                               entry=THINK, route=[THINK],
-                                               params={PREFILL_ONLY: True,
-                                                       PREFILL_WORDS: bool(c.words)},
-                                               deadline_s=self.opt.response_deadline_s)
+                h = await self._submit_think(think_request(msgs, None, c.tools, c.tool_choice),
+                                             [THINK], {PREFILL_ONLY: True,
+                                                       PREFILL_WORDS: bool(c.words)})
                 rid = h.request_id
                 self._live[rid] = "prefill"
                 async for _ in h:
@@ -584,8 +603,7 @@ class SessionRunner:
         self.stats["prepared"] += 1
 
         async def submit():
-            h = await self.pipeline.submit(payload, entry=THINK, route=route,
-                                           deadline_s=self.opt.response_deadline_s)
+            h = await self._submit_think(payload, route)
             self._live[h.request_id] = "prepared"
             if self._prepared is not p and not p.adopted:   # dropped while submitting
                 self._abort(h.request_id, "turn_continues")
@@ -644,8 +662,7 @@ class SessionRunner:
                         raise prepared.error
                     h = prepared
                 else:
-                    h = await self.pipeline.submit(payload, entry=THINK, route=route,
-                                                   deadline_s=self.opt.response_deadline_s)
+                    h = await self._submit_think(payload, route)
             except Exception as exc:  # noqa: BLE001
                 self.dispatch(self.session.response_finished(
                     r.response_id, "failed",
@@ -759,6 +776,7 @@ class SessionRunner:
                                                           return_exceptions=True),
                                            self.opt.abort_ack_timeout_s)
             self._tickets.clear()
+            await self._forget_conversation()
             self._outbox.clear()
             if self.close_code is not None and self._on_close is not None:
                 with contextlib.suppress(Exception):

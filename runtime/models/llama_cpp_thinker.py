@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import PREFILL_ONLY, PREFILL_WORDS, ARExecutor, StepResult, WorkItem
+from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecutor, StepResult,
+                              WorkItem)
 from runtime.models.chat import Message, fit_messages, render_template
 from runtime.models.gguf_requant import requantized
 from runtime.models.model_files import ModelFileMissing, smollm2_gguf
@@ -109,6 +110,8 @@ class _Seq:
     max_calls: int = 1
     prefill_only: bool = False   # decode the prompt into the cache, answer nothing
     usage: tuple[int, int] | None = None   # (prompt tokens, of them cached): report at the end
+    conversation: str | None = None   # whose (CONVERSATION)
+    forgotten: bool = False           # its conversation ended while it ran: keep nothing
 
 
 class LlamaCppThinker(ARExecutor):
@@ -154,6 +157,10 @@ class LlamaCppThinker(ARExecutor):
     only them and the assistant header (with the conversation cache on).
     With ``PREFILL_WORDS`` too, the last message is the caller's words so far
     and is decoded up to its end: at the pause only the last words are left.
+
+    A request's ``CONVERSATION`` param names whose conversation its cells hold;
+    ``forget`` (a ``FORGET`` request: the session closed) drops them, and a
+    request of that conversation still running keeps nothing when it ends.
     """
 
     idle_wait_s = 0.0
@@ -183,6 +190,8 @@ class LlamaCppThinker(ARExecutor):
         self._prefills_only = 0
         self.conversation_cache = bool(args.get("conversation_cache", True))
         self._kept: dict[int, list[int]] = {}  # free seq id -> tokens its cells still hold
+        self._kept_for: dict[int, str] = {}    # free seq id -> whose conversation they are
+        self._forgotten = 0
         self._conv_hits = 0
         self._conv_reused = 0
         self._kv_evictions = 0
@@ -284,6 +293,7 @@ class LlamaCppThinker(ARExecutor):
         for rid in list(self._seqs):
             self.release(rid)
         self._kept.clear()
+        self._kept_for.clear()
         if self._batch is not None:
             lc.llama_batch_free(self._batch)
             self._batch = None
@@ -370,6 +380,7 @@ class LlamaCppThinker(ARExecutor):
         if item.params and item.params.get(PREFILL_ONLY):   # (the next message is the user's)
             self._admit_prefill_only(item.request_id, req.messages, tools,
                                      bool(item.params.get(PREFILL_WORDS)))
+            self._seqs[item.request_id].conversation = item.params.get(CONVERSATION)
             return
         if tools.active and not tools.choice.forces_call and req.messages[-1]["role"] == "tool":
             # auto right after tool results answers with them, from a prompt without
@@ -404,7 +415,8 @@ class LlamaCppThinker(ARExecutor):
             call_sampler=call_sampler if mode == DECIDE else None,
             calls=CallStream() if mode == CALL else None,
             max_calls=self._max_calls(tools, req.parallel_tool_calls),
-            usage=(len(ids), cached) if req.include_usage else None)
+            usage=(len(ids), cached) if req.include_usage else None,
+            conversation=item.params.get(CONVERSATION))
         self._admitted += 1
 
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
@@ -478,12 +490,14 @@ class LlamaCppThinker(ARExecutor):
                                  or best_n == len(self._kept[best]) >= 4):
             self._free.remove(best)
             del self._kept[best]
+            self._kept_for.pop(best, None)
             lc.llama_memory_seq_rm(mem, best, best_n, -1)
             self._conv_hits += 1
             self._conv_reused += best_n
             return best, best_n
         seq_id = self._free.pop(0)  # least recently released: its conversation is the stalest
         self._kept.pop(seq_id, None)
+        self._kept_for.pop(seq_id, None)
         lc.llama_memory_seq_rm(mem, seq_id, -1, -1)
         cached = self._reuse_prefix(seq_id, ids) if self._prefix else 0
         self._prefix_hits += 1 if cached else 0
@@ -496,6 +510,7 @@ class LlamaCppThinker(ARExecutor):
         for sid in self._kept:
             self._lc.llama_memory_seq_rm(self._mem, sid, -1, -1)
         self._kept.clear()
+        self._kept_for.clear()
         self._kv_evictions += 1
         return True
 
@@ -628,8 +643,10 @@ class LlamaCppThinker(ARExecutor):
         if seq is None:
             return
         lc = self._lc
-        if self.conversation_cache and seq.kv:
+        if self.conversation_cache and seq.kv and not seq.forgotten:
             self._kept[seq.seq_id] = seq.kv  # the next turn of this conversation starts here
+            if seq.conversation:
+                self._kept_for[seq.seq_id] = seq.conversation
         else:
             lc.llama_memory_seq_rm(self._mem, seq.seq_id, -1, -1)
         if seq.sampler is not None:
@@ -637,6 +654,17 @@ class LlamaCppThinker(ARExecutor):
         if seq.call_sampler is not None:  # released before auto decided
             lc.llama_sampler_free(seq.call_sampler)
         self._free.append(seq.seq_id)
+
+    def forget(self, conversation: str) -> None:
+        if not conversation:
+            return
+        for sid in [s for s, c in self._kept_for.items() if c == conversation]:
+            self._lc.llama_memory_seq_rm(self._mem, sid, -1, -1)
+            del self._kept[sid], self._kept_for[sid]
+            self._forgotten += 1
+        for seq in self._seqs.values():   # not aborted yet: it keeps nothing when it ends
+            if seq.conversation == conversation:
+                seq.forgotten = True
 
     # ---------------------------------------------------------------- stats
     def kv_cells_used(self) -> int:
@@ -660,6 +688,7 @@ class LlamaCppThinker(ARExecutor):
             "conversation_hits": self._conv_hits,
             "conversation_tokens_reused": self._conv_reused,
             "kept_dropped_for_room": self._kv_evictions,
+            "kept_forgotten": self._forgotten,
             "active": len(self._seqs),
             "free_sequences": len(self._free),
             "last_batch_size": self._last_batch,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from runtime.executor import PREFILL_ONLY
+from runtime.executor import CONVERSATION, FORGET, PREFILL_ONLY
 from runtime.schedulers.base import Pending, Scheduler
 
 
@@ -51,6 +51,15 @@ class ARScheduler(Scheduler):
                 continue
             req.t_start = time.monotonic()
             item = req.work_item()
+            if item.params.get(FORGET):
+                req.inputs.clear()
+                try:
+                    self.executor.forget(str(item.params.get(CONVERSATION) or ""))
+                except Exception as exc:  # noqa: BLE001 - only this request fails
+                    self.ctx.fail(rid, exc)
+                    continue
+                self.ctx.finish(rid)
+                continue
             if item.params.get(PREFILL_ONLY) and not self.executor.prefills_only:
                 req.inputs.clear()
                 self.ctx.finish(rid)     # nothing this engine could keep for later

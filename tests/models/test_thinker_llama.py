@@ -6,7 +6,7 @@ import llama_cpp  # noqa: F401 - a missing llama-cpp-python fails here, it does 
 import pytest
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import PREFILL_ONLY, PREFILL_WORDS, StepResult, WorkItem
+from runtime.executor import CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, StepResult, WorkItem
 from runtime.models.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.model_files import smollm2_gguf
 
@@ -294,3 +294,31 @@ def test_usage_counts_the_prompt_its_cached_part_and_the_reply(thinker):
     with pytest.raises(StageError) as e:
         thinker.prefill(WorkItem(981, {**payload, "include_usage": "yes"}))
     assert e.value.code == ErrorCode.BAD_INPUT
+
+
+def test_a_forgotten_conversation_keeps_no_cells_and_the_others_keep_theirs(thinker):
+    """FORGET (a session closed): its kept cells go, also those of a request of it
+    still running; another conversation's cells stay and are reused."""
+    params = {"temperature": 0.0, "max_tokens": 6}
+    ada = [{"role": "user", "content": "My name is Ada and I like green tea."}]
+    bob = [{"role": "user", "content": "My name is Bob and I like black coffee."}]
+    thinker.prefill(WorkItem(970, {"messages": ada}, params={**params, CONVERSATION: "ada"}))
+    ada_reply = _drain(thinker, 970)
+    thinker.prefill(WorkItem(971, {"messages": bob}, params={**params, CONVERSATION: "bob"}))
+    bob_reply = _drain(thinker, 971)
+    st0 = thinker.stats()
+    # a request of ada's that shares nothing with turn 1 (its items were deleted)
+    thinker.prefill(WorkItem(972, {"messages": [{"role": "user", "content": "Count to five."}]},
+                             params={**params, CONVERSATION: "ada"}))
+    thinker.step([972])                  # it is running when the session ends
+    thinker.forget("ada")
+    thinker.forget("nobody")             # nothing of it: nothing happens
+    _drain(thinker, 972)
+    st1 = thinker.stats()
+    assert st1["kept_forgotten"] == st0["kept_forgotten"] + 1
+    assert st1["kv_cells_used"] == st1["kv_cells_kept"] < st0["kv_cells_kept"]
+    thinker.prefill(WorkItem(973, {"messages": bob + [{"role": "assistant", "content": bob_reply},
+                                                      {"role": "user", "content": "And you?"}]},
+                             params={**params, CONVERSATION: "bob"}))
+    assert thinker.stats()["conversation_hits"] == st1["conversation_hits"] + 1
+    _drain(thinker, 973)

@@ -356,14 +356,16 @@ def test_tcp_on_a_routable_address_without_curve_is_refused():
 
 async def test_a_prefill_only_request_ends_at_once_on_an_engine_that_keeps_nothing(start):
     """PREFILL_ONLY asks an AR stage to decode a prompt for later; one whose
-    executor cannot keep it (prefills_only False) ends it with no output."""
-    from runtime.executor import PREFILL_ONLY
+    executor cannot keep it (prefills_only False) ends it with no output.  So
+    does FORGET (a conversation is over) on an engine that keeps nothing."""
+    from runtime.executor import CONVERSATION, FORGET, PREFILL_ONLY
 
     p = await start(linear(stage("count", "voice_server.testing.stages:Counter", scheduler="ar",
                                  args={"step_ms": 5})))
-    h = await p.submit({"start": 1, "n": 6}, params={PREFILL_ONLY: True})
-    term, chunks = await h.result()
-    assert term.kind == "done" and chunks == []
+    for params in ({PREFILL_ONLY: True}, {FORGET: True, CONVERSATION: "sess_1"}):
+        h = await p.submit({"start": 1, "n": 6}, params=params)
+        term, chunks = await h.result()
+        assert term.kind == "done" and chunks == [], params
     h = await p.submit({"start": 1, "n": 3})     # the stage goes on as before
     term, chunks = await h.result()
     assert term.kind == "done" and [c.payload for c in chunks] == [1, 2, 3]

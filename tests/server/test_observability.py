@@ -237,6 +237,38 @@ async def test_admin_endpoints(server):
         await c.close()
 
 
+async def test_a_closed_session_leaves_no_cells_in_the_think_stage(server):
+    """The think stage keeps a finished reply's cells for the conversation's
+    next turn; when the session closes they go (FORGET), so that no later
+    session's steps attend over them."""
+    async def think() -> dict:
+        async with httpx.AsyncClient(base_url=_http(server)) as h:
+            rt = (await h.get("/v1/runtime")).json()
+        return rt["processes"]["think/0"]["stages"]["think"]["executor"]
+
+    c = await RTClient.connect(server.url)
+    try:
+        await c.wait("session.created")
+        await c.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Say hello."}]}})
+        await c.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+        done = await c.wait("response.done", timeout=60)
+        assert done["response"]["status"] == "completed", done
+        deadline = time.monotonic() + 15     # the snapshot comes with the stage's heartbeat
+        while not (before := await think())["kept_sequences"] and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert before["kept_sequences"] >= 1, before
+    finally:
+        await c.close()
+    deadline = time.monotonic() + 15
+    while (after := await think())["kept_forgotten"] == before["kept_forgotten"] \
+            and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert after["kept_forgotten"] > before["kept_forgotten"], after
+    assert after["kv_cells_kept"] < before["kv_cells_kept"], (before, after)
+
+
 def _request(server_addr: tuple, headers: dict | None = None):
     from starlette.requests import Request
     raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]

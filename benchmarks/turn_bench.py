@@ -25,9 +25,10 @@ Realtime WebSocket, in real time:
 * ``wasted_think_ratio``: think tokens of replies prepared during a pause and
   then dropped (the speaker went on), over all think tokens (from ``/metrics``).
 * ``think``: the think stage's KV cells (used, kept by finished sequences) at
-  the start and end of the mode, and its mean step time over the mode: modes
-  run one after another on one server, and the cells a mode leaves make every
-  later step attend over more of the cache.
+  the start of the mode and at its end (its own session's cells still in:
+  they are forgotten once it has closed), and its mean step time over the
+  mode: modes run one after another on one server, and cells a mode left
+  would make every later step attend over more of the cache.
 
 And during a long reply (paced: the client holds at most ``output_lead_ms``):
 

@@ -255,10 +255,12 @@ async def test_a_closed_session_leaves_no_cells_in_the_think_stage(server):
         await c.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
         done = await c.wait("response.done", timeout=60)
         assert done["response"]["status"] == "completed", done
-        deadline = time.monotonic() + 15     # the snapshot comes with the stage's heartbeat
-        while not (before := await think())["kept_sequences"] and time.monotonic() < deadline:
+        # the snapshot comes with the stage's heartbeat: wait for the reply's release
+        deadline = time.monotonic() + 15
+        while ((before := await think())["active"] or not before["kept_sequences"]) \
+                and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        assert before["kept_sequences"] >= 1, before
+        assert before["active"] == 0 and before["kept_sequences"] >= 1, before
     finally:
         await c.close()
     deadline = time.monotonic() + 15

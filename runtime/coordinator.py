@@ -11,7 +11,6 @@ publishes the abort, in the same call.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import time
 from collections import OrderedDict
@@ -28,6 +27,7 @@ from runtime.errors import ErrorCode, ErrorInfo
 from runtime.messages import (ENTRY_SRC, Abort, AbortAck, Data, Done, DoneItem, Failure, Fatal, Heartbeat,
                               Ready, Release, Stats, Topology)
 from runtime.placement import COORDINATOR, NodeMap, transports_to
+from runtime.request_ids import RequestIds
 from runtime.request_lifecycle import OutputEvent, RequestHandle, RequestRecord, StageProgress, State
 from runtime.shm import ShmPool
 from runtime.sockets import Peers, make_socket
@@ -94,7 +94,7 @@ class Coordinator:
         self.live: dict[int, RequestRecord] = {}
         self.recent: OrderedDict[int, RequestRecord] = OrderedDict()
         self.tickets: dict[int, AbortTicket] = {}
-        self._ids = itertools.count(time.time_ns() // 1000)
+        self._ids = RequestIds(g.replicas for g in cfg.placement.groups)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._credit = asyncio.Event()
         self._release_scheduled = False
@@ -148,8 +148,10 @@ class Coordinator:
     # ---- submit ------------------------------------------------------------------------------
     async def submit(self, payload: Any = None, *, entry: str | None = None, route: list[str] | None = None,
                      params: dict | None = None, stream_input: bool = False,
-                     deadline_s: float | None = None) -> RequestHandle:
-        """Start a request at ``entry``; with ``stream_input`` feed it later through the handle."""
+                     deadline_s: float | None = None, affinity: str | None = None) -> RequestHandle:
+        """Start a request at ``entry``; with ``stream_input`` feed it later through the handle.
+        Requests of one ``affinity`` (a conversation) reach the same replica of
+        every group (runtime/request_ids.py)."""
         if self.closed:
             raise RuntimeError("the pipeline is closed")
         if entry is None:
@@ -160,7 +162,7 @@ class Coordinator:
         except KeyError:
             raise ValueError(f"unknown entry stage {entry!r}") from None
         full_route, outputs = self._route(entry, tuple(route) if route else None)
-        rid = next(self._ids)
+        rid = self._ids.next(affinity)
         deadline_s = deadline_s or self.cfg.request_deadline_s
         rec = RequestRecord(rid, entry, full_route, outputs, time.monotonic() + deadline_s)
         rec.stages = {s: StageProgress() for s in full_route}

@@ -550,12 +550,14 @@ class SessionRunner:
     async def _submit_think(self, payload: ThinkRequest, route: list[str],
                             params: dict | None = None):
         """Every think request names its conversation (this session), whose cells
-        the think stage may keep for the next turn until the session closes."""
+        the think stage may keep for the next turn until the session closes; all
+        of them reach the same think replica, where those cells are."""
         self._thought = True
         return await self.pipeline.submit(payload, entry=THINK, route=route,
                                           params={CONVERSATION: self.session.session_id,
                                                   **(params or {})},
-                                          deadline_s=self.opt.response_deadline_s)
+                                          deadline_s=self.opt.response_deadline_s,
+                                          affinity=self.session.session_id)
 
     async def _forget_conversation(self) -> None:
         """The session is over: the think stage drops what it keeps of it (the
@@ -565,7 +567,8 @@ class SessionRunner:
         with contextlib.suppress(Exception):   # a closed pipeline keeps nothing either
             await self.pipeline.submit({}, entry=THINK, route=[THINK],
                                        params={FORGET: True,
-                                               CONVERSATION: self.session.session_id})
+                                               CONVERSATION: self.session.session_id},
+                                       affinity=self.session.session_id)
 
     def _prefill_conversation(self, c: PrefillConversation) -> None:
         """Fire and forget: the think stage keeps what it decoded for the reply's

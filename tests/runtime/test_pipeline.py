@@ -235,6 +235,30 @@ async def test_killed_stage_fails_only_its_requests_and_comes_back(start):
     assert term.kind == "done" and [c.payload for c in chunks] == [10, 12]
 
 
+async def test_requests_of_one_affinity_reach_the_same_replicas(start):
+    """A conversation's requests meet its cached cells: one replica of each group."""
+    cfg = linear(stage("a"),
+                 stage("mid", "voice_server.testing.stages:Counter", scheduler="ar"),
+                 stage("c", "voice_server.testing.stages:Doubler", scheduler="chunk"),
+                 placement={"groups": [{"name": "mid", "stages": ["mid"], "replicas": 2},
+                                       {"name": "c", "stages": ["c"], "replicas": 3}]})
+    p = await start(cfg)
+    rids = {"call-1": [], "call-2": []}
+    for key in ["call-1", "call-2", "call-1", "call-1", "call-2", "call-1"]:
+        h = await p.submit({"start": 1, "n": 2}, affinity=key)
+        term, chunks = await h.result()
+        assert term.kind == "done" and [c.payload for c in chunks] == [2, 4]
+        if key:
+            rids[key].append(h.request_id)
+    for replicas in (2, 3):
+        for ids in rids.values():
+            assert len({rid % replicas for rid in ids}) == 1
+    assert rids["call-1"][0] % 2 != rids["call-2"][0] % 2       # new conversations spread
+    snap = await fresh_snapshot(p)
+    served = {r: snap["processes"][f"mid/{r}"]["stages"]["mid"]["executor"]["released"] for r in (0, 1)}
+    assert served == {rids["call-1"][0] % 2: 4, rids["call-2"][0] % 2: 2}
+
+
 async def test_input_buffer_of_a_killed_stage_comes_back(start):
     """A stage killed while it reads a shared-memory input never releases it; the
     coordinator takes it back once the request has ended."""

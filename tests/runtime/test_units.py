@@ -152,3 +152,18 @@ def test_heap_trimmer_runs_at_most_once_per_interval():
     while t.trims == 0 and glibc and time.monotonic() < deadline:
         time.sleep(0.01)
     assert t.trims == (1 if glibc else 0)
+
+
+def test_request_ids_of_one_affinity_share_every_groups_replica():
+    from runtime.request_ids import RequestIds
+
+    ids = RequestIds([2, 3, 1], start=1000, max_keys=2)
+    assert ids.period == 6
+    got = [ids.next(k) for k in ["a", None, "b", "a", None, "a", "b"]]
+    assert got == sorted(set(got))                         # unique and increasing
+    a, b = [got[0], got[3], got[5]], [got[2], got[6]]
+    assert len({x % 6 for x in a}) == 1 and len({x % 6 for x in b}) == 1
+    assert a[0] % 6 != b[0] % 6                            # a new key takes the next residue
+    ids.next("c")                                          # the least recently used ("a") is forgotten
+    assert set(ids._residues) == {"b", "c"}
+    assert RequestIds([1, 1], start=7).next("a") == 7      # one replica everywhere: plain counting

@@ -38,12 +38,14 @@ class _Handle:
 class _RecordingPipeline:
     def __init__(self) -> None:
         self.submitted: list[dict] = []
+        self.affinities: list = []
         self.aborted: list[int] = []
         self.handles: dict[int, _Handle] = {}
         self.next_rid = 100
 
     async def submit(self, payload=None, **kw):
         self.submitted.append(payload)
+        self.affinities.append(kw.get("affinity"))
         self.next_rid += 1
         h = self.handles[self.next_rid] = _Handle(self.next_rid, ["It is ", "noon."])
         return h
@@ -73,6 +75,7 @@ async def test_a_prepared_reply_is_adopted_not_submitted_twice():
     r.dispatch(r.session.listen_event({"type": "turn_likely_over", "text": "what time is it"}, 2))
     await asyncio.sleep(0.05)
     assert len(p.submitted) == 1 and r.stats["prepared"] == 1
+    assert p.affinities == ["sess_t"]     # the replica that keeps this conversation's cells
     r.dispatch(r.session.listen_event({"type": "speech_stopped", "audio_end_ms": 900}, 3))
     r.dispatch(r.session.listen_event({"type": "final", "text": "what time is it",
                                        "audio_start_ms": 0, "audio_end_ms": 900}, 4))

@@ -103,7 +103,7 @@ class Counter(ARExecutor):
 
     def stats(self) -> dict:
         return {"active": len(self.state), "max_batch_seen": max(self.batch_sizes or [0]),
-                "pid": os.getpid()}
+                "released": len(self.released), "pid": os.getpid()}
 
 
 class Doubler(ChunkExecutor):

@@ -91,7 +91,11 @@ class ControlPlaneConfig(_Strict):
     # Turning it off for a routable address is refused.
     curve: bool | None = None
     heartbeat_ms: float = Field(100, gt=0)
-    dead_after_ms: float = Field(1000, gt=0)
+    # A stage silent this long is hung.  Its heartbeat thread needs the GIL:
+    # a stage's first torch tensor imports torch, which holds the GIL for up
+    # to ~0.8 s on 2 busy cores (model loading for ~0.5 s), so 1 s killed
+    # healthy stages in the test suite.  Ray pipelines with cores to spare set 1000.
+    dead_after_ms: float = Field(3000, gt=0)
     ready_timeout_s: float = Field(120, gt=0)
     restart: bool = True
     max_restarts: int = Field(20, ge=0)

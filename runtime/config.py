@@ -121,6 +121,11 @@ class PipelineConfig(_Strict):
     data: DataPlaneConfig = DataPlaneConfig()
     tombstones: TombstoneConfig = TombstoneConfig()
     request_deadline_s: float = Field(300, gt=0)
+    # While a stage process has requests (and 5 s after), it asks Linux to keep
+    # the CPUs out of idle states slower to leave than this many microseconds
+    # (0: idle CPUs poll, never halt).  None: power management is left alone.
+    # Needs root to write /dev/cpu_dma_latency (runtime/cpu_wakeup.py).
+    cpu_wakeup_latency_us: float | None = Field(None, ge=0, le=1_000_000)
     # Anything a front end wants to read from the same file (session defaults).
     extra: dict[str, Any] = {}
 

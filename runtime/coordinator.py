@@ -436,6 +436,7 @@ class Coordinator:
                 "stats_reports": p.stats_reports,
                 "held": st.get("held", []), "pool": st.get("pool", {}),
                 "cuda_held": st.get("cuda_held", 0),  # CUDA IPC lends this process still keeps alive
+                "cpu_wakeup": st.get("cpu_wakeup"),   # runtime/cpu_wakeup.py: off, held, released, unavailable
                 "tombstones": st.get("tombstones", 0), "stages": st.get("stages", {}),
             }
         ps = self.pool.stats()

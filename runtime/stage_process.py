@@ -27,6 +27,7 @@ import zmq
 
 from runtime import messages
 from runtime.config import PipelineConfig, StageConfig, parse_config
+from runtime.cpu_wakeup import CpuWakeupLatency
 from runtime.dataplane import DataPlane
 from runtime.endpoints import Endpoints
 from runtime.errors import ErrorCode, ErrorInfo, classify
@@ -219,6 +220,7 @@ class ProcessLoop:
         self.last_done_flush = time.monotonic()
         self.last_stats = 0.0
         self.stalled: list[tuple] = []
+        self.wakeup = CpuWakeupLatency(self.pipeline.cpu_wakeup_latency_us)
 
     # ---- setup -------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -277,6 +279,7 @@ class ProcessLoop:
             self.log(f"message for unknown stage {msg.to!r} dropped")
             return
         payload = self.data.unpack(desc, frames) if desc is not None else None
+        self.wakeup.update(True)       # before the work: the CPUs stay quick to wake for it
         self.deliver(host, rid, msg.src, payload, desc is not None, msg.end, msg.params)
 
     def on_abort(self, msg: Abort) -> None:
@@ -403,7 +406,7 @@ class ProcessLoop:
             "held": self.held(), "tombstones": len(self.tombstones),
             "pool": {"segments": ps.segments, "lent": ps.lent, "lent_bytes": ps.lent_bytes,
                      "reclaimed": ps.reclaimed, "stale_releases": ps.stale_releases},
-            "cuda_held": len(self.data.cuda_keepalive),
+            "cuda_held": len(self.data.cuda_keepalive), "cpu_wakeup": self.wakeup.state,
             "stages": {n: h.sched.stats() for n, h in self.stages.items()}}))
         self.last_stats = time.monotonic()
 
@@ -432,6 +435,7 @@ class ProcessLoop:
             if now - last_periodic > 0.05:
                 self.check_deadlines()
                 self.tombstones.expire()
+                self.wakeup.update(bool(self.held()), now)
                 last_periodic = now
                 if now - self.last_stats > STATS_EVERY_S:
                     self.send_stats()
@@ -446,6 +450,7 @@ class ProcessLoop:
             self.poller.poll(min([0.05] + hints) * 1000)
 
     def close(self) -> None:
+        self.wakeup.release()
         self.flush_done()
         for h in self.stages.values():
             try:

@@ -259,6 +259,24 @@ async def test_requests_of_one_affinity_reach_the_same_replicas(start):
     assert served == {rids["call-1"][0] % 2: 4, rids["call-2"][0] % 2: 2}
 
 
+async def test_stages_with_requests_hold_the_cpu_wakeup_request(start):
+    """Where /dev/cpu_dma_latency may be written (root), a busy stage holds it;
+    elsewhere the stats say why not and requests run as before."""
+    cfg = linear(stage("a"), stage("b"), cpu_wakeup_latency_us=0)
+    p = await start(cfg)
+    h = await p.submit([1, 2])
+    term, chunks = await h.result()
+    assert term.kind == "done"
+    snap = await fresh_snapshot(p)
+    states = {k: pr["cpu_wakeup"] for k, pr in snap["processes"].items()}
+    if os.access("/dev/cpu_dma_latency", os.W_OK):
+        assert set(states.values()) == {"held"}     # within 5 s of their last request
+    else:
+        assert all(s.startswith("unavailable: ") for s in states.values())
+    plain = await start(linear(stage("a")))
+    assert {pr["cpu_wakeup"] for pr in (await fresh_snapshot(plain))["processes"].values()} == {"off"}
+
+
 async def test_input_buffer_of_a_killed_stage_comes_back(start):
     """A stage killed while it reads a shared-memory input never releases it; the
     coordinator takes it back once the request has ended."""

@@ -167,3 +167,30 @@ def test_request_ids_of_one_affinity_share_every_groups_replica():
     ids.next("c")                                          # the least recently used ("a") is forgotten
     assert set(ids._residues) == {"b", "c"}
     assert RequestIds([1, 1], start=7).next("a") == 7      # one replica everywhere: plain counting
+
+
+def test_cpu_wakeup_request_is_held_while_busy_and_let_go_after_the_linger(tmp_path):
+    import struct
+
+    from runtime.cpu_wakeup import CpuWakeupLatency
+
+    dev = tmp_path / "cpu_dma_latency"
+    dev.write_bytes(b"")
+    q = CpuWakeupLatency(0, linger_s=5.0, device=str(dev))
+    assert q.state == "released"
+    q.update(False, now=1.0)
+    assert q.state == "released" and q.holds == 0
+    q.update(True, now=2.0)
+    assert q.state == "held" and struct.unpack("=i", dev.read_bytes()) == (0,)
+    q.update(False, now=6.9)                      # idle, but not for the whole linger yet
+    assert q.state == "held"
+    q.update(False, now=7.0)
+    assert q.state == "released"
+    q.update(True, now=8.0)
+    assert q.state == "held" and q.holds == 2
+    q.release()
+    assert CpuWakeupLatency(None, device=str(dev)).state == "off"
+    missing = CpuWakeupLatency(0, device=str(tmp_path / "no" / "such"))
+    missing.update(True)
+    missing.update(True)                           # told once: no retry at every message
+    assert missing.state.startswith("unavailable: ") and "No such file" in missing.state

@@ -5,8 +5,9 @@ takes to run again.  Inside a virtual machine the idle state that matters is
 the halt: a halted vCPU gives its host core back, and waking it means waiting
 for the host to schedule it again.  A turn's critical path wakes CPUs many
 times (every hop between stage processes, and llama.cpp's worker thread at
-every prompt), so on a 2-vCPU Firecracker VM a 9-token prompt on two threads
-took 152 ms with the CPUs free to halt and 73 ms with them polling instead
+every prompt), so on a 2-vCPU Firecracker VM a reply's ~10-token prompt on
+two threads took 179 ms (p50) with the CPUs free to halt and 76 ms with them
+polling instead, and a hop to another process 904 us against 368
 (benchmarks/cpu_wakeup_bench.py).
 
 Linux's answer is the CPU latency QoS interface: while a process keeps

@@ -60,7 +60,7 @@ $(STAMPS)/pip: pyproject.toml | $(PY)
 # pipecat-ai wheel: download that one wheel and take out the graph and its
 # LICENSE, without installing pipecat.  Skipped while the file is there.
 $(SMART_TURN): | $(STAMPS)/pip
-	$(PY) -m runtime.models.fetch_smart_turn
+	$(PY) -m runtime.models.listen.fetch_smart_turn
 
 clients: $(STAMPS)/clients
 

@@ -45,7 +45,7 @@ import soxr
 
 from voice_server.testing.report import write_json
 from runtime.executor import WorkItem
-from runtime.models.listen import ListenExecutor
+from runtime.models.listen.executor import ListenExecutor
 from runtime.models.voice_contract import LISTEN_RATE_HZ
 from voice_server.testing.speech_corpus import Clip, CorpusUnavailable, human_clips, phone_line
 from voice_server.testing.wer import corpus_wer
@@ -134,7 +134,7 @@ LISTEN_RSS = r"""
 import json, sys, time
 import numpy as np
 from runtime.executor import WorkItem
-from runtime.models.listen import ListenExecutor
+from runtime.models.listen.executor import ListenExecutor
 from voice_server.testing.speech_corpus import human_clips
 
 def rss_mb():

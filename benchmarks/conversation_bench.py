@@ -25,7 +25,7 @@ from pathlib import Path
 
 from voice_server.testing.report import pct, write_json
 from runtime.executor import WorkItem
-from runtime.models.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
 
 QUESTIONS = [
     "Hi, my name is {name}. What can you help me with?",

@@ -34,7 +34,7 @@ import zmq
 
 from benchmarks.stale_cells_bench import Timed, caller_turns
 from runtime.cpu_wakeup import CpuWakeupLatency
-from runtime.models.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
 from voice_server.testing.report import pct, write_json
 
 CONDITIONS = ("halting", "polling")

@@ -183,7 +183,7 @@ def transformers_cuda_check() -> dict:
     import torch
 
     from runtime.executor import StepResult, WorkItem
-    from runtime.models.transformers_thinker import TransformersThinker
+    from runtime.models.think.transformers_thinker import TransformersThinker
     from voice_server.testing.tiny_lm import write_tiny_qwen2
 
     res: dict[str, Any] = {}
@@ -284,7 +284,7 @@ def sglang_check(model: str, engine_args: dict | None = None) -> dict:
 
     from runtime.errors import ErrorCode, StageError
     from runtime.executor import WorkItem
-    from runtime.models.sglang_thinker import SGLangThinker
+    from runtime.models.think.sglang_thinker import SGLangThinker
 
     res: dict[str, Any] = {"model": model}
     check(poll(lambda: not _children(), 10.0),

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from runtime.executor import PREFILL_ONLY, WorkItem
-from runtime.models.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
 from voice_server.testing.report import write_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ import time
 
 import numpy as np
 
-from runtime.models.log_mel import log_mel
-from runtime.models.smart_turn import WINDOW_SAMPLES, SmartTurn, features, last_window
+from runtime.models.listen.log_mel import log_mel
+from runtime.models.listen.smart_turn import WINDOW_SAMPLES, SmartTurn, features, last_window
 from voice_server.testing.audio import flite_pcm
 
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from runtime.executor import CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, WorkItem
-from runtime.models.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
 from voice_server.testing.report import pct, write_json
 
 TOPICS = ["the sea", "a mountain town", "old trains", "a garden in spring", "the night sky",

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from voice_server.testing.report import write_json
 from runtime.executor import WorkItem
-from runtime.models.chat import render_template
-from runtime.models.gguf_requant import requantized
-from runtime.models.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.think.chat import render_template
+from runtime.models.think.gguf_requant import requantized
+from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.model_files import smollm2_gguf
-from runtime.models.thinker_request import DEFAULT_SYSTEM_PROMPT
+from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT
 
 SAMPLING = dict(temperature=0.25, top_p=0.9, repeat_penalty=1.2)
 
@@ -84,7 +84,7 @@ def sampling_cost_ms(thinker: LlamaCppThinker) -> dict:
     """One sampler-chain draw vs the numpy sampler on the same 49k-logit row."""
     import numpy as np
 
-    from runtime.models.sampling import LogitSampler, Sampling
+    from runtime.models.think.sampling import LogitSampler, Sampling
 
     lc = thinker._lc
     thinker.prefill(WorkItem(1, "Hello", params={"max_tokens": 8}))

@@ -323,12 +323,12 @@ def main() -> None:
     t0 = time.perf_counter()
     if a.only in (None, "embedded"):
         results["thinkers"]["embedded llama.cpp"] = served(think_only_config(
-            "runtime.models.llama_cpp_thinker:LlamaCppThinker",
+            "runtime.models.think.llama_cpp_thinker:LlamaCppThinker",
             {"n_threads": 2, "max_sequences": 2, "n_ctx": 4096, **sampling}), settings, a.max_tokens)
     if a.only in (None, "openai"):
         with LlamaServer("--chat_format", "chatml-function-calling") as llama:
             results["thinkers"]["openai -> llama_cpp.server"] = served(think_only_config(
-                "runtime.models.openai_thinker:OpenAICompatThinker",
+                "runtime.models.think.openai_thinker:OpenAICompatThinker",
                 {"base_url": llama.url + "/v1", "model": "smollm2", "penalty_field": "repeat_penalty",
                  "stream_tool_calls": False, **sampling}), settings, a.max_tokens)
     if not a.no_spoken and a.only in (None, "spoken"):

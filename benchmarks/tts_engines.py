@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 from voice_server.testing.report import write_json
-from runtime.models.speak import make_synthesizer
+from runtime.models.speak.executor import make_synthesizer
 
 SENTENCES = [
     "Paris is the capital of France.",

@@ -231,8 +231,7 @@ async def pipeline_tok_s(p: Pipeline, k: int, max_tokens: int, base: int) -> flo
 BASELINE = r"""
 import json, sys, time
 from llama_cpp import Llama
-sys.path.insert(0, sys.argv[4])
-from runtime.models.chat import render_template
+from runtime.models.think.chat import render_template
 from runtime.models.model_files import smollm2_gguf
 path, max_tokens, threads, story = smollm2_gguf(), int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=2048, verbose=False, seed=1)
@@ -249,7 +248,7 @@ print(json.dumps({"tok_s": best}))
 
 def baseline_tok_s(max_tokens: int, threads: int, rounds: int) -> float:
     r = subprocess.run([sys.executable, "-c", BASELINE, str(max_tokens), str(threads), STORY, str(ROOT),
-                        str(rounds)], capture_output=True, text=True, timeout=300)
+                        str(rounds)], capture_output=True, text=True, timeout=300, cwd=ROOT)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-2000:])
     return json.loads(r.stdout.strip().splitlines()[-1])["tok_s"]

@@ -1,4 +1,4 @@
-"""The closed set of error codes every failure is mapped to (DESIGN.md section 6).
+"""The closed set of error codes every failure is mapped to (docs/CONCEPTS.md, "Errors").
 
 A client must be able to tell a retryable overload from a bad input without
 parsing messages, so every failure anywhere in the runtime ends up as an

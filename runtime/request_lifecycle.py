@@ -13,12 +13,19 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Protocol
 
 from runtime.errors import ErrorInfo
 
-if TYPE_CHECKING:
-    from runtime.coordinator import Coordinator
+
+
+class RequestOwner(Protocol):
+    """What a handle needs of the coordinator that made it; a protocol, so this
+    module does not import the coordinator that imports it."""
+
+    async def send_input(self, rec: "RequestRecord", payload: Any, end: bool, has_payload: bool = True) -> None: ...
+
+    def abort(self, rid: int, reason: str = "cancelled") -> Awaitable[Any]: ...
 
 
 class State(str, Enum):
@@ -112,7 +119,7 @@ class RequestRecord:
 class RequestHandle:
     """What ``submit`` returns: stream input in, iterate output events out."""
 
-    def __init__(self, coord: "Coordinator", record: RequestRecord) -> None:
+    def __init__(self, coord: RequestOwner, record: RequestRecord) -> None:
         self._coord = coord
         self._rec = record
         self.request_id = record.request_id
@@ -128,7 +135,7 @@ class RequestHandle:
     async def end_input(self, payload: Any = None) -> None:
         await self._coord.send_input(self._rec, payload, end=True, has_payload=payload is not None)
 
-    def abort(self, reason: str = "cancelled") -> "asyncio.Future":
+    def abort(self, reason: str = "cancelled") -> Awaitable[Any]:
         return self._coord.abort(self.request_id, reason)
 
     def __aiter__(self) -> AsyncIterator[OutputEvent]:

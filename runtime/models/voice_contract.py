@@ -23,7 +23,10 @@ from typing import Any, Literal, Union
 import numpy as np
 from typing_extensions import NotRequired, TypedDict
 
-from runtime.errors import ErrorCode
+from runtime.errors import ErrorCode, StageError
+# TOOL_CHOICES is re-exported: the server checks tool_choice with it.  tools.py loads
+# jsonschema only when a tool is parsed, so this import stays light.
+from runtime.models.think.tools import TOOL_CHOICES, parse_tools
 
 # ----------------------------------------------------------------- stages
 LISTEN = "listen"
@@ -207,7 +210,6 @@ def interim_event(text: str, paused: bool, alternative: str | None = None) -> In
 #   {"role": "assistant", "content": "", "tool_calls": [{"id", "type": "function",
 #                                                        "function": {"name", "arguments"}}]}
 #   {"role": "tool", "tool_call_id": ID, "content": OUTPUT}
-TOOL_CHOICES = ("auto", "none", "required")
 
 
 class ToolFunction(TypedDict):
@@ -255,9 +257,6 @@ def validate_tools(tools: Any, tool_choice: Any = None) -> None:
     ``tool_choice`` (names, JSON-Schema parameters, duplicates, a choice
     naming an unknown tool...); the same check the thinkers apply, for the
     server to refuse bad tools before submitting."""
-    from runtime.errors import StageError
-    from runtime.models.tools import parse_tools  # on first use: jsonschema loads only with tools
-
     try:
         parse_tools(tools, tool_choice)
     except StageError as e:

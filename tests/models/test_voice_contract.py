@@ -9,8 +9,8 @@ import pytest
 
 from runtime.errors import ErrorCode
 from runtime.models import voice_contract as vc
-from runtime.models.pocketsphinx_asr import StreamingRecognizer
-from runtime.models.utterance_asr import StreamingDecoder
+from runtime.models.listen.pocketsphinx_asr import StreamingRecognizer
+from runtime.models.listen.utterance_asr import StreamingDecoder
 from voice_server.transports.http_api import STATUS_OF
 
 

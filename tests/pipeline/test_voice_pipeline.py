@@ -22,7 +22,7 @@ import pytest_asyncio
 import soxr
 from starlette.applications import Starlette
 
-from runtime.models.pocketsphinx_asr import StreamingRecognizer
+from runtime.models.listen.pocketsphinx_asr import StreamingRecognizer
 from voice_server.testing.speech_corpus import human_clips, phone_line
 from tests.pipeline.conftest import CONFIG, ROOT, wer
 from tests.runtime.conftest import fresh_snapshot

@@ -1,4 +1,5 @@
-"""Two Ray nodes on routable addresses, run by test_ray.py inside a network namespace it creates.
+"""Two Ray nodes on routable addresses, run by test_ray.py inside a network namespace it creates
+(``python -m tests.runtime.ray_netns_check`` from the checkout).
 
 The namespace has loopback and one dummy interface carrying 10.77.0.1 and
 10.77.0.2 (no link leaves it), so the nodes have non-loopback addresses and
@@ -11,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import numpy as np  # noqa: E402
 import ray  # noqa: E402

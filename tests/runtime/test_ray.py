@@ -314,11 +314,11 @@ def test_nodes_on_routable_addresses_get_curve_and_their_own_endpoints():
     import subprocess
     import sys
 
-    script = os.path.join(os.path.dirname(__file__), "ray_netns_check.py")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     setup = "ip link set lo up && ip addr add 10.77.0.1/32 dev lo && ip addr add 10.77.0.2/32 dev lo"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
-    run = subprocess.run(["unshare", "--net", "sh", "-c", f"{setup} && exec {sys.executable} {script}"],
-                         capture_output=True, text=True, timeout=120, env=env)
+    run = subprocess.run(["unshare", "--net", "sh", "-c", f"{setup} && exec {sys.executable} -m tests.runtime.ray_netns_check"],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=root)
     assert run.returncode == 0, f"network namespace run failed (needs root, unshare, ip):\n{run.stderr[-3000:]}"
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["curve"] and got["curve_server"], got  # routable node addresses: CURVE on by itself

@@ -13,7 +13,7 @@ echoes it in ``session.updated``, and converts when it starts a response.
 A tool is refused when the model could not be made to honour it: a name
 outside ``[A-Za-z0-9_-]{1,64}`` (the pattern the OpenAI APIs use), two tools
 of one name, ``parameters`` that is not a JSON Schema of an object (the
-think stage's own check, :func:`runtime.models.tools.object_schema`), or a
+think stage's own check, :func:`runtime.models.think.tools.object_schema`), or a
 type other than ``function`` (MCP tools need a server the agent does not
 reach).  The error names the offending field; the session's previous tools
 stay in force.
@@ -26,7 +26,7 @@ from typing import Any
 
 import jsonschema  # noqa: F401 - loaded with the server, not on the event loop at a client's first tools
 
-from runtime.models.tools import NAME_RE, ToolSpecError, object_schema
+from runtime.models.think.tools import NAME_RE, ToolSpecError, object_schema
 from runtime.models.voice_contract import TOOL_CHOICES
 
 from .errors import ClientError

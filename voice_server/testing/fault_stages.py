@@ -26,9 +26,9 @@ from __future__ import annotations
 import os
 import time
 
-from runtime.models.listen import ListenExecutor
-from runtime.models.llama_cpp_thinker import LlamaCppThinker
-from runtime.models.speak import SpeakExecutor
+from runtime.models.listen.executor import ListenExecutor
+from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.speak.executor import SpeakExecutor
 
 
 def _dir() -> str | None:

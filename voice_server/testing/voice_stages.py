@@ -19,7 +19,7 @@ import time
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
-from runtime.models.speak import SpeakExecutor
+from runtime.models.speak.executor import SpeakExecutor
 
 from .stages import Countdown
 

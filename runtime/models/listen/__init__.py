@@ -1,0 +1,1 @@
+"""The listen stage's room: ``executor`` (the stage) and the models it drives."""

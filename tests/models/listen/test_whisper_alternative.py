@@ -1,0 +1,53 @@
+"""Whisper's second reading of short sounds (whisper_asr.WhisperASR.hear): an
+"uh huh" that Whisper writes as words reads as an acknowledgement, and
+people's short commands do not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime.models.listen.whisper_asr import ALT_PROMPT, WhisperASR
+from voice_server.session.backchannel import InterruptionSettings, only_backchannel
+from voice_server.testing.audio import flite_pcm
+from voice_server.testing.speech_corpus import human_clips
+
+PHRASES = InterruptionSettings().phrases()
+
+
+def _16k(text: str, voice: str, stretch: float) -> np.ndarray:
+    return flite_pcm(text, 16000, voice, stretch).astype(np.float32) / 32768
+
+
+@pytest.fixture(scope="module")
+def asr():
+    return WhisperASR(window_s=10, beam_size=5, no_repeat_ngram_size=3, alt_prompt=ALT_PROMPT,
+                      alt_max_s=2.0)
+
+
+def _reads_as_backchannel(h) -> bool:
+    return only_backchannel(h.text, PHRASES) or bool(h.alternative) and \
+        only_backchannel(h.alternative, PHRASES)
+
+
+def test_a_hum_written_as_words_reads_as_an_acknowledgement(asr):
+    # flite's slow "uh huh": Whisper alone writes "hahaha" or words, prompted "Uh-huh."
+    sounds = [_16k("uh huh", "slt", 1.15), _16k("mm hmm", "rms", 1.0), _16k("okay", "awb", 1.1)]
+    heard = asr.hear(sounds)
+    assert all(_reads_as_backchannel(h) for h in heard), heard
+
+
+def test_commands_and_peoples_short_words_are_not_acknowledgements(asr):
+    people = [c.audio for c in human_clips() if c.seconds <= 2.0]
+    commands = [_16k(t, "slt", 1.0) for t in ("stop", "no thanks", "repeat that", "what")]
+    heard = asr.hear(people + commands)
+    assert len(people) >= 5
+    assert not any(_reads_as_backchannel(h) for h in heard), heard
+
+
+def test_long_segments_and_no_prompt_get_no_second_reading(asr):
+    long = np.concatenate([_16k("uh huh", "slt", 1.15), np.zeros(40000, np.float32)])
+    assert asr.hear([long])[0].alternative is None
+    plain = WhisperASR(window_s=10, alt_prompt="")
+    assert plain.hear([_16k("uh huh", "slt", 1.15)])[0].alternative is None
+    assert plain.transcribe([np.zeros(16000, np.float32)]) == [""]

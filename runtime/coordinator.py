@@ -23,7 +23,7 @@ from runtime.config import PipelineConfig
 from runtime.curve import CurveKeys, start_authenticator
 from runtime.dataplane import DataPlane
 from runtime.endpoints import Endpoints
-from runtime.errors import ErrorCode, ErrorInfo
+from runtime.errors import ErrorCode, ErrorInfo, PipelineClosed
 from runtime.messages import (ENTRY_SRC, Abort, AbortAck, Data, Done, DoneItem, Failure, Fatal, Heartbeat,
                               Ready, Release, Stats, Topology)
 from runtime.placement import COORDINATOR, NodeMap, transports_to
@@ -153,7 +153,7 @@ class Coordinator:
         Requests of one ``affinity`` (a conversation) reach the same replica of
         every group (runtime/request_ids.py)."""
         if self.closed:
-            raise RuntimeError("the pipeline is closed")
+            raise PipelineClosed("the pipeline is closed")
         if entry is None:
             roots = self.cfg.roots()
             entry = route[0] if route else roots[0]

@@ -60,6 +60,11 @@ class StageError(Exception):
         self.code = ErrorCode(code)
 
 
+class PipelineClosed(RuntimeError):
+    """``submit`` on a pipeline that has been closed (server shutting down):
+    callers map it to ``stage_unavailable`` by class, not by message text."""
+
+
 def classify(exc: BaseException, stage: str | None = None) -> ErrorInfo:
     """Map an exception raised by model code to the closed set."""
     if isinstance(exc, StageError):

@@ -34,6 +34,12 @@ Rules it keeps:
 * Nothing leaks: every request the session caused (listen streams, responses,
   transcriptions) is tracked; ``close`` aborts the live ones, cancels every
   task and waits (bounded) for the stages' abort acks.
+
+The runner owns the outbox, the timers and the table of live requests; two
+helpers carry out the commands of one family each against the pipeline:
+:class:`voice_server.listening.Listening` (the microphone stream and
+push-to-talk buffers) and :class:`voice_server.replies.Replies` (prefill,
+prepared reply, the reply, forget).
 """
 
 from __future__ import annotations
@@ -44,20 +50,16 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Optional
+from typing import Awaitable, Callable, Coroutine
 
 import numpy as np
 
-from runtime.errors import ErrorCode
-from runtime.executor import CONVERSATION, FORGET, PREFILL_ONLY, PREFILL_WORDS
-from runtime.models.voice_contract import (FINAL, LISTEN, LISTEN_RATE_HZ, LISTEN_TIME_KEYS, SPOKEN_REPLY_ROUTE,
-                                           TEXT_REPLY_ROUTE, THINK, ThinkRequest, think_request)
-
 from . import session_registry as _registry
+from .listening import Listening, next_item
 from .logs import bind_ids
-from . import metrics
 from .metrics import TurnTimer
-from .prepared_reply import PreparedReply, request_key
+from .replies import Replies
+from .runner_host import RequestKind
 from .session import (AudioOut, CancelResponse, Close, ConfigureListen, DropPreparedReply,
                       FeedListen, FlushAudio, PauseAudio, PrefillConversation, PrepareReply,
                       ResumeAudio, SendEvent, Session, StartResponse, StopListen, TranscribeBuffer)
@@ -69,9 +71,6 @@ SendEventFn = Callable[[dict], Awaitable[None]]
 SendAudioFn = Callable[[str, str, np.ndarray, int], Awaitable[None]]
 FlushAudioFn = Callable[[str], Awaitable[None]]  # also PauseAudio / ResumeAudio
 CloseFn = Callable[[int, str], Awaitable[None]]
-
-_STOP = object()
-
 
 @dataclass
 class RunnerOptions:
@@ -93,24 +92,6 @@ class RunnerOptions:
                    response_deadline_s=s.response_deadline_s,
                    transcribe_deadline_s=s.transcribe_deadline_s, tick_ms=s.tick_ms,
                    max_outbox_events=s.max_outbox_events)
-
-
-@dataclass
-class _Resp:
-    response_id: str
-    cmd: StartResponse
-    rid: Optional[int] = None
-    cancel_reason: Optional[str] = None
-    task: Optional[asyncio.Task] = None
-
-
-@dataclass
-class _Listen:
-    params: dict
-    offset_ms: float
-    handle: Any = None
-    task: Optional[asyncio.Task] = None
-    ended: bool = False  # we ended/aborted it on purpose
 
 
 def _now_ms() -> float:
@@ -146,15 +127,9 @@ class SessionRunner:
         # item_id) | ("close", Close)
         self._outbox: deque = deque()
         self._outbox_ready = asyncio.Event()
-        # listen input: ("pcm", arr) | ("configure", _Listen) | ("stop", None)
-        self._listen_q: deque = deque()
         self._pace_wake = asyncio.Event()  # the session holds output due earlier
         self._pace_due: float | None = None  # what the pacer task sleeps until
-        self._listen_ready = asyncio.Event()
-        self._listen: _Listen | None = None
-        self._listen_failures = 0
-        self._responses: dict[str, _Resp] = {}
-        self._live: dict[int, str] = {}  # request id -> what ("listen"/"response"/"transcribe"/...)
+        self.live: dict[int, RequestKind] = {}  # every pipeline request this session has open
         self._tasks: set[asyncio.Task] = set()
         self._tickets: list = []
         # small debug history for tests/ops: the messages each response was started with
@@ -162,18 +137,17 @@ class SessionRunner:
         self.stats = {"events_sent": 0, "audio_chunks": 0, "aborts": 0, "prepared": 0,
                       "prepared_used": 0, "prepared_wasted": 0, "think_tokens": 0,
                       "think_tokens_wasted": 0, "prefills": 0}
-        self._prepared: PreparedReply | None = None   # preemptive generation (prepared_reply.py)
-        self._thought = False    # a think request was sent: the stage may keep its cells
-        self._prefilling: asyncio.Task | None = None  # PrefillConversation in flight
+        self.listening = Listening(self)   # listen requests (voice_server/listening.py)
+        self.replies = Replies(self)       # think requests (voice_server/replies.py)
 
     # ------------------------------------------------------------------ public
     async def start(self) -> None:
         bind_ids(session_id=self.session.session_id)  # log lines of this session's tasks
         _registry.register(self)
-        self._spawn(self._writer(), "writer")
-        self._spawn(self._listen_writer(), "listen-writer")
-        self._spawn(self._ticker(), "ticker")
-        self._spawn(self._pacer(), "pacer")
+        self.spawn(self._writer(), "writer")
+        self.spawn(self.listening.write(), "listen-writer")
+        self.spawn(self._ticker(), "ticker")
+        self.spawn(self._pacer(), "pacer")
         self.dispatch(self.session.start(self.clock()))
 
     def client_event(self, raw) -> None:
@@ -218,18 +192,18 @@ class SessionRunner:
 
     @property
     def live_request_ids(self) -> list[int]:
-        return list(self._live)
+        return list(self.live)
 
     @property
     def live_requests(self) -> dict[int, str]:
         """Request id -> what it is (``listen``, ``response``, ``prepared``, ``prefill``,
         ``transcribe``): a copy."""
-        return dict(self._live)
+        return {rid: kind.value for rid, kind in self.live.items()}
 
     @property
     def response_pending_submit(self) -> bool:
         """A response was started by the session but is not in the pipeline yet."""
-        return bool(self._responses) and "response" not in self._live.values()
+        return bool(self.replies.active) and RequestKind.RESPONSE not in self.live.values()
 
     @property
     def output_pending(self) -> bool:
@@ -256,34 +230,27 @@ class SessionRunner:
             if isinstance(c, SendEvent):
                 self._push(("event", c.event))
             elif isinstance(c, CancelResponse):
-                self._cancel(c.response_id, c.reason)
+                self.replies.cancel(c.response_id, c.reason)
             elif isinstance(c, FeedListen):
-                if self._listen is not None:
-                    self._listen_push(("pcm", c.pcm16k))
+                self.listening.feed(c)
             elif isinstance(c, ConfigureListen):
-                lst = _Listen(dict(c.params), self.session.input_ms)
-                self._listen = lst
-                self._listen_push(("configure", lst))
+                self.listening.configure(c)
             elif isinstance(c, StopListen):
-                self._listen = None
-                self._listen_push(("stop", None))
+                self.listening.stop(c)
             elif isinstance(c, StartResponse):
-                r = _Resp(c.response_id, c)
-                self._responses[c.response_id] = r
-                self.turns.response_started(c.response_id)
                 self.started_responses.append({"response_id": c.response_id,
                                                "messages": list(c.messages),
                                                "modalities": list(c.modalities),
                                                "tools": c.tools, "tool_choice": c.tool_choice})
-                r.task = self._spawn(self._run_response(r), "response")
+                self.replies.start(c)
             elif isinstance(c, PrepareReply):
-                self._prepare(c)
+                self.replies.prepare(c)
             elif isinstance(c, PrefillConversation):
-                self._prefill_conversation(c)
+                self.replies.prefill(c)
             elif isinstance(c, DropPreparedReply):
-                self._drop_prepared()
+                self.replies.drop_prepared()
             elif isinstance(c, TranscribeBuffer):
-                self._spawn(self._transcribe(c.item_id, c.pcm16k), "transcribe")
+                self.spawn(self.listening.transcribe(c.item_id, c.pcm16k), "transcribe")
             elif isinstance(c, AudioOut):
                 self._push(("audio", c))
             elif isinstance(c, FlushAudio):
@@ -301,7 +268,8 @@ class SessionRunner:
                 self._pace_wake.set()
 
     # -------------------------------------------------------------- internals
-    def _spawn(self, coro, name: str) -> asyncio.Task:
+    def spawn(self, coro: Coroutine, name: str) -> asyncio.Task:
+        """A task of this session's, cancelled and awaited when it closes."""
         t = asyncio.ensure_future(coro)
         t.set_name(f"runner-{self.session.session_id}-{name}")
         self._tasks.add(t)
@@ -341,16 +309,14 @@ class SessionRunner:
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close())
 
-    def _cancel(self, response_id: str, reason: str) -> None:
-        r = self._responses.get(response_id)
-        if r is None:
-            return
-        if r.cancel_reason is None:
-            r.cancel_reason = reason
-        if r.rid is not None and r.rid in self._live:
-            self._abort(r.rid, reason)
+    def push_server_error(self, code: str, message: str) -> None:
+        """A ``server_error`` event on the outbox, in order with the rest."""
+        self._push(("event", self._make_error("server_error", code, message)))
 
-    def _abort(self, rid: int, reason: str) -> None:
+    def close_soon(self, code: int, reason: str) -> None:
+        self._begin_close(code, reason)
+
+    def abort_request(self, rid: int, reason: str) -> None:
         """Synchronous: the runtime closes the output gate inside this call."""
         self.stats["aborts"] += 1
         try:
@@ -362,22 +328,10 @@ class SessionRunner:
         if len(self._tickets) > 64:
             self._tickets = [t for t in self._tickets if not _ticket_done(t)]
 
-    def _listen_push(self, item) -> None:
-        self._listen_q.append(item)
-        self._listen_ready.set()
-
     # -------------------------------------------------------------- the tasks
-    @staticmethod
-    async def _next(queue: deque, ready: asyncio.Event):
-        """The next item of a task's queue, waiting for one (the producer sets ``ready``)."""
-        while not queue:
-            ready.clear()
-            await ready.wait()
-        return queue.popleft()
-
     async def _writer(self) -> None:
         while True:
-            kind, x = await self._next(self._outbox, self._outbox_ready)
+            kind, x = await next_item(self._outbox, self._outbox_ready)
             try:
                 if kind == "event":
                     await self._send_event(x)
@@ -427,321 +381,6 @@ class SessionRunner:
             if not cmds:  # due but nothing to give: do not spin
                 await asyncio.sleep(0.005)
 
-    async def _listen_writer(self) -> None:
-        cur: _Listen | None = None
-        while True:
-            kind, x = await self._next(self._listen_q, self._listen_ready)
-            if kind == "pcm":
-                # coalesce what queued up meanwhile: fewer, larger messages
-                parts = [x]
-                while self._listen_q and self._listen_q[0][0] == "pcm":
-                    parts.append(self._listen_q.popleft()[1])
-                if cur is None or cur.handle is None or cur.ended:
-                    continue
-                pcm = parts[0] if len(parts) == 1 else np.concatenate(parts)
-                try:
-                    await cur.handle.send(pcm)
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("listen send failed: %r", exc)
-            elif kind == "configure":
-                await self._end_listen(cur)
-                cur = x
-                await self._open_listen(cur)
-            elif kind == "stop":
-                await self._end_listen(cur)
-                cur = None
-
-    async def _open_listen(self, lst: _Listen) -> None:
-        params = {"sample_rate": LISTEN_RATE_HZ, **lst.params}
-        try:
-            h = await self.pipeline.submit(None, entry=LISTEN, stream_input=True, params=params,
-                                           deadline_s=self.opt.listen_deadline_s)
-        except Exception as exc:  # noqa: BLE001
-            self._listen_failed(lst, {"code": ErrorCode.STAGE_UNAVAILABLE.value,
-                                      "message": f"listen could not start: {exc}"})
-            return
-        lst.handle = h
-        self._live[h.request_id] = "listen"
-        if lst.ended:  # stopped while submitting
-            self._abort(h.request_id, "listen_stopped")
-        lst.task = self._spawn(self._read_listen(lst), "listen")
-
-    async def _end_listen(self, lst: _Listen | None) -> None:
-        if lst is None or lst.ended:
-            return
-        lst.ended = True
-        h = lst.handle
-        if h is None or h.request_id not in self._live:
-            return
-        try:
-            await h.end_input()  # flushes a final for speech in progress
-        except Exception:  # noqa: BLE001
-            self._abort(h.request_id, "listen_stopped")
-
-    async def _read_listen(self, lst: _Listen) -> None:
-        h = lst.handle
-        off = lst.offset_ms
-        term = None
-        try:
-            async for ev in h:
-                if ev.kind == "chunk":
-                    p = ev.payload
-                    if not isinstance(p, dict):
-                        continue
-                    if off:
-                        p = dict(p)
-                        for k in LISTEN_TIME_KEYS:
-                            if k in p:
-                                p[k] = int(round(p[k] + off))
-                    self._listen_failures = 0
-                    self.turns.listen_event(p)
-                    self.dispatch(self.session.listen_event(p, self.clock()))
-                else:
-                    term = ev
-        finally:
-            self._live.pop(h.request_id, None)
-        if term is None or self.closed or lst.ended:
-            return
-        # The listen stream ended without us asking (stage crash, deadline): say so
-        # and start a new one with the same params, so the session keeps listening.
-        err = term.error.to_wire() if term.error is not None else \
-            {"code": ErrorCode.INTERNAL.value, "message": f"listen stream ended ({term.kind}: {term.reason})"}
-        self._listen_failed(lst, err)
-
-    def _listen_failed(self, lst: _Listen, err: dict) -> None:
-        if self.closed:
-            return
-        self._push(("event", self._make_error(
-            "server_error", err.get("code", ErrorCode.INTERNAL.value),
-            f"Speech input failed: {err.get('message', '')}".strip())))
-        # an utterance that was being spoken gets an (empty) end, so nothing waits forever
-        s = self.session
-        self.dispatch(s.listen_lost(self.clock()))
-        if self._listen is not lst:
-            return
-        self._listen_failures += 1
-        if self._listen_failures > self.opt.listen_restarts:
-            self._push(("event", self._make_error(
-                "server_error", ErrorCode.STAGE_UNAVAILABLE.value,
-                "Speech input keeps failing; closing the session.")))
-            self._push(("close", Close(1011, "speech input unavailable")))
-            return
-        new = _Listen(dict(lst.params), s.input_ms)
-        self._listen = new
-        self._listen_push(("configure", new))
-
-    @staticmethod
-    def _messages(c: StartResponse | PrepareReply | PrefillConversation) -> list:
-        """The conversation with the instructions as its system message."""
-        msgs = list(c.messages)
-        if c.instructions and not any(m.get("role") == "system" for m in msgs):
-            msgs = [{"role": "system", "content": c.instructions}] + msgs
-        return msgs
-
-    @classmethod
-    def _request(cls, c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[str]]:
-        """The think(+speak) request a response (or a prepared reply) submits:
-        the conversation, the instructions as its system message, and the
-        tools (already in the chat-completions shape)."""
-        return (think_request(cls._messages(c), c.max_tokens, c.tools, c.tool_choice,
-                              include_usage=True),
-                list(SPOKEN_REPLY_ROUTE if "audio" in c.modalities else TEXT_REPLY_ROUTE))
-
-    async def _submit_think(self, payload: ThinkRequest, route: list[str],
-                            params: dict | None = None):
-        """Every think request names its conversation (this session), whose cells
-        the think stage may keep for the next turn until the session closes; all
-        of them reach the same think replica, where those cells are."""
-        self._thought = True
-        return await self.pipeline.submit(payload, entry=THINK, route=route,
-                                          params={CONVERSATION: self.session.session_id,
-                                                  **(params or {})},
-                                          deadline_s=self.opt.response_deadline_s,
-                                          affinity=self.session.session_id)
-
-    async def _forget_conversation(self) -> None:
-        """The session is over: the think stage drops what it keeps of it (the
-        request ends at once; its end is not waited for)."""
-        if not self._thought:
-            return
-        with contextlib.suppress(Exception):   # a closed pipeline keeps nothing either
-            await self.pipeline.submit({}, entry=THINK, route=[THINK],
-                                       params={FORGET: True,
-                                               CONVERSATION: self.session.session_id},
-                                       affinity=self.session.session_id)
-
-    def _prefill_conversation(self, c: PrefillConversation) -> None:
-        """Fire and forget: the think stage keeps what it decoded for the reply's
-        prompt (an engine that cannot keep it ends the request at once)."""
-        msgs = self._messages(c) + ([{"role": "user", "content": c.words}] if c.words else [])
-        if self.draining or self.closed or not msgs or \
-                (self._prefilling is not None and not self._prefilling.done()):
-            return
-        self.stats["prefills"] += 1
-
-        async def run() -> None:
-            rid = None
-            try:
-                h = await self._submit_think(think_request(msgs, None, c.tools, c.tool_choice),
-                                             [THINK], {PREFILL_ONLY: True,
-                                                       PREFILL_WORDS: bool(c.words)})
-                rid = h.request_id
-                self._live[rid] = "prefill"
-                async for _ in h:
-                    pass
-            except Exception as exc:  # noqa: BLE001 - only time is lost: the reply decodes it all
-                log.debug("conversation prefill failed: %r", exc)
-            finally:
-                if rid is not None:
-                    self._live.pop(rid, None)
-        self._prefilling = self._spawn(run(), "prefill")
-
-    def _prepare(self, c: PrepareReply) -> None:
-        self._drop_prepared()
-        if self.draining or self.closed:
-            return
-        payload, route = self._request(c)
-        p = PreparedReply(request_key(payload, route))
-        self._prepared = p
-        self.stats["prepared"] += 1
-
-        async def submit():
-            h = await self._submit_think(payload, route)
-            self._live[h.request_id] = "prepared"
-            if self._prepared is not p and not p.adopted:   # dropped while submitting
-                self._abort(h.request_id, "turn_continues")
-            return h
-
-        async def hold():
-            try:
-                await p.run(submit)
-            finally:
-                if p.request_id is not None:
-                    self._live.pop(p.request_id, None)
-        p.task = self._spawn(hold(), "prepared-reply")
-
-    def _drop_prepared(self) -> None:
-        p, self._prepared = self._prepared, None
-        if p is None:
-            return
-        if p.request_id is not None and p.request_id in self._live:
-            self._abort(p.request_id, "turn_continues")   # nothing of it was sent
-        self.stats["prepared_wasted"] += 1
-        self.stats["think_tokens_wasted"] += p.think_chunks
-        self.stats["think_tokens"] += p.think_chunks
-        metrics.prepared_reply("wasted", p.think_chunks)
-
-    def _adopt_prepared(self, key: str) -> PreparedReply | None:
-        p = self._prepared
-        if p is None:
-            return None
-        if p.key != key:
-            self._drop_prepared()               # the committed turn asks something else
-            return None
-        self._prepared = None
-        p.adopted = True
-        self.stats["prepared_used"] += 1
-        return p
-
-    async def _run_response(self, r: _Resp) -> None:
-        c = r.cmd
-        payload, route = self._request(c)
-        think_chunks = 0
-        prepared = None
-        try:
-            if r.cancel_reason is not None:
-                return  # cancelled before it was submitted: the session already said so
-            if self.draining:  # the server is shutting down: no new turns
-                self.dispatch(self.session.response_finished(
-                    r.response_id, "failed", {"code": ErrorCode.STAGE_UNAVAILABLE.value,
-                                              "message": "the server is shutting down"},
-                    self.clock()))
-                return
-            prepared = self._adopt_prepared(request_key(payload, route))
-            try:
-                if prepared is not None:
-                    await prepared.submitted.wait()
-                    if prepared.error is not None:
-                        raise prepared.error
-                    h = prepared
-                else:
-                    h = await self._submit_think(payload, route)
-            except Exception as exc:  # noqa: BLE001
-                self.dispatch(self.session.response_finished(
-                    r.response_id, "failed",
-                    {"code": (ErrorCode.STAGE_UNAVAILABLE if "closed" in str(exc)
-                              else ErrorCode.INTERNAL).value,
-                     "message": f"could not start the response: {exc}"}, self.clock()))
-                return
-            r.rid = h.request_id
-            self._live[h.request_id] = "response"
-            bind_ids(request_id=h.request_id)  # this task's log lines
-            if r.cancel_reason is not None or self.closed:
-                self._abort(h.request_id, r.cancel_reason or "disconnected")
-            try:
-                async for ev in (h.replay() if prepared is not None else h):
-                    now = self.clock()
-                    if ev.kind == "chunk":
-                        if ev.stage == THINK:
-                            think_chunks += 1
-                        self.turns.chunk(r.response_id, ev.stage)
-                        self.dispatch(self.session.response_chunk(r.response_id, ev.stage,
-                                                                  ev.payload, now))
-                    elif ev.kind == "done":
-                        self.dispatch(self.session.response_finished(r.response_id, "completed",
-                                                                     None, now))
-                    elif ev.kind == "cancelled":
-                        self.dispatch(self.session.response_finished(
-                            r.response_id, "cancelled",
-                            ev.error.to_wire() if ev.error else None, now))
-                    else:
-                        err = ev.error.to_wire() if ev.error is not None else \
-                            {"code": ErrorCode.INTERNAL.value, "message": str(ev.reason or "failed")}
-                        self.dispatch(self.session.response_finished(r.response_id, "failed",
-                                                                     err, now))
-            finally:
-                self._live.pop(h.request_id, None)
-        finally:
-            self._responses.pop(r.response_id, None)
-            self.stats["think_tokens"] += think_chunks
-            if prepared is not None:
-                metrics.prepared_reply("used", think_chunks)
-            else:
-                metrics.think_tokens_used(think_chunks)
-
-    async def _transcribe(self, item_id: str, pcm: np.ndarray) -> None:
-        params = {"sample_rate": LISTEN_RATE_HZ, **self.opt.transcribe_params}
-        texts: list[str] = []
-        error = None
-        rid = None
-        try:
-            h = await self.pipeline.submit(None, entry=LISTEN, stream_input=True, params=params,
-                                           deadline_s=self.opt.transcribe_deadline_s)
-            rid = h.request_id
-            self._live[rid] = "transcribe"
-            step = LISTEN_RATE_HZ  # one second per message
-            for i in range(0, max(pcm.size, 1), step):
-                await h.send(np.ascontiguousarray(pcm[i:i + step]))
-            await h.end_input()
-            async for ev in h:
-                if ev.kind == "chunk":
-                    p = ev.payload
-                    if isinstance(p, dict) and p.get("type") == FINAL and p.get("text"):
-                        texts.append(str(p["text"]).strip())
-                elif ev.kind != "done":
-                    error = ev.error.to_wire() if ev.error is not None else \
-                        {"code": ErrorCode.INTERNAL.value, "message": f"transcription {ev.kind}"}
-        except Exception as exc:  # noqa: BLE001
-            error = {"code": ErrorCode.INTERNAL.value, "message": f"transcription failed: {exc}"}
-        finally:
-            if rid is not None:
-                self._live.pop(rid, None)
-        if self.closed:
-            return
-        text = " ".join(t for t in texts if t)
-        self.dispatch(self.session.transcription_result(item_id, text, self.clock(),
-                                                        error=error))
-
     # ------------------------------------------------------------------ close
     async def _close(self) -> None:
         try:
@@ -752,16 +391,11 @@ class SessionRunner:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(self._drain_outbox(), 2.0)
             self.closed = True
-            for lst in (self._listen,):
-                if lst is not None:
-                    lst.ended = True
-            self._listen = None
-            self._drop_prepared()
-            for rid in list(self._live):
-                self._abort(rid, "disconnected")
-            for r in list(self._responses.values()):
-                if r.cancel_reason is None:
-                    r.cancel_reason = "disconnected"
+            self.listening.end_all()
+            self.replies.drop_prepared()
+            for rid in list(self.live):
+                self.abort_request(rid, "disconnected")
+            self.replies.cancel_all("disconnected")
             current = asyncio.current_task()
             tasks = [t for t in list(self._tasks) if t is not current]
             for t in tasks:
@@ -769,9 +403,9 @@ class SessionRunner:
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
             # requests submitted while we were cancelling
-            for rid in list(self._live):
-                self._abort(rid, "disconnected")
-            self._live.clear()
+            for rid in list(self.live):
+                self.abort_request(rid, "disconnected")
+            self.live.clear()
             pending = [t for t in self._tickets if not _ticket_done(t)]
             if pending:
                 with contextlib.suppress(Exception):
@@ -779,7 +413,7 @@ class SessionRunner:
                                                           return_exceptions=True),
                                            self.opt.abort_ack_timeout_s)
             self._tickets.clear()
-            await self._forget_conversation()
+            await self.replies.forget_conversation()
             self._outbox.clear()
             if self.close_code is not None and self._on_close is not None:
                 with contextlib.suppress(Exception):

@@ -12,7 +12,7 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import WorkItem
 from runtime.models.think.openai_thinker import OpenAICompatThinker, ToolCallAssembler
 from runtime.models.voice_contract import TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events, validate_think_chunk
-from tests.models.test_thinker_openai import collect_chunks, start_llama_server
+from tests.models.think.test_thinker_openai import collect_chunks, start_llama_server
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city.",

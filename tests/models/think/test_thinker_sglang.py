@@ -32,7 +32,7 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import StepResult, WorkItem
 from runtime.models.think.sglang_thinker import SUPPORTED_RELEASES, SGLangThinker, require_sole_parent
 from runtime.models.voice_contract import think_events
-from tests.models.test_thinker_openai import _collect, collect_chunks
+from tests.models.think.test_thinker_openai import _collect, collect_chunks
 
 BOS = "<s>"
 TEMPLATE = ("{{ bos_token }}{% for m in messages %}[ {{ m['role'] }} ] {{ m['content'] }} {% endfor %}"

@@ -100,3 +100,17 @@ def from_validation_error(exc: ValidationError, prefix: str | None = None) -> Cl
     if etype == "value_error" and msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     return ClientError("invalid_value", f"Invalid value for '{param}': {msg}.", param)
+
+
+def field_errors(errors: list[ClientError]) -> ClientError:
+    """The bad fields of one event as one error: the first one's code and
+    param, every message (the event's other fields were applied)."""
+    if len(errors) == 1:
+        first = errors[0]
+        return ClientError(first.code, f"{first.message} The rest of the update was applied.",
+                           first.param)
+    params = ", ".join(f"'{e.param}'" for e in errors if e.param)
+    return ClientError(errors[0].code, f"{len(errors)} fields were not applied ({params}): "
+                       + " ".join(e.message for e in errors)
+                       + " The rest of the update was applied.", errors[0].param)
+

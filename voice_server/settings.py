@@ -138,7 +138,7 @@ class ServerSettings(BaseModel):
     # context_tokens overrides its size (0: unknown, the think stage alone fits
     # a long history); chars_per_token: the server's estimate, it holds no tokenizer
     context_tokens: Optional[int] = Field(None, ge=0)
-    chars_per_token: float = Field(3.5, gt=0)
+    chars_per_token: float = Field(4.0, gt=0)
     think_context: ThinkContext = ThinkContext()
 
     def session_defaults(self, model: str | None = None) -> SessionSettings:

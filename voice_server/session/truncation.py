@@ -94,7 +94,7 @@ class ThinkContext(BaseModel):
     prompt_chars: Optional[int] = None
     reply_tokens: int = 64
     tool_reply_tokens: int = 256
-    chars_per_token: float = 3.5
+    chars_per_token: float = 4.0
 
     def room(self, system: int, max_tokens: int | None, tools: bool,
              truncation: Truncation) -> int | None:

@@ -8,7 +8,11 @@ LiveKit room is needed for it).  Runs in the clients' own virtualenv, started
 by tests/server/test_clients_pipecat_livekit.py; it records what the
 application sees for the test to judge (client_run.py), whose kinds here
 are ``response`` (transcript, audio bytes, number of function calls),
-``call`` (name, arguments), ``user`` (input transcript), ``error`` (message).
+``call`` (name, arguments), ``user`` (input transcript), ``error`` (message),
+``session`` (what a ``session.updated`` says is in force).
+
+``--flow named-first``: the function named in ``RealtimeModel(tool_choice=...)``,
+which LiveKit sends in its first ``session.update``, before the tools.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from client_run import RATE, arguments, microphone, report, within
 from livekit import rtc
 from livekit.agents import llm
 from livekit.plugins.openai.realtime import RealtimeModel
+from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 
 
 async def consume(gen: llm.GenerationCreatedEvent, log: list[list]) -> list[llm.FunctionCall]:
@@ -141,15 +146,88 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
             await model.aclose()
 
 
+def session_seen(ev: dict, log: list[list]) -> None:
+    """A ``session.updated`` as the record keeps it: what is in force."""
+    if ev.get("type") != "session.updated":
+        return
+    s = ev["session"]
+    inp = s.get("audio", {}).get("input", {})
+    log.append(["session", {"format": inp.get("format"), "turn_detection": inp.get("turn_detection"),
+                            "tool_choice": s.get("tool_choice"),
+                            "tools": [t.get("name") for t in s.get("tools") or []]}])
+
+
+async def run_named_first(args: argparse.Namespace, log: list[list]) -> None:
+    """``RealtimeModel(tool_choice=<the function>)``: the session's first
+    update names the function before any tool is there (the tools follow in
+    the next update), with its own turn detection; then a turn that must call
+    it, the output handed back, and the answer."""
+    @llm.function_tool(name=args.tool)
+    async def weather(city: str) -> str:
+        """Get the current weather in a city.
+
+        Args:
+            city: the city
+        """
+        return args.result
+
+    async with aiohttp.ClientSession() as http:
+        model = RealtimeModel(model="voice-agent", base_url=args.url, api_key=args.key,
+                              modalities=["audio"], http_session=http,
+                              tool_choice={"type": "function", "function": {"name": args.tool}},
+                              turn_detection=ServerVad(type="server_vad", threshold=0.5,
+                                                       silence_duration_ms=SILENCE_MS))
+        sess = model.session()
+        sess.on("error", lambda ev: log.append(["error", str(ev.error)]))
+        sess.on("openai_server_event_received",
+                lambda ev: ev["type"] == "error" and log.append(["error", ev["error"]]))
+        sess.on("openai_server_event_received", lambda ev: session_seen(ev, log))
+        if args.trace:
+            sess.on("openai_client_event_queued", lambda ev: trace(">>", ev))
+            sess.on("openai_server_event_received", lambda ev: trace("<<", ev))
+        try:
+            sess.update_options(max_response_output_tokens=48)
+            await sess.update_instructions(args.instructions)
+            await sess.update_tools([weather])
+
+            async def reply_to_context(**reply) -> list[llm.FunctionCall]:
+                gen = await within(sess.generate_reply(**reply), "response.created", args.timeout)
+                return await within(consume(gen, log), "response.done", args.timeout)
+
+            ctx = sess.chat_ctx.copy()
+            ctx.add_message(role="user", content=args.ask)
+            await sess.update_chat_ctx(ctx)
+            calls = await reply_to_context()
+            if not calls:
+                raise TimeoutError("a function call")
+            ctx = sess.chat_ctx.copy()
+            for fc in calls:
+                result = await weather(**json.loads(fc.arguments))
+                ctx.items.append(llm.FunctionCallOutput(
+                    call_id=fc.call_id, name=fc.name, output=result, is_error=False))
+            await sess.update_chat_ctx(ctx)
+            await reply_to_context(tool_choice="none")
+        finally:
+            await sess.aclose()
+            await model.aclose()
+
+
+SILENCE_MS = 450  # not the server's default: the test sees that the first update held
+
+
 def main() -> int:
     ap = arguments("http://HOST:PORT/v1")
     ap.add_argument("--ask", default="What is the weather like in Paris today?",
                     help="the turn that calls the function")
     ap.add_argument("--trace", action="store_true", help="every event except audio on stderr")
+    ap.add_argument("--flow", choices=("turns", "named-first"), default="turns",
+                    help="turns: text, tool and spoken turns; named-first: the function "
+                    "named in RealtimeModel(tool_choice=...) before the tools arrive")
     args = ap.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO)
     log: list[list] = []
-    return report(run(args, log), log, (llm.RealtimeError,))
+    flow = run_named_first if args.flow == "named-first" else run
+    return report(flow(args, log), log, (llm.RealtimeError,))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ server's), started by tests/server/test_clients_pipecat_livekit.py.  It only
 drives the client and records what the application would see; the test
 judges the record (client_run.py), whose kinds here are ``response``
 (transcript, audio bytes), ``call`` (name, arguments), ``user`` (input
-transcript), ``error`` (message).
+transcript), ``error`` (message), ``session`` (what a ``session.updated`` says
+is in force).  ``--flow required-first``: tools in the context and
+``tool_choice: "required"`` from the service's first ``session.update``.
 
 The pipeline is the one a Pipecat app builds minus the transport (frames are
 queued where its input would be, a tap reads what its output would play), so
@@ -175,13 +177,93 @@ async def run(args: argparse.Namespace, rec: Record) -> None:
         await asyncio.wait_for(running, 30)
 
 
+def record_sessions(llm: OpenAIRealtimeLLMService, rec: Record) -> None:
+    """Every ``session.updated`` the service gets, as the record keeps it:
+    what is in force."""
+    handle = llm._handle_evt_session_updated
+
+    async def seen(evt) -> None:
+        s = evt.session.model_dump(mode="json")
+        inp = (s.get("audio") or {}).get("input") or {}
+        rec.log.append(["session", {"format": inp.get("format"),
+                                    "turn_detection": inp.get("turn_detection"),
+                                    "tool_choice": s.get("tool_choice"),
+                                    "tools": [t.get("name") for t in s.get("tools") or []]}])
+        await handle(evt)
+
+    llm._handle_evt_session_updated = seen
+
+
+SILENCE_MS = 450  # not the server's default: the test sees that the first update held
+
+
+async def run_required_first(args: argparse.Namespace, rec: Record) -> None:
+    """Tools in the context, ``tool_choice: "required"`` from the start: the
+    service's first ``session.update`` (sent on connect, before it has a
+    context) says required with no tools; the context's tools follow when it
+    runs.  The question in the context must be answered with a call, its
+    result, and a spoken answer."""
+    settings = OpenAIRealtimeLLMService.Settings
+
+    def properties(tool_choice: str) -> events.SessionProperties:
+        props = session_properties(tool_choice, args.instructions)
+        props.audio.input.turn_detection = events.TurnDetection(silence_duration_ms=SILENCE_MS)
+        return props
+
+    llm = OpenAIRealtimeLLMService(
+        api_key=args.key, base_url=args.url,
+        settings=settings(model="voice-agent", system_instruction=args.instructions,
+                          session_properties=properties("required")))
+    record_sessions(llm, rec)
+    tool = FunctionSchema(name=args.tool, description="Get the current weather in a city.",
+                          properties={"city": {"type": "string", "description": "the city"}},
+                          required=["city"])
+    context = LLMContext(messages=[{"role": "user", "content": args.ask}],
+                         tools=ToolsSchema(standard_tools=[tool]))
+    aggregators = LLMContextAggregatorPair(context)
+    pipeline = Pipeline([aggregators.user(), Tap(rec.upstream), llm, Tap(rec.downstream),
+                         aggregators.assistant()])
+    worker = PipelineWorker(pipeline, params=PipelineParams(audio_in_sample_rate=RATE),
+                            idle_timeout_secs=None)
+
+    async def weather(params: FunctionCallParams) -> None:
+        rec.log.append(["call", params.function_name, dict(params.arguments)])
+        n = rec.settings_applied
+        await worker.queue_frame(LLMUpdateSettingsFrame(delta=settings(
+            session_properties=properties("none"))))
+        await rec.wait("tool_choice none applied", lambda: rec.settings_applied > n, 10)
+        await params.result_callback(args.result)
+
+    llm.register_function(args.tool, weather)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.ensure_future(runner.run())
+    try:
+        await rec.wait("the first session.updated", lambda: rec.kinds("session"), args.timeout)
+        await worker.queue_frame(LLMRunFrame())
+        await rec.wait("function call", lambda: rec.kinds("call"), args.timeout)
+        called = len(rec.log)
+        await rec.wait("spoken answer after the function result",
+                       lambda: any(e[0] == "response" and e[1].strip()
+                                   for e in rec.log[called:]), args.timeout)
+    finally:
+        await worker.cancel()
+        await asyncio.wait_for(running, 30)
+
+
 def main() -> int:
     ap = arguments("ws://HOST:PORT/v1/realtime")
+    ap.add_argument("--ask", default="What is the weather like in Paris today?",
+                    help="required-first: the context's question")
+    ap.add_argument("--flow", choices=("turns", "required-first"), default="turns",
+                    help="turns: text, tool and spoken turns; required-first: tools in the "
+                    "context and tool_choice required from the first session.update")
     args = ap.parse_args()
     logger.remove()
     logger.add(sys.stderr, level="INFO")
     rec = Record()
-    return report(run(args, rec), rec.log)
+    flow = run_required_first if args.flow == "required-first" else run
+    return report(flow(args, rec), rec.log)
 
 
 if __name__ == "__main__":

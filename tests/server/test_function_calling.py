@@ -228,8 +228,10 @@ BAD = [
      "invalid_tool_parameters", "session.tools[0].parameters"),
     ({"type": "session.update", "session": {"tools": [{"type": "mcp", "server_label": "x"}]}},
      "unsupported_tool_type", "session.tools[0].type"),
+    # a session's choice of a function not (yet) among its tools is checked when a
+    # response starts; one that cannot name any function is refused at once
     ({"type": "session.update", "session": {"tool_choice": {"type": "function",
-                                                            "name": "book_flight"}}},
+                                                            "name": "book flight"}}},
      "invalid_tool_choice", "session.tool_choice.name"),
     ({"type": "response.create", "response": {"tool_choice": {"type": "function",
                                                               "name": "book_flight"}}},

@@ -134,9 +134,10 @@ class ServerSettings(BaseModel):
     interruptions: InterruptionSettings = InterruptionSettings()
     # the think stage's context as sessions see it (its system prompt, which a
     # client's instructions follow, and the room a conversation's history has:
-    # session.truncation).  with_pipeline() reads it from the think stage's args;
-    # context_tokens overrides its size (0: unknown, the think stage alone fits
-    # a long history); chars_per_token: the server's estimate, it holds no tokenizer
+    # session.truncation), read from the think stage's args when the app is built
+    # (think_context_of); context_tokens overrides its size (0: unknown, the think
+    # stage alone fits a long history); chars_per_token: the server's estimate, as
+    # it holds no tokenizer
     context_tokens: Optional[int] = Field(None, ge=0)
     chars_per_token: float = Field(4.0, gt=0)
     think_context: ThinkContext = ThinkContext()
@@ -148,10 +149,9 @@ class ServerSettings(BaseModel):
                                voice=self.voice, max_output_tokens=self.max_output_tokens,
                                context=self.think_context, **extra)
 
-    def with_pipeline(self, cfg: Any) -> "ServerSettings":
-        """These settings with the think stage of pipeline config ``cfg`` read
-        into ``think_context`` (a config without one: unchanged, bar
-        ``context_tokens``)."""
+    def think_context_of(self, cfg: Any) -> ThinkContext:
+        """The think stage of pipeline config ``cfg`` as sessions see it
+        (``context_tokens`` overrides its size; no think stage: unknown)."""
         stage = next((st for st in getattr(cfg, "stages", ()) if st.name == THINK), None)
         ctx = ThinkContext(chars_per_token=self.chars_per_token)
         if stage is not None:
@@ -163,7 +163,7 @@ class ServerSettings(BaseModel):
         if self.context_tokens is not None:
             ctx = ctx.model_copy(update={"tokens": self.context_tokens or None,
                                          "prompt_chars": None})
-        return self.model_copy(update={"think_context": ctx})
+        return ctx
 
     @property
     def auth_required(self) -> bool:

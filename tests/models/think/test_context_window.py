@@ -1,7 +1,7 @@
 """What the voice server reads of a think stage before asking it
 (context_window.py): its system prompt and one conversation's room, from the
 stage's args with the thinkers' defaults; and the server settings built from a
-pipeline YAML (ServerSettings.with_pipeline)."""
+pipeline YAML (ServerSettings.think_context_of)."""
 
 from pathlib import Path
 
@@ -36,10 +36,12 @@ def test_engines_that_count_characters():
 def test_the_shipped_config_reaches_every_new_session():
     cfg = load_config(ROOT / "configs" / "voice-cpu.yaml")
     [think] = [s for s in cfg.stages if s.name == "think"]
-    ctx = ServerSettings().with_pipeline(cfg).session_defaults().context
+    settings = ServerSettings()
+    settings.think_context = settings.think_context_of(cfg)
+    ctx = settings.session_defaults().context
     assert ctx.system_prompt == think.args["system_prompt"] and ctx.tokens == 1024
     # extra.server.context_tokens overrides the size; 0: unknown
-    ctx = ServerSettings(context_tokens=4096).with_pipeline(cfg).think_context
+    ctx = ServerSettings(context_tokens=4096).think_context_of(cfg)
     assert ctx.tokens == 4096 and ctx.system_prompt == think.args["system_prompt"]
-    assert ServerSettings(context_tokens=0).with_pipeline(cfg).think_context.tokens is None
-    assert ServerSettings().with_pipeline(None).think_context.tokens is None
+    assert ServerSettings(context_tokens=0).think_context_of(cfg).tokens is None
+    assert ServerSettings().think_context_of(None).tokens is None

@@ -31,10 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 from voice_server.settings import ServerSettings
 from voice_server.testing import TEST_API_KEY, ServerThread
+from voice_server.testing.greedy_config import greedy_config
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.report import pct, write_json
 
@@ -46,15 +45,6 @@ QUESTIONS = ["What is the capital of France?", "Name a fruit.", "How many legs h
              "What is two plus two?", "Name an animal."]
 VARIANTS = {"thinker": None, "auto": "auto",
             "retention_0.5": {"type": "retention_ratio", "retention_ratio": 0.5}}
-
-
-def greedy_yaml(folder: Path) -> Path:
-    data = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
-    [think] = [s for s in data["stages"] if s["name"] == "think"]
-    think["args"]["temperature"] = 0.0
-    path = folder / "voice-cpu-greedy.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 async def one_session(url: str, truncation, items: int, turns: int) -> list[dict]:
@@ -110,7 +100,7 @@ def summary(turns: list[dict]) -> dict:
 
 async def run(a: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = str(greedy_yaml(Path(tmp)))
+        cfg = str(greedy_config(Path(tmp)))
         base = dict(api_keys=[TEST_API_KEY], max_sessions=4, max_output_tokens=a.max_tokens)
         servers = {"thinker": ServerThread(cfg, ServerSettings(context_tokens=0, **base)).start(),
                    "session": ServerThread(cfg, ServerSettings(**base)).start()}

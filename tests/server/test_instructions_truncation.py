@@ -15,7 +15,9 @@ from voice_server.testing import ServerThread
 from voice_server.testing.realtime_client import RTClient
 
 from .conftest import API_KEY
-from .test_function_calling import greedy_config, user_text
+from voice_server.testing.greedy_config import greedy_config
+
+from .test_function_calling import user_text
 
 pytestmark = pytest.mark.timeout(300)
 

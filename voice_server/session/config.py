@@ -7,13 +7,18 @@ merging of a client's ``session.update`` into it.
   500 ms, create_response and interrupt_response true; PCM16 24 kHz).
 * :class:`ServerLimits` - what the operator fixes (append size, buffered
   input, instructions length, session duration...).
-* :func:`apply_session_update` - validates one ``session`` object (GA shape,
+* :func:`merge_session_update` - validates one ``session`` object (GA shape,
   plus beta aliases: ``modalities``, ``voice``, ``input_audio_format``,
   ``output_audio_format`` as "pcm16"/"g711_ulaw"/"g711_alaw",
   top-level ``turn_detection``, ``input_audio_transcription``,
-  ``max_response_output_tokens``) and returns a new settings object, or
-  raises :class:`ClientError` (the old settings stay in force).
-  ``tools`` and ``tool_choice`` are checked (tools.py) and kept.
+  ``max_response_output_tokens``) field by field and returns a new settings
+  object with the valid fields and a :class:`ClientError` for each bad one
+  (a client whose update carries one field this server refuses keeps the
+  rest: its audio format, its turn detection).  :func:`apply_session_update`
+  takes it whole or raises the first error (a client secret's session).
+  ``tools`` and ``tool_choice`` are checked (tools.py) and kept; the choice
+  only for its form, as clients set it before the tools it names.
+  ``truncation`` is checked and kept (truncation.py).
   Unsupported optional fields (tracing, noise_reduction, the transcription
   model, voice names...) are accepted and ignored.
   ``semantic_vad`` (with ``eagerness``) runs the end-of-turn model in the

@@ -2,7 +2,8 @@
 
 Every problem with a client event becomes a :class:`ClientError` (code,
 message, param) which the core turns into an ``error`` event of type
-``invalid_request_error``; the session stays open.
+``invalid_request_error``; the session stays open.  A ``session.update``
+with several bad fields gets one error for all of them (:func:`field_errors`).
 
 Codes used (``param`` is the dotted path of the offending field):
 
@@ -30,7 +31,11 @@ string_above_max_length            instructions / metadata too long
 invalid_tool                       a tool's name (pattern, duplicate), too many tools
 unsupported_tool_type              a tool of a type other than ``function``
 invalid_tool_parameters            ``parameters`` not a JSON Schema of an object
-invalid_tool_choice                not auto/none/required/a function among the tools
+invalid_tool_choice                not auto/none/required/a function name; a response's
+                                   choice that does not fit its tools (a session's: when a
+                                   response starts, which then goes on under auto)
+context_length_exceeded            truncation ``disabled`` and the conversation does not
+                                   fit the model's context (the response fails)
 function_call_not_found            an output whose call_id matches no function_call item
 function_call_in_progress          an output for a call whose arguments still stream
 function_call_incomplete           an output for a call cut off by a cancel

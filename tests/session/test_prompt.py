@@ -101,6 +101,16 @@ def test_instructions_follow_the_server_prompt():
     assert st.instructions == PERSONA + "\n\nAnswer in French."
 
 
+def test_a_system_item_does_not_take_the_server_prompt_away():
+    s = new_session(context=ThinkContext(system_prompt=PERSONA))
+    s.client_event({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "system",
+        "content": [{"type": "input_text", "text": "The user is called Bo."}]}}, 1)
+    st = _start(s.client_event({"type": "response.create"}, 2))
+    assert st.instructions == PERSONA
+    assert st.messages[0] == {"role": "system", "content": "The user is called Bo."}
+
+
 def test_instructions_reach_prefills_and_prepared_replies_as_the_reply_has_them():
     s = new_session(context=ThinkContext(system_prompt=PERSONA), instructions="Be Ada.")
     cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 0}, 0)

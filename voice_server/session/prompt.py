@@ -27,10 +27,14 @@ SEPARATOR = "\n\n"
 class Prompt:
     def _system_text(self, instructions: str | None) -> str | None:
         """The system message for ``instructions``: the stage's prompt, then
-        them; None (the stage's own prompt alone) without instructions."""
-        if not instructions:
-            return None
+        them.  Without instructions None (the think stage puts its own prompt
+        first), unless a ``system`` item of the client's would then come first
+        and the stage take it for a prompt of the caller's instead of its own."""
         own = self.settings.context.system_prompt
+        if not instructions:
+            if own and any(it.role == "system" for it in self.conversation.items):
+                return own
+            return None
         return own + SEPARATOR + instructions if own else instructions
 
     def _context_messages(self, system_text: str | None, max_tokens: int | None,

@@ -237,3 +237,18 @@ def test_without_a_known_context_nothing_is_dropped():
         _text_item(s, "user", "x" * 1000, i)
     _, st = _ask(s, 100)
     assert len(st.messages) == 50
+
+
+def test_a_prepared_reply_is_cut_as_the_reply_will_be():
+    s = new_session(context=SMALL)
+    for i in range(4):
+        _text_item(s, "user", f"{i}" * 20, i)
+    s.listen_event({"type": "speech_started", "audio_start_ms": 0}, 10)
+    [prep] = of(s.listen_event({"type": "turn_likely_over", "text": "w" * 25}, 11),
+                PrepareReply)
+    s.listen_event({"type": "speech_stopped", "audio_end_ms": 900}, 12)
+    st = _start(s.listen_event({"type": "final", "text": "w" * 25, "audio_start_ms": 0,
+                                "audio_end_ms": 900}, 13))
+    assert prep.messages == st.messages
+    # 80 + 25 > 90: the oldest goes, in the prepared reply as in the reply
+    assert [m["content"] for m in st.messages] == ["1" * 20, "2" * 20, "3" * 20, "w" * 25]

@@ -15,6 +15,7 @@ under ``extra.server:``::
                                      # own system prompt ("": that prompt alone)
         context_tokens: null         # the think stage's context per conversation
                                      # (null: read from its args; 0: unknown)
+        chars_per_token: 4.0         # the history's estimate (session.truncation)
         voice: alloy
         max_output_tokens: null
         limits: {max_session_s: 3600, max_append_b64_bytes: 15728640}

@@ -73,6 +73,8 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     """The ASGI app over a started Pipeline.  ``close_pipeline``: the lifespan
     closes it at shutdown (``serve`` passes True)."""
     settings = settings or ServerSettings()
+    # in place: the routes and whoever built the app share one settings object
+    settings.think_context = settings.think_context_of(getattr(pipeline, "cfg", None))
     # one store: a secret minted on /v1/realtime/client_secrets opens a WebSocket
     # session or a WebRTC call, once
     client_secrets = ClientSecretStore(default_ttl_s=settings.client_secret_ttl_s)

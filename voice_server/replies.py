@@ -41,9 +41,10 @@ class ActiveResponse:
 
 
 def chat_messages(c: StartResponse | PrepareReply | PrefillConversation) -> list:
-    """The conversation with the instructions as its system message."""
+    """The conversation after the instructions as its system message (first,
+    also before the system items a client put in the conversation)."""
     msgs = list(c.messages)
-    if c.instructions and not any(m.get("role") == "system" for m in msgs):
+    if c.instructions:
         msgs = [{"role": "system", "content": c.instructions}] + msgs
     return msgs
 

@@ -11,7 +11,11 @@ under ``extra.server:``::
         allowed_origins: []          # browser Origins; [] = same host / loopback pages only,
                                      # with or without a key (transports.access)
         max_sessions: 32
-        instructions: ""             # "" = the thinker's own system prompt
+        instructions: ""             # a new session's instructions, after the thinker's
+                                     # own system prompt ("": that prompt alone)
+        context_tokens: null         # the think stage's context per conversation
+                                     # (null: read from its args; 0: unknown)
+        chars_per_token: 4.0         # the history's estimate (session.truncation)
         voice: alloy
         max_output_tokens: null
         limits: {max_session_s: 3600, max_append_b64_bytes: 15728640}
@@ -43,8 +47,12 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runtime.models.think.context_window import context_window
+from runtime.models.voice_contract import THINK
+
 from .session.backchannel import InterruptionSettings
 from .session.config import ServerLimits, SessionSettings, TurnDetection
+from .session.truncation import ThinkContext
 
 
 # Environment variables naming a field (strings; pydantic converts and checks
@@ -125,12 +133,38 @@ class ServerSettings(BaseModel):
     # a reply the caller talks over: backchannel words, when speech is an
     # interruption, the echo guard (voice_server.session.backchannel)
     interruptions: InterruptionSettings = InterruptionSettings()
+    # the think stage's context as sessions see it (its system prompt, which a
+    # client's instructions follow, and the room a conversation's history has:
+    # session.truncation), read from the think stage's args when the app is built
+    # (think_context_of); context_tokens overrides its size (0: unknown, the think
+    # stage alone fits a long history); chars_per_token: the server's estimate, as
+    # it holds no tokenizer
+    context_tokens: Optional[int] = Field(None, ge=0)
+    chars_per_token: float = Field(4.0, gt=0)
+    think_context: ThinkContext = ThinkContext()
 
     def session_defaults(self, model: str | None = None) -> SessionSettings:
         """What a new session starts with, on every transport."""
         extra = {"turn_detection": self.turn_detection} if self.turn_detection else {}
         return SessionSettings(model=(model or self.model)[:256], instructions=self.instructions,
-                               voice=self.voice, max_output_tokens=self.max_output_tokens, **extra)
+                               voice=self.voice, max_output_tokens=self.max_output_tokens,
+                               context=self.think_context, **extra)
+
+    def think_context_of(self, cfg: Any) -> ThinkContext:
+        """The think stage of pipeline config ``cfg`` as sessions see it
+        (``context_tokens`` overrides its size; no think stage: unknown)."""
+        stage = next((st for st in getattr(cfg, "stages", ()) if st.name == THINK), None)
+        ctx = ThinkContext(chars_per_token=self.chars_per_token)
+        if stage is not None:
+            w = context_window(stage.executor, stage.args)
+            ctx = ctx.model_copy(update={
+                "system_prompt": w.system_prompt, "tokens": w.tokens,
+                "prompt_chars": w.prompt_chars, "reply_tokens": w.reply_tokens,
+                "tool_reply_tokens": w.tool_reply_tokens})
+        if self.context_tokens is not None:
+            ctx = ctx.model_copy(update={"tokens": self.context_tokens or None,
+                                         "prompt_chars": None})
+        return ctx
 
     @property
     def auth_required(self) -> bool:

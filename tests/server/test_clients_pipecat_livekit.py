@@ -126,3 +126,50 @@ async def test_livekit_realtime_model_text_tool_and_spoken_turns(server, speech)
     assert heard_question(log), log
     assert spoken[1].strip() and spoken[2] > 0 and spoken[3] == 0, spoken
     assert says_fact(answer[1]) or says_fact(spoken[1]), log
+
+
+# The choice set before the tools it needs (issue 29, item 7): LiveKit's
+# RealtimeModel(tool_choice=<function>) names it in its first session.update,
+# Pipecat with tools in the context says "required" in its first; the tools
+# follow.  The server once refused those updates whole, so the session ran on
+# its default turn detection and the model was never made to call.
+SILENCE_MS = 450  # what both clients ask for (the server's default is semantic_vad)
+
+
+def first_session(log: list[list]) -> dict:
+    sessions = [e[1] for e in log if e[0] == "session"]
+    assert sessions, log
+    return sessions[0]
+
+
+def check_kept(log: list[list], choice) -> None:
+    """The first update held whole: the choice before any tool, the audio
+    format and the client's turn detection; later the tools joined it."""
+    first = first_session(log)
+    assert first["tool_choice"] == choice and first["tools"] == [], first
+    assert first["format"] == {"type": "audio/pcm", "rate": 24000}, first
+    td = first["turn_detection"]
+    assert td["type"] == "server_vad" and td["silence_duration_ms"] == SILENCE_MS, first
+    assert any(e[1]["tools"] == [TOOL] for e in log if e[0] == "session"), log
+
+
+async def test_livekit_names_the_function_before_its_tools(server, speech):
+    log = await run_client("livekit_client.py", "--speech", speech, "--flow", "named-first",
+                           "--url", f"http://127.0.0.1:{server.port}/v1")
+    check_kept(log, {"type": "function", "name": TOOL})
+    calls = [e for e in log if e[0] == "call"]
+    assert len(calls) == 1, log
+    check_call(calls[0][1], calls[0][2])
+    called, answer = [e for e in log if e[0] == "response"]
+    assert called[3] == 1 and answer[3] == 0 and answer[2] > 0, log
+
+
+async def test_pipecat_requires_a_tool_before_its_tools(server, speech):
+    log = await run_client("pipecat_client.py", "--speech", speech, "--flow", "required-first",
+                           "--url", f"ws://127.0.0.1:{server.port}/v1/realtime")
+    check_kept(log, "required")
+    calls = [e for e in log if e[0] == "call"]
+    assert len(calls) == 1, log
+    check_call(calls[0][1], calls[0][2])
+    answers = [e for e in log[log.index(calls[0]):] if e[0] == "response" and e[1].strip()]
+    assert answers and answers[0][2] > 0, log

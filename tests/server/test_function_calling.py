@@ -13,16 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 
-from pathlib import Path
-
 import pytest
-import yaml
 
 from voice_server.testing.audio import flite_pcm
+from voice_server.testing.greedy_config import greedy_config
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.rtc_client import RTCClient
 
-from .conftest import API_KEY, ROOT, loopback_server
+from .conftest import API_KEY, loopback_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -50,19 +48,6 @@ def tool_server(tmp_path_factory):
     srv = loopback_server(max_output_tokens=40, config=greedy_config(tmp_path_factory.mktemp("cfg")))
     yield srv
     srv.stop()
-
-
-def greedy_config(folder: Path) -> Path:
-    """voice-cpu with a greedy thinker.  Sampled at the shipped temperature, the
-    135M model left the tool result out of 3 replies in a row in one CI run;
-    greedy, its reply to a given prompt is always the same, so what these
-    tests check is the protocol, not a draw."""
-    data = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
-    [think] = [s for s in data["stages"] if s["name"] == "think"]
-    think["args"]["temperature"] = 0.0
-    path = folder / "voice-cpu-greedy.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def user_text(text: str) -> dict:
@@ -228,8 +213,10 @@ BAD = [
      "invalid_tool_parameters", "session.tools[0].parameters"),
     ({"type": "session.update", "session": {"tools": [{"type": "mcp", "server_label": "x"}]}},
      "unsupported_tool_type", "session.tools[0].type"),
+    # a session's choice of a function not (yet) among its tools is checked when a
+    # response starts; one that cannot name any function is refused at once
     ({"type": "session.update", "session": {"tool_choice": {"type": "function",
-                                                            "name": "book_flight"}}},
+                                                            "name": "book flight"}}},
      "invalid_tool_choice", "session.tool_choice.name"),
     ({"type": "response.create", "response": {"tool_choice": {"type": "function",
                                                               "name": "book_flight"}}},

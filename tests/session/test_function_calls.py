@@ -121,17 +121,60 @@ def test_tools_in_a_prepared_reply_match_the_response():
     assert prep.tools and prep.tool_choice == "required"
 
 
-def test_dropping_tools_resets_a_choice_that_no_longer_fits():
+def test_a_choice_is_kept_as_set_and_checked_when_a_response_starts():
     s = _tools_session(choice={"type": "function", "name": "get_time"})
     upd = one(s.client_event({"type": "session.update", "session": {"tools": [WEATHER]}}, 1),
               "session.updated")["session"]
-    assert upd["tool_choice"] == "auto"
-    upd = one(s.client_event({"type": "session.update", "session": {"tool_choice": "required"}},
-                             2), "session.updated")["session"]
-    assert upd["tool_choice"] == "required"
-    upd = one(s.client_event({"type": "session.update", "session": {"tools": None}}, 3),
-              "session.updated")["session"]
-    assert upd["tools"] == [] and upd["tool_choice"] == "auto"
+    assert upd["tool_choice"] == {"type": "function", "name": "get_time"}
+    # the response: an error that names the choice, and an answer under auto
+    cmds = s.client_event({"type": "response.create", "event_id": "ev_r1"}, 2)
+    assert types(cmds)[:2] == ["error", "response.created"]
+    e = _err(cmds)
+    assert (e["code"], e["param"], e["event_id"]) == \
+        ("invalid_tool_choice", "session.tool_choice.name", "ev_r1"), e
+    st = of(cmds, StartResponse)[0]
+    assert [t["function"]["name"] for t in st.tools] == ["get_weather"]
+    assert st.tool_choice == "auto"
+    s.response_finished(st.response_id, "completed", None, 3)
+    # the tool it names arrives: it applies, with no error
+    s.client_event({"type": "session.update", "session": {"tools": [WEATHER, TIME]}}, 4)
+    cmds = s.client_event({"type": "response.create"}, 5)
+    assert "error" not in types(cmds)
+    st = of(cmds, StartResponse)[0]
+    assert st.tool_choice == {"type": "function", "function": {"name": "get_time"}}
+    s.response_finished(st.response_id, "completed", None, 6)
+    # required with no tools left: an error, and a reply without tools
+    upd = one(s.client_event({"type": "session.update", "session": {
+        "tools": None, "tool_choice": "required"}}, 7), "session.updated")["session"]
+    assert upd["tools"] == [] and upd["tool_choice"] == "required"
+    cmds = s.client_event({"type": "response.create"}, 8)
+    assert _err(cmds)["param"] == "session.tool_choice"
+    st = of(cmds, StartResponse)[0]
+    assert st.tools is None and st.tool_choice is None
+
+
+def test_a_choice_set_before_its_tools_as_livekit_and_pipecat_send_it():
+    """LiveKit Agents' first update names the function and has no tools (they
+    come next); Pipecat's says required before any tool.  Neither is an
+    error, and the rest of the update (audio format, turn detection) holds."""
+    for choice in ({"type": "function", "name": "get_weather"}, "required"):
+        s = new_session()
+        cmds = s.client_event({"type": "session.update", "session": {
+            "type": "realtime", "tool_choice": choice, "audio": {"input": {
+                "format": {"type": "audio/pcmu"},
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 450}}}}}, 0)
+        assert types(cmds) == ["session.updated"], types(cmds)
+        upd = one(cmds, "session.updated")["session"]
+        assert upd["tool_choice"] == choice
+        assert upd["audio"]["input"]["format"] == {"type": "audio/pcmu"}
+        assert upd["audio"]["input"]["turn_detection"]["silence_duration_ms"] == 450
+        s.client_event({"type": "session.update", "session": {"tools": [WEATHER]}}, 1)
+        cmds = s.client_event({"type": "response.create"}, 2)
+        assert "error" not in types(cmds)
+        st = of(cmds, StartResponse)[0]
+        assert [t["function"]["name"] for t in st.tools] == ["get_weather"]
+        assert st.tool_choice == ("required" if choice == "required" else
+                                  {"type": "function", "function": {"name": "get_weather"}})
 
 
 BAD_TOOLS = [
@@ -163,7 +206,7 @@ def test_a_malformed_tool_is_an_error_and_changes_nothing(tools, code, param):
     e = _err(s.client_event({"type": "session.update", "event_id": "ev1",
                              "session": {"tools": tools}}, 1))
     assert (e["code"], e["param"], e["event_id"]) == (code, param, "ev1"), e
-    assert s.settings is before
+    assert s.settings == before
     # the session goes on, and the same bad tools as a response override are refused too
     e = _err(s.client_event({"type": "response.create", "response": {"tools": tools}}, 2))
     assert e["code"] == code and e["param"] == param.replace("session.", "response.")
@@ -191,8 +234,8 @@ def test_tools_limits():
 
 
 @pytest.mark.parametrize("choice,param", [
-    ({"type": "function", "name": "book_flight"}, "session.tool_choice.name"),
     ({"type": "function"}, "session.tool_choice.name"),
+    ({"type": "function", "name": "no spaces"}, "session.tool_choice.name"),
     ("sometimes", "session.tool_choice"),
     ({"type": "mcp", "server_label": "x"}, "session.tool_choice"),
     (3, "session.tool_choice"),
@@ -208,16 +251,15 @@ def test_a_bad_tool_choice_is_an_error(choice, param):
     assert s.active_response_id is None
 
 
-def test_required_without_tools_is_an_error():
-    s = new_session()
-    e = _err(s.client_event({"type": "session.update", "session": {"tool_choice": "required"}},
-                            1))
-    assert (e["code"], e["param"]) == ("invalid_tool_choice", "session.tool_choice")
-    # tools and the choice in one update are judged together
-    upd = one(s.client_event({"type": "session.update", "session": {
-        "tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}}}, 2),
-        "session.updated")["session"]
-    assert upd["tool_choice"] == {"type": "function", "name": "get_weather"}
+def test_a_response_choice_must_fit_its_tools_at_once():
+    s = _tools_session()
+    e = _err(s.client_event({"type": "response.create", "response": {
+        "tool_choice": {"type": "function", "name": "book_flight"}}}, 1))
+    assert (e["code"], e["param"]) == ("invalid_tool_choice", "response.tool_choice.name")
+    e = _err(s.client_event({"type": "response.create", "response": {
+        "tools": [], "tool_choice": "required"}}, 2))
+    assert (e["code"], e["param"]) == ("invalid_tool_choice", "response.tool_choice")
+    assert s.active_response_id is None
 
 
 # ------------------------------------------------------------- calls come out

@@ -13,8 +13,8 @@ from runtime.models.voice_contract import LISTEN_RATE_HZ
 from ..audio_codec import PCM, decode_wire_audio, resample
 from .client_events import ItemIn, decode_base64_audio, parse_client_event
 from .commands import Command, SendEvent, TranscribeBuffer
-from .errors import ClientError, from_validation_error
-from .config import _max_tokens, _modalities, apply_session_update
+from .errors import ClientError, field_errors, from_validation_error
+from .config import _max_tokens, _modalities, merge_session_update
 from .items import (FUNCTION_CALL, FUNCTION_CALL_OUTPUT, Content, Item, chat_messages,
                     function_call_item, function_call_output_item)
 from .tools import parse_tool_choice, parse_tools
@@ -71,9 +71,18 @@ class ClientEventHandlers:
                            "dropped.", None, cause)
 
     def _on_session_update(self, ev, now_ms) -> list[Command]:
+        """The valid fields apply even when others are bad: one ``error``
+        names the bad ones, then ``session.updated`` says what is in force (a
+        client whose first update carries one field this server refuses keeps
+        its audio format and turn detection)."""
         old = self.settings
-        self.settings = apply_session_update(old, ev.session, self.limits)
-        out: list[Command] = [self._send("session.updated", session=self._session_wire())]
+        self.settings, errors = merge_session_update(old, ev.session, self.limits)
+        out: list[Command] = []
+        if errors:
+            err = field_errors(errors)
+            err.event_id = ev.event_id
+            out.append(self._client_error(err))
+        out.append(self._send("session.updated", session=self._session_wire()))
         if old.turn_detection is not None and self.settings.turn_detection is None:
             self._buffer.clear()  # the PTT buffer starts empty
         out += self._sync_listen(old)

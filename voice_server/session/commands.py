@@ -61,8 +61,12 @@ class StartResponse:
 
     ``messages``: the conversation as chat messages (``voice_contract``:
     ``{"role", "content"}``, assistant ``tool_calls`` and ``tool`` results),
-    truncated assistant turns already cut to what was heard.  ``tools`` /
-    ``tool_choice``: in the chat-completions shape, None without tools.
+    truncated assistant turns already cut to what was heard, the items the
+    ``truncation`` setting took out of the context left out (prompt.py).
+    ``instructions``: the system message, put first: the think stage's own
+    prompt followed by the client's instructions (None: the stage's own prompt
+    alone).  ``tools`` / ``tool_choice``: in the chat-completions shape, None
+    without tools.
     """
     response_id: str
     messages: list

@@ -7,13 +7,18 @@ merging of a client's ``session.update`` into it.
   500 ms, create_response and interrupt_response true; PCM16 24 kHz).
 * :class:`ServerLimits` - what the operator fixes (append size, buffered
   input, instructions length, session duration...).
-* :func:`apply_session_update` - validates one ``session`` object (GA shape,
+* :func:`merge_session_update` - validates one ``session`` object (GA shape,
   plus beta aliases: ``modalities``, ``voice``, ``input_audio_format``,
   ``output_audio_format`` as "pcm16"/"g711_ulaw"/"g711_alaw",
   top-level ``turn_detection``, ``input_audio_transcription``,
-  ``max_response_output_tokens``) and returns a new settings object, or
-  raises :class:`ClientError` (the old settings stay in force).
-  ``tools`` and ``tool_choice`` are checked (tools.py) and kept.
+  ``max_response_output_tokens``) field by field and returns a new settings
+  object with the valid fields and a :class:`ClientError` for each bad one
+  (a client whose update carries one field this server refuses keeps the
+  rest: its audio format, its turn detection).  :func:`apply_session_update`
+  takes it whole or raises the first error (a client secret's session).
+  ``tools`` and ``tool_choice`` are checked (tools.py) and kept; the choice
+  only for its form, as clients set it before the tools it names.
+  ``truncation`` is checked and kept (truncation.py).
   Unsupported optional fields (tracing, noise_reduction, the transcription
   model, voice names...) are accepted and ignored.
   ``semantic_vad`` (with ``eagerness``) runs the end-of-turn model in the
@@ -30,7 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..audio_codec import PCM, PCMA, PCMU, G711_RATE
 from .errors import ClientError, from_validation_error
-from .tools import choice_still_valid, parse_tool_choice, parse_tools
+from .tools import check_tool_choice, parse_tools
+from .truncation import ThinkContext, Truncation, parse_truncation
 
 # ---------------------------------------------------------------------------
 # Effective settings
@@ -106,7 +112,11 @@ class SessionSettings(BaseModel):
     max_output_tokens: Optional[int] = None  # None = "inf"
     # function tools in the Realtime shape ({"type": "function", "name", ...}, tools.py)
     tools: List[dict] = Field(default_factory=list)
+    # as the client set it; checked against the tools when a response starts
     tool_choice: Union[str, dict] = "auto"
+    truncation: Truncation = Truncation()
+    # fixed by the server, never by a client, never on the wire
+    context: ThinkContext = ThinkContext()
 
 
 class ServerLimits(BaseModel):
@@ -203,11 +213,11 @@ class _SessionIn(BaseModel):
     max_response_output_tokens: Union[int, str, None] = None  # beta
     tools: Any = None  # checked by tools.py
     tool_choice: Any = None
+    truncation: Any = None  # checked by truncation.py
     # accepted and ignored
     tracing: Any = None
     temperature: Any = None
     include: Any = None
-    truncation: Any = None
     prompt: Any = None
 
 
@@ -252,6 +262,10 @@ def _max_tokens(value, param: str, limits: ServerLimits) -> Optional[int]:
     return int(value)
 
 
+def _optional_max_tokens(value, param: str, limits: ServerLimits) -> Optional[int]:
+    return None if value is None else _max_tokens(value, param, limits)
+
+
 def _turn_detection(td: _TurnDetectionIn, current: Optional[TurnDetection],
                     param: str) -> TurnDetection:
     if td.type not in ("server_vad", "semantic_vad"):
@@ -274,68 +288,80 @@ def _turn_detection(td: _TurnDetectionIn, current: Optional[TurnDetection],
     return base.model_copy(update=changes)
 
 
-def apply_session_update(current: SessionSettings, session: Any,
-                         limits: ServerLimits = ServerLimits()) -> SessionSettings:
-    """Validate a ``session.update``'s ``session`` object and merge it."""
+def merge_session_update(current: SessionSettings, session: Any,
+                         limits: ServerLimits = ServerLimits()) \
+        -> tuple[SessionSettings, list[ClientError]]:
+    """Merge a ``session.update``'s ``session`` object field by field: the
+    valid fields apply, each bad one is left out and reported (one
+    :class:`ClientError` per field, in the order met)."""
     if not isinstance(session, dict):
-        raise ClientError("invalid_type", "Invalid type for 'session': expected an object.",
-                          "session")
-    try:
-        s = _SessionIn.model_validate(session)
-    except ValidationError as exc:
-        raise from_validation_error(exc, "session") from None
+        return current, [ClientError("invalid_type", "Invalid type for 'session': expected an "
+                                     "object.", "session")]
+    errors: list[ClientError] = []
+    s = _validate_fields(session, errors)
     upd: dict[str, Any] = {}
+
+    def put(key: str, fn, *args) -> None:
+        """``upd[key] = fn(*args)``, or the field's ClientError kept."""
+        try:
+            upd[key] = fn(*args)
+        except ClientError as err:
+            errors.append(err)
+
     if s.type is not None and s.type != "realtime":
-        raise ClientError("invalid_value", f"Invalid value for 'session.type': {s.type!r}. "
-                          "Supported values are: 'realtime'.", "session.type")
+        errors.append(ClientError("invalid_value", f"Invalid value for 'session.type': "
+                                  f"{s.type!r}. Supported values are: 'realtime'.",
+                                  "session.type"))
     if s.model is not None:
         upd["model"] = s.model
     if s.instructions is not None:
         if len(s.instructions) > limits.max_instructions_chars:
-            raise ClientError("string_above_max_length",
-                              f"Invalid 'session.instructions': string too long. Expected at "
-                              f"most {limits.max_instructions_chars} characters.",
-                              "session.instructions")
-        upd["instructions"] = s.instructions
-    if s.modalities is not None:
-        upd["output_modalities"] = _modalities(s.modalities, "session.modalities")
-    if s.output_modalities is not None:
-        upd["output_modalities"] = _modalities(s.output_modalities, "session.output_modalities")
+            errors.append(ClientError(
+                "string_above_max_length", f"Invalid 'session.instructions': string too long. "
+                f"Expected at most {limits.max_instructions_chars} characters.",
+                "session.instructions"))
+        else:
+            upd["instructions"] = s.instructions
+    for key in ("modalities", "output_modalities"):
+        if getattr(s, key) is not None:
+            put("output_modalities", _modalities, getattr(s, key), f"session.{key}")
     for key in ("max_response_output_tokens", "max_output_tokens"):
         if key in s.model_fields_set:
-            v = getattr(s, key)
-            upd["max_output_tokens"] = None if v is None else _max_tokens(v, f"session.{key}",
-                                                                          limits)
+            put("max_output_tokens", _optional_max_tokens, getattr(s, key), f"session.{key}",
+                limits)
     voice = s.voice
+    td_current = current.turn_detection
+
+    def turn_detection(td: Optional[_TurnDetectionIn], param: str) -> Optional[TurnDetection]:
+        return None if td is None else _turn_detection(td, td_current, param)
+
     # beta flat fields first, GA nested fields override
     if s.input_audio_format is not None:
-        upd["input_format"] = _parse_format(s.input_audio_format, current.input_format,
-                                            "session.input_audio_format")
+        put("input_format", _parse_format, s.input_audio_format, current.input_format,
+            "session.input_audio_format")
     if s.output_audio_format is not None:
-        upd["output_format"] = _parse_format(s.output_audio_format, current.output_format,
-                                             "session.output_audio_format")
-    td_current = current.turn_detection
+        put("output_format", _parse_format, s.output_audio_format, current.output_format,
+            "session.output_audio_format")
     if "turn_detection" in s.model_fields_set:
-        upd["turn_detection"] = None if s.turn_detection is None else _turn_detection(
-            s.turn_detection, td_current, "session.turn_detection")
+        put("turn_detection", turn_detection, s.turn_detection, "session.turn_detection")
     if "input_audio_transcription" in s.model_fields_set:
         upd["transcription_model"] = _transcription_model(s.input_audio_transcription, current)
     a = s.audio
     if a is not None and a.input is not None:
         i = a.input
         if i.format is not None:
-            upd["input_format"] = _parse_format(i.format, current.input_format,
-                                                "session.audio.input.format")
+            put("input_format", _parse_format, i.format, current.input_format,
+                "session.audio.input.format")
         if "turn_detection" in i.model_fields_set:
-            upd["turn_detection"] = None if i.turn_detection is None else _turn_detection(
-                i.turn_detection, td_current, "session.audio.input.turn_detection")
+            put("turn_detection", turn_detection, i.turn_detection,
+                "session.audio.input.turn_detection")
         if "transcription" in i.model_fields_set:
             upd["transcription_model"] = _transcription_model(i.transcription, current)
     if a is not None and a.output is not None:
         o = a.output
         if o.format is not None:
-            upd["output_format"] = _parse_format(o.format, current.output_format,
-                                                 "session.audio.output.format")
+            put("output_format", _parse_format, o.format, current.output_format,
+                "session.audio.output.format")
         if o.speed is not None:
             upd["speed"] = o.speed
         if o.voice is not None:
@@ -345,24 +371,62 @@ def apply_session_update(current: SessionSettings, session: Any,
             upd["voice"] = voice["id"]
         elif isinstance(voice, str):
             upd["voice"] = voice
-    upd.update(_tool_settings(s, current, limits))
-    return current.model_copy(update=upd)
-
-
-def _tool_settings(s: _SessionIn, current: SessionSettings, limits: ServerLimits) -> dict:
-    """``tools`` / ``tool_choice`` of an update.  A choice kept from before
-    that no longer fits the new tools (a named function that went, ``required``
-    with none left) falls back to ``auto``."""
-    upd: dict[str, Any] = {}
-    tools = current.tools
     if "tools" in s.model_fields_set:
-        tools = upd["tools"] = parse_tools(s.tools, "session.tools", limits.max_tools,
-                                           limits.max_tools_chars)
+        put("tools", parse_tools, s.tools, "session.tools", limits.max_tools,
+            limits.max_tools_chars)
     if s.tool_choice is not None:
-        upd["tool_choice"] = parse_tool_choice(s.tool_choice, tools, "session.tool_choice")
-    elif not choice_still_valid(current.tool_choice, tools):
-        upd["tool_choice"] = "auto"
-    return upd
+        put("tool_choice", check_tool_choice, s.tool_choice, "session.tool_choice")
+    if s.truncation is not None:
+        put("truncation", parse_truncation, s.truncation, "session.truncation")
+    return current.model_copy(update=upd), errors
+
+
+def apply_session_update(current: SessionSettings, session: Any,
+                         limits: ServerLimits = ServerLimits()) -> SessionSettings:
+    """Validate a ``session`` object whole and merge it: the first bad field
+    raises its :class:`ClientError` (a client secret's session, checked when
+    it is minted, is refused whole)."""
+    settings, errors = merge_session_update(current, session, limits)
+    if errors:
+        raise errors[0]
+    return settings
+
+
+def _validate_fields(session: dict, errors: list[ClientError]) -> "_SessionIn":
+    """The update's fields that have the right JSON types: each one that does
+    not is taken out (its innermost field: a bad ``threshold`` leaves the rest
+    of ``turn_detection`` in) and reported."""
+    data = _copy_dicts(session)
+    for _ in range(64):  # one field out per round; a session object has fewer
+        try:
+            return _SessionIn.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            errors.append(from_validation_error(exc, "session"))
+            if not _remove(data, first.get("loc", ())):
+                break
+    return _SessionIn()
+
+
+def _copy_dicts(value: Any) -> Any:
+    return {k: _copy_dicts(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+
+def _remove(data: dict, loc: tuple) -> bool:
+    """Take out the innermost field of ``data`` on the path ``loc`` (a list
+    index or one of pydantic's union tags ends the walk there)."""
+    path: list[tuple[dict, str]] = []
+    node: Any = data
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            break
+        path.append((node, part))
+        node = node[part]
+    if not path:
+        return False
+    parent, key = path[-1]
+    del parent[key]
+    return True
 
 
 def _transcription_model(value: Any, current: SessionSettings) -> Optional[str]:
@@ -389,7 +453,7 @@ def session_to_wire(settings: SessionSettings, session_id: str,
         "max_output_tokens": "inf" if settings.max_output_tokens is None
         else settings.max_output_tokens,
         "tracing": None,
-        "truncation": "auto",
+        "truncation": settings.truncation.wire(),
         "prompt": None,
         "expires_at": expires_at,
         "include": None,

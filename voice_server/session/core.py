@@ -140,8 +140,8 @@ no ``.done`` for its arguments, and takes no output.
 Where the code is: client_handlers.py (client events), turns.py (input audio,
 listen events, barge-in trigger), responses.py (response lifecycle),
 function_calls.py (function call items), playback.py (playback position,
-flush, truncation); this module holds the facade, the session's start,
-timers and end.
+flush, truncation), prompt.py (the system text and the history in the model's
+context); this module holds the facade, the session's start, timers and end.
 """
 
 from __future__ import annotations
@@ -164,6 +164,7 @@ from .interruption import Interruptions
 from .items import Content, Conversation, Item
 from .output_pacer import OutputPacer
 from .playback import Playback
+from .prompt import Prompt
 from .responses import Responses, _Response
 from .server_events import EventFactory, IdFactory, error_body
 from .turns import Turns
@@ -174,12 +175,14 @@ from .turns import Turns
 OUTPUT_SLICE_MS = {"events": 40.0, "stream": 100.0}
 
 
-class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCalls, Playback):
+class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCalls, Playback,
+              Prompt):
     """One Realtime session (module docstring).  The facade over its sections:
     client events (client_handlers.py), turn taking (turns.py), deciding
     interruptions (interruption.py), responses (responses.py), function calls
     (function_calls.py), playback and
-    truncation (playback.py); the timers and the session's own life are here."""
+    truncation (playback.py), what the model is asked with (prompt.py); the
+    timers and the session's own life are here."""
 
     def __init__(self, session_id: str, config: SessionSettings | None = None,
                  audio_out_mode: str = "events", limits: ServerLimits | None = None,
@@ -226,6 +229,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._active: _Response | None = None
         self._last_audio: _Response | None = None
         self._call_ids: set[str] = set()  # every function call's call_id, server's and client's
+        self._out_of_context: set[str] = set()  # items truncation took out (prompt.py)
         # output pacing and pause (output_pacer.py, playback.py)
         self._pacer = OutputPacer(output_lead_ms)
         if self._echo is not None:

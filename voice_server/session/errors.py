@@ -2,7 +2,8 @@
 
 Every problem with a client event becomes a :class:`ClientError` (code,
 message, param) which the core turns into an ``error`` event of type
-``invalid_request_error``; the session stays open.
+``invalid_request_error``; the session stays open.  A ``session.update``
+with several bad fields gets one error for all of them (:func:`field_errors`).
 
 Codes used (``param`` is the dotted path of the offending field):
 
@@ -30,7 +31,11 @@ string_above_max_length            instructions / metadata too long
 invalid_tool                       a tool's name (pattern, duplicate), too many tools
 unsupported_tool_type              a tool of a type other than ``function``
 invalid_tool_parameters            ``parameters`` not a JSON Schema of an object
-invalid_tool_choice                not auto/none/required/a function among the tools
+invalid_tool_choice                not auto/none/required/a function name; a response's
+                                   choice that does not fit its tools (a session's: when a
+                                   response starts, which then goes on under auto)
+context_length_exceeded            truncation ``disabled`` and the conversation does not
+                                   fit the model's context (the response fails)
 function_call_not_found            an output whose call_id matches no function_call item
 function_call_in_progress          an output for a call whose arguments still stream
 function_call_incomplete           an output for a call cut off by a cancel
@@ -100,3 +105,17 @@ def from_validation_error(exc: ValidationError, prefix: str | None = None) -> Cl
     if etype == "value_error" and msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
     return ClientError("invalid_value", f"Invalid value for '{param}': {msg}.", param)
+
+
+def field_errors(errors: list[ClientError]) -> ClientError:
+    """The bad fields of one event as one error: the first one's code and
+    param, every message (the event's other fields were applied)."""
+    if len(errors) == 1:
+        first = errors[0]
+        return ClientError(first.code, f"{first.message} The rest of the update was applied.",
+                           first.param)
+    params = ", ".join(f"'{e.param}'" for e in errors if e.param)
+    return ClientError(errors[0].code, f"{len(errors)} fields were not applied ({params}): "
+                       + " ".join(e.message for e in errors)
+                       + " The rest of the update was applied.", errors[0].param)
+

@@ -18,7 +18,8 @@ from ..audio_codec import StreamResampler, encode_wire_audio
 from .commands import AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, StartResponse
 from .items import Content, Item, Segment
 from .server_events import content_part, response_object, token_usage, zero_usage
-from .tools import chat_tool_choice, chat_tools, choice_still_valid
+from .tools import chat_tool_choice, chat_tools, choice_misfit, choice_still_valid
+from .truncation import CONTEXT_LENGTH_EXCEEDED, ContextTooLong
 
 
 @dataclass
@@ -69,12 +70,22 @@ class Responses:
                          metadata, in_conv, input_messages, tools: list | None = None,
                          tool_choice=None) -> list[Command]:
         """``tools`` / ``tool_choice``: a ``response.create``'s overrides
-        (Realtime shape, checked); None: the session's."""
+        (Realtime shape, checked); None: the session's.  The session's choice
+        is checked here against the session's tools (clients set it before
+        the tools it names): one that does not fit gets an ``error`` and the
+        response goes on under ``auto``."""
         s = self.settings
+        out: list[Command] = []
+        if tools is None and tool_choice is None:
+            err = choice_misfit(s.tool_choice, s.tools, "session.tool_choice")
+            if err is not None:
+                out.append(self._error("invalid_request_error", err.code, err.message +
+                                       " This response is made under tool_choice 'auto'.",
+                                       err.param, cause))
         think_tools, think_choice = self._tool_params(tools, tool_choice)
         r = _Response(id=self.ids.new("resp"), modalities=list(modalities),
-                      max_tokens=max_tokens, instructions=instructions, metadata=metadata,
-                      in_conversation=in_conv, cause_event_id=cause,
+                      max_tokens=max_tokens, instructions=self._system_text(instructions),
+                      metadata=metadata, in_conversation=in_conv, cause_event_id=cause,
                       output_format=s.output_format, voice=s.voice,
                       input_messages=input_messages,
                       tools=think_tools, tool_choice=think_choice)
@@ -82,17 +93,16 @@ class Responses:
         self._pacer.reset()
         self._unanswered = False
         self._idle_deadline = None
-        out: list[Command] = [self._send("response.created",
-                                         response=self._response_wire(r, "in_progress"))]
+        out.append(self._send("response.created", response=self._response_wire(r, "in_progress")))
         if not (self._pending_transcripts and input_messages is None):
-            out.append(self._start_cmd(r))
+            out += self._start(r)
         return out
 
     def _tool_params(self, tools: list | None = None, tool_choice=None) -> tuple:
         """The tools and tool choice a response takes to the thinker, in the
         chat-completions shape: the overrides, else the session's (a session
-        choice that does not fit override tools is ``auto``); (None, None)
-        without tools."""
+        choice that does not fit them is ``auto``); (None, None) without
+        tools."""
         s = self.settings
         tools = s.tools if tools is None else tools
         if not tools:
@@ -101,16 +111,38 @@ class Responses:
             tool_choice = s.tool_choice if choice_still_valid(s.tool_choice, tools) else "auto"
         return chat_tools(tools), chat_tool_choice(tool_choice)
 
-    def _start_cmd(self, r: _Response) -> StartResponse:
+    def _start(self, r: _Response) -> list[Command]:
+        """``StartResponse`` with the messages in the model's context; under
+        ``truncation: disabled`` a conversation that does not fit fails the
+        response instead (``context_length_exceeded``)."""
+        if r.input_messages is not None:
+            msgs = r.input_messages
+        else:
+            try:
+                msgs = self._context_messages(r.instructions, r.max_tokens, r.tools)
+            except ContextTooLong as e:
+                return self._fail(r, "invalid_request_error", CONTEXT_LENGTH_EXCEEDED,
+                                  f"The conversation (about {e.chars} characters) does not fit "
+                                  f"the model's context (about {e.room} characters after the "
+                                  "instructions and tools) and session.truncation is "
+                                  "'disabled': delete items (conversation.item.delete) or set "
+                                  "truncation to 'auto'.")
         r.started = True
-        msgs = r.input_messages if r.input_messages is not None else self.conversation.messages()
-        return StartResponse(r.id, msgs, list(r.modalities), r.max_tokens, r.instructions,
-                             r.metadata, r.tools, r.tool_choice)
+        return [StartResponse(r.id, msgs, list(r.modalities), r.max_tokens, r.instructions,
+                              r.metadata, r.tools, r.tool_choice)]
+
+    def _fail(self, r: _Response, etype: str, code: str, message: str,
+              usage: dict | None = None) -> list[Command]:
+        """An ``error`` (caused by the response's client event) and ``response.done``
+        ``failed``."""
+        return [self._error(etype, code, message, None, r.cause_event_id)] + \
+            self._done_events(r, "failed", {"type": "failed",
+                                            "error": {"type": etype, "code": code}}, usage)
 
     def _maybe_start_waiting(self) -> list[Command]:
         r = self._active
         if r is not None and not r.started and not r.done and not self._pending_transcripts:
-            return [self._start_cmd(r)]
+            return self._start(r)
         return []
 
     def _response_wire(self, r: _Response, status: str, details: dict | None = None,
@@ -382,9 +414,7 @@ class Responses:
             code = err.get("code") if err.get("code") in ERROR_CODES else ErrorCode.INTERNAL.value
             etype = "invalid_request_error" if code == ErrorCode.BAD_INPUT.value else "server_error"
             msg = str(err.get("message") or "The response failed.")
-            out.append(self._error(etype, code, msg, None, r.cause_event_id))
-            out += self._done_events(r, "failed", {"type": "failed",
-                                                   "error": {"type": etype, "code": code}}, usage)
+            out += self._fail(r, etype, code, msg, usage)
         self._set_idle_deadline(r, now_ms)
         out += self._maybe_stop_playback(r)
         return out

@@ -17,6 +17,13 @@ think stage's own check, :func:`runtime.models.think.tools.object_schema`), or a
 type other than ``function`` (MCP tools need a server the agent does not
 reach).  The error names the offending field; the session's previous tools
 stay in force.
+
+A session's ``tool_choice`` is checked for its shape only when it is set:
+clients set it before the tools it names (LiveKit Agents sends a named
+function in its first ``session.update`` and the tools in the next; Pipecat
+sends ``required`` before its tools).  It is checked against the tools when a
+response starts (:func:`choice_misfit`); a ``response.create``'s own choice
+must fit at once.
 """
 
 from __future__ import annotations
@@ -90,17 +97,14 @@ def _parse_tool(tool: Any, param: str) -> dict:
     return out
 
 
-def parse_tool_choice(value: Any, tools: list[dict], param: str) -> str | dict:
-    """``auto`` | ``none`` | ``required`` | ``{"type": "function", "name": N}``
-    where N is one of ``tools``."""
+def check_tool_choice(value: Any, param: str) -> str | dict:
+    """The shape of a choice: ``auto`` | ``none`` | ``required`` |
+    ``{"type": "function", "name": N}``, whatever the tools are now."""
     if isinstance(value, str):
         if value not in TOOL_CHOICES:
             raise ClientError("invalid_tool_choice", f"Invalid value for '{param}': "
                               f"{value[:64]!r}. Supported values are: 'auto', 'none', "
                               "'required', or {'type': 'function', 'name': NAME}.", param)
-        if value == "required" and not tools:
-            raise ClientError("invalid_tool_choice", f"Invalid '{param}': 'required' needs at "
-                              "least one tool.", param)
         return value
     if not isinstance(value, dict) or value.get("type") != "function":
         raise ClientError("invalid_tool_choice", f"Invalid '{param}': expected 'auto', 'none', "
@@ -109,19 +113,36 @@ def parse_tool_choice(value: Any, tools: list[dict], param: str) -> str | dict:
     if not isinstance(name, str):
         raise ClientError("invalid_tool_choice", f"Missing '{param}.name': the function to "
                           "call.", f"{param}.name")
-    if name not in {t["name"] for t in tools}:
-        raise ClientError("invalid_tool_choice", f"Invalid '{param}.name': no tool is called "
-                          f"{name[:64]!r}.", f"{param}.name")
+    if not NAME_RE.match(name):
+        raise ClientError("invalid_tool_choice", f"Invalid '{param}.name': {name[:80]!r} is not "
+                          "a function name.", f"{param}.name")
     return {"type": "function", "name": name}
 
 
+def choice_misfit(choice: str | dict, tools: list[dict], param: str) -> ClientError | None:
+    """Why a well-formed choice cannot apply to ``tools`` (``required`` with
+    none, a function that is not among them), or None when it can."""
+    if choice == "required" and not tools:
+        return ClientError("invalid_tool_choice", f"Invalid '{param}': 'required' needs at "
+                           "least one tool.", param)
+    if isinstance(choice, dict) and choice["name"] not in {t["name"] for t in tools}:
+        return ClientError("invalid_tool_choice", f"Invalid '{param}.name': no tool is called "
+                           f"{choice['name'][:64]!r}.", f"{param}.name")
+    return None
+
+
+def parse_tool_choice(value: Any, tools: list[dict], param: str) -> str | dict:
+    """A choice that must apply to ``tools`` now (a ``response.create``'s)."""
+    choice = check_tool_choice(value, param)
+    err = choice_misfit(choice, tools, param)
+    if err is not None:
+        raise err
+    return choice
+
+
 def choice_still_valid(choice: str | dict, tools: list[dict]) -> bool:
-    """Whether a choice made earlier still fits a new tools list."""
-    if choice == "required":
-        return bool(tools)
-    if isinstance(choice, dict):
-        return choice["name"] in {t["name"] for t in tools}
-    return True
+    """Whether a choice made earlier fits a tools list."""
+    return choice_misfit(choice, tools, "") is None
 
 
 def chat_tools(tools: list[dict]) -> list[dict]:

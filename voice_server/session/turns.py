@@ -146,9 +146,11 @@ class Turns:
             return []
         s = self.settings
         self._prepared = True
-        msgs = self.conversation.messages() + [{"role": "user", "content": text}]
-        return [PrepareReply(msgs, list(s.output_modalities), s.max_output_tokens,
-                             s.instructions or None, *self._tool_params())]
+        system, tools = self._system_text(s.instructions), self._tool_params()
+        msgs = self._context_messages(system, s.max_output_tokens, tools[0], pending=text,
+                                      strict=False) + [{"role": "user", "content": text}]
+        return [PrepareReply(msgs, list(s.output_modalities), s.max_output_tokens, system,
+                             *tools)]
 
     def _drop_prepared(self) -> list[Command]:
         if not self._prepared:
@@ -192,11 +194,17 @@ class Turns:
         reply's prompt but their words (the session's first turn without
         instructions has nothing to decode: the system prompt is cached)."""
         td, s = self.settings.turn_detection, self.settings
-        msgs = self.conversation.messages()
         if td is None or not td.create_response or self._active is not None \
-                or not (msgs or s.instructions):
+                or not (self.conversation.items or s.instructions):
             return []
-        return [PrefillConversation(msgs, s.instructions or None, *self._tool_params())]
+        return [self._prefill(s)]
+
+    def _prefill(self, s, words: str = "") -> PrefillConversation:
+        """The prompt the reply will have, up to the caller's ``words``."""
+        system, tools = self._system_text(s.instructions), self._tool_params()
+        msgs = self._context_messages(system, s.max_output_tokens, tools[0], pending=words,
+                                      strict=False)
+        return PrefillConversation(msgs, system, *tools, words=words)
 
     def _prefill_words(self, text: str) -> list[Command]:
         """The words so far of a turn still being spoken go into the reply's
@@ -209,8 +217,7 @@ class Turns:
         td, s = self.settings.turn_detection, self.settings
         if td is None or not td.create_response or self._active is not None:
             return []
-        return [PrefillConversation(self.conversation.messages(), s.instructions or None,
-                                    *self._tool_params(), words=" ".join(words))]
+        return [self._prefill(s, " ".join(words))]
 
     def _partial_text(self, text: str) -> list[Command]:
         target = self._speech_item or (self._awaiting_final[0] if self._awaiting_final else None)

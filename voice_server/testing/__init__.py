@@ -20,6 +20,9 @@ Stand-in stages
     faults).  Stand-ins replace models, never the runtime.
 Reports
     :mod:`.report`: the one percentile and the JSON writer of every benchmark.
+Configs
+    :mod:`.greedy_config`: a pipeline YAML whose thinker decodes greedily (checks
+    of what the model says).
 
 Nothing here is imported by the server itself.
 """

@@ -8,7 +8,11 @@ LiveKit room is needed for it).  Runs in the clients' own virtualenv, started
 by tests/server/test_clients_pipecat_livekit.py; it records what the
 application sees for the test to judge (client_run.py), whose kinds here
 are ``response`` (transcript, audio bytes, number of function calls),
-``call`` (name, arguments), ``user`` (input transcript), ``error`` (message).
+``call`` (name, arguments), ``user`` (input transcript), ``error`` (message),
+``session`` (what a ``session.updated`` says is in force).
+
+``--flow named-first``: the function named in ``RealtimeModel(tool_choice=...)``,
+which LiveKit sends in its first ``session.update``, before the tools.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from client_run import RATE, arguments, microphone, report, within
 from livekit import rtc
 from livekit.agents import llm
 from livekit.plugins.openai.realtime import RealtimeModel
+from openai.types.realtime.realtime_audio_input_turn_detection import ServerVad
 
 
 async def consume(gen: llm.GenerationCreatedEvent, log: list[list]) -> list[llm.FunctionCall]:
@@ -64,7 +69,7 @@ def trace(direction: str, ev: dict) -> None:
         print(direction, json.dumps(ev)[:600], file=sys.stderr)
 
 
-async def run(args: argparse.Namespace, log: list[list]) -> None:
+def weather_tool(args: argparse.Namespace) -> llm.FunctionTool:
     @llm.function_tool(name=args.tool)
     async def weather(city: str) -> str:
         """Get the current weather in a city.
@@ -74,17 +79,57 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
         """
         return args.result
 
+    return weather
+
+
+def open_session(model: RealtimeModel, args: argparse.Namespace, log: list[list]):
+    """The model's session, recording errors (also the server's error events
+    the session settles quietly) and what each ``session.updated`` says."""
+    sess = model.session()
+    sess.on("error", lambda ev: log.append(["error", str(ev.error)]))
+    sess.on("openai_server_event_received",
+            lambda ev: ev["type"] == "error" and log.append(["error", ev["error"]]))
+    sess.on("openai_server_event_received", lambda ev: session_seen(ev, log))
+    if args.trace:
+        sess.on("openai_client_event_queued", lambda ev: trace(">>", ev))
+        sess.on("openai_server_event_received", lambda ev: trace("<<", ev))
+    return sess
+
+
+async def generate(sess, log: list[list], timeout: float, **reply) -> list[llm.FunctionCall]:
+    """``generate_reply`` read to its end: the calls it made."""
+    gen = await within(sess.generate_reply(**reply), "response.created", timeout)
+    return await within(consume(gen, log), "response.done", timeout)
+
+
+async def hand_back(sess, calls: list[llm.FunctionCall], weather) -> None:
+    """Run the calls and put their outputs into the chat context."""
+    ctx = sess.chat_ctx.copy()
+    for fc in calls:
+        result = await weather(**json.loads(fc.arguments))
+        ctx.items.append(llm.FunctionCallOutput(
+            call_id=fc.call_id, name=fc.name, output=result, is_error=False))
+    await sess.update_chat_ctx(ctx)
+
+
+def session_seen(ev: dict, log: list[list]) -> None:
+    """A ``session.updated`` as the record keeps it: what is in force."""
+    if ev.get("type") != "session.updated":
+        return
+    s = ev["session"]
+    inp = s.get("audio", {}).get("input", {})
+    log.append(["session", {"format": inp.get("format"), "turn_detection": inp.get("turn_detection"),
+                            "tool_choice": s.get("tool_choice"),
+                            "tools": [t.get("name") for t in s.get("tools") or []]}])
+
+
+async def run(args: argparse.Namespace, log: list[list]) -> None:
+    weather = weather_tool(args)
+
     async with aiohttp.ClientSession() as http:
         model = RealtimeModel(model="voice-agent", base_url=args.url, api_key=args.key,
                               modalities=["audio"], http_session=http)
-        sess = model.session()
-        sess.on("error", lambda ev: log.append(["error", str(ev.error)]))
-        # the server's error events, also those the session settles quietly
-        sess.on("openai_server_event_received",
-                lambda ev: ev["type"] == "error" and log.append(["error", ev["error"]]))
-        if args.trace:
-            sess.on("openai_client_event_queued", lambda ev: trace(">>", ev))
-            sess.on("openai_server_event_received", lambda ev: trace("<<", ev))
+        sess = open_session(model, args, log)
         try:
             sess.update_options(max_response_output_tokens=48, tool_choice="none")
             await sess.update_instructions(args.instructions)
@@ -97,8 +142,7 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
                 return await reply_to_context(**reply)
 
             async def reply_to_context(**reply) -> list[llm.FunctionCall]:
-                gen = await within(sess.generate_reply(**reply), "response.created", args.timeout)
-                return await within(consume(gen, log), "response.done", args.timeout)
+                return await generate(sess, log, args.timeout, **reply)
 
             # 1. text in, audio and transcript out
             await user_turn(args.say)
@@ -109,12 +153,7 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
             calls = await user_turn(args.ask)
             if not calls:
                 raise TimeoutError("a function call")
-            ctx = sess.chat_ctx.copy()
-            for fc in calls:
-                result = await weather(**json.loads(fc.arguments))
-                ctx.items.append(llm.FunctionCallOutput(
-                    call_id=fc.call_id, name=fc.name, output=result, is_error=False))
-            await sess.update_chat_ctx(ctx)
+            await hand_back(sess, calls, weather)
             # the answer: this response may not call again (a response.create override)
             await reply_to_context(tool_choice="none")
 
@@ -141,15 +180,57 @@ async def run(args: argparse.Namespace, log: list[list]) -> None:
             await model.aclose()
 
 
+async def run_named_first(args: argparse.Namespace, log: list[list]) -> None:
+    """``RealtimeModel(tool_choice=<the function>)``: the session's first
+    update names the function before any tool is there (the tools follow in
+    the next update), with its own turn detection; then a turn that must call
+    it, the output handed back, and the answer."""
+    weather = weather_tool(args)
+
+    async with aiohttp.ClientSession() as http:
+        model = RealtimeModel(model="voice-agent", base_url=args.url, api_key=args.key,
+                              modalities=["audio"], http_session=http,
+                              tool_choice={"type": "function", "function": {"name": args.tool}},
+                              turn_detection=ServerVad(type="server_vad", threshold=0.5,
+                                                       silence_duration_ms=SILENCE_MS))
+        sess = open_session(model, args, log)
+        try:
+            sess.update_options(max_response_output_tokens=48)
+            await sess.update_instructions(args.instructions)
+            await sess.update_tools([weather])
+
+            async def reply_to_context(**reply) -> list[llm.FunctionCall]:
+                return await generate(sess, log, args.timeout, **reply)
+
+            ctx = sess.chat_ctx.copy()
+            ctx.add_message(role="user", content=args.ask)
+            await sess.update_chat_ctx(ctx)
+            calls = await reply_to_context()
+            if not calls:
+                raise TimeoutError("a function call")
+            await hand_back(sess, calls, weather)
+            await reply_to_context(tool_choice="none")
+        finally:
+            await sess.aclose()
+            await model.aclose()
+
+
+SILENCE_MS = 450  # not the server's default: the test sees that the first update held
+
+
 def main() -> int:
     ap = arguments("http://HOST:PORT/v1")
     ap.add_argument("--ask", default="What is the weather like in Paris today?",
                     help="the turn that calls the function")
     ap.add_argument("--trace", action="store_true", help="every event except audio on stderr")
+    ap.add_argument("--flow", choices=("turns", "named-first"), default="turns",
+                    help="turns: text, tool and spoken turns; named-first: the function "
+                    "named in RealtimeModel(tool_choice=...) before the tools arrive")
     args = ap.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO)
     log: list[list] = []
-    return report(run(args, log), log, (llm.RealtimeError,))
+    flow = run_named_first if args.flow == "named-first" else run
+    return report(flow(args, log), log, (llm.RealtimeError,))
 
 
 if __name__ == "__main__":

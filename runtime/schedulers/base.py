@@ -92,6 +92,10 @@ class Scheduler:
             req = Pending(rid, params, self.ctx.expected_sources(rid, params))
             self.requests[rid] = req
             self.on_new(req)
+        elif params:
+            # a later chunk's params update (RequestHandle.send): the executor
+            # sees it on this chunk's WorkItem and after; the route stays
+            req.params.update({k: v for k, v in params.items() if k != "_route"})
         self.accept(req, src, payload, has_payload, end)
 
     def on_new(self, req: Pending) -> None:

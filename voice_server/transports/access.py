@@ -123,7 +123,7 @@ def admit(pipeline, max_sessions: int) -> Optional[AdmissionTicket]:
     """A ticket, or None when the live sessions of every transport plus the
     handshakes in flight already reach ``max_sessions``."""
     reg = registry_for(pipeline)
-    if len(reg) + reg.pending >= max_sessions:
+    if reg.places >= max_sessions:
         return None
     reg.pending += 1
     return AdmissionTicket(reg)

@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-BUSY_WINDOW_S = 5.0          # the busy fraction is over this much of the recent past
+from runtime.busy_window import WINDOW_S as BUSY_WINDOW_S, BusyWindow
 
 
 class Reading(IntEnum):
@@ -85,35 +85,6 @@ class DropReason(IntEnum):
 
 _DROP_COUNTERS = {DropReason.SUPERSEDED: "early_superseded", DropReason.LATE: "early_late",
                   DropReason.BUSY: "early_busy"}
-
-
-class BusyWindow:
-    """How much of the last ``window_s`` seconds the thread spent working.
-
-    Kept as the busy intervals that overlap the window (at most a few per
-    second), plus the job running now, so the figure is fresh at any read."""
-
-    def __init__(self, window_s: float = BUSY_WINDOW_S) -> None:
-        self.window_s = window_s
-        self._spans: deque[tuple[float, float]] = deque()   # (start, end), oldest first
-        self.running_since: float | None = None
-
-    def start(self, now: float) -> None:
-        self.running_since = now
-
-    def stop(self, now: float) -> None:
-        if self.running_since is not None:
-            self._spans.append((self.running_since, now))
-            self.running_since = None
-        while self._spans and self._spans[0][1] < now - self.window_s:
-            self._spans.popleft()
-
-    def fraction(self, now: float) -> float:
-        since = now - self.window_s
-        busy = sum(max(0.0, end - max(start, since)) for start, end in self._spans)
-        if self.running_since is not None:
-            busy += now - max(self.running_since, since)
-        return min(1.0, busy / self.window_s)
 
 
 class RecognitionThread:

@@ -358,7 +358,9 @@ async def test_max_sessions_counts_websocket_webrtc_and_twilio_together(rtc_serv
             with pytest.raises(websockets.InvalidStatus) as ei:
                 await websockets.connect(base_ws + "/v1/telephony/twilio", additional_headers={
                     "Authorization": f"Bearer {API_KEY}"})
-            assert ei.value.response.status_code == 503
+            assert ei.value.response.status_code == 503     # the same refusal as the WebSocket's
+            assert json.loads(ei.value.response.body)["error"]["code"] == "server_busy"
+            assert ei.value.response.headers["Retry-After"] == "5"
             with pytest.raises(PermissionError, match="503"):
                 await RTCClient.connect(srv.base, API_KEY)
 

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 from urllib.parse import urlsplit
 
+from starlette.responses import JSONResponse
+
 from ..session_registry import registry_for
 from .client_secrets import ClientSecret, ClientSecretStore, is_client_secret
 
@@ -144,6 +146,12 @@ class Refusal(Exception):
                           "param": None}}
 
 
+def denial_response(refusal: Refusal) -> JSONResponse:
+    """The HTTP answer to a refused session (a WebSocket upgrade's denial
+    response, or the WebRTC offer's reply): every transport sends the same."""
+    return JSONResponse(refusal.body(), status_code=refusal.status, headers=refusal.headers)
+
+
 def busy_refusal(max_sessions: int) -> Refusal:
     return Refusal(503, "server_busy", f"Too many sessions ({max_sessions}); try again later.",
                    "server_error", {"Retry-After": "5"})
@@ -190,4 +198,4 @@ def admit_session(pipeline, settings, *, origin: Optional[str], host: Optional[s
 
 __all__ = ["bearer_token", "key_matches", "host_of", "is_loopback", "origin_allowed",
            "admit", "AdmissionTicket", "Refusal", "Admitted", "admit_session",
-           "busy_refusal", "origin_refusal", "KEY_HELP"]
+           "busy_refusal", "origin_refusal", "denial_response", "KEY_HELP"]

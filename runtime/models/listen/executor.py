@@ -64,11 +64,11 @@ from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDe
 from runtime.models.listen.whisper_asr import ALT_PROMPT
 from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
 from runtime.models.voice_contract import (AGENT_SPEAKING, INTERIM, LISTEN_RATE_HZ, PARTIAL,
-                                           SPEECH_STARTED,
-                                           SPEECH_STOPPED, TURN_LIKELY_OVER, onset_dropped_event,
-                                           onset_event, partial_event, speech_paused_event,
-                                           speech_resumed_event, speech_started_event,
-                                           speech_stopped_event, turn_continues_event)
+                                           SPEECH_STARTED, SPEECH_STOPPED, TURN_LIKELY_OVER,
+                                           onset_dropped_event, onset_event, partial_event,
+                                           speech_paused_event, speech_resumed_event,
+                                           speech_started_event, speech_stopped_event,
+                                           turn_continues_event)
 
 log = logging.getLogger(__name__)
 
@@ -497,10 +497,11 @@ class _Stream:
 
     def _peek_matters(self, first: bool) -> bool:
         """Where the server says whether a reply plays, a reading runs only
-        where it can change something: the first over a reply (backchannel or
-        interruption), the later ones while none plays (the reply's prompt: a
-        reply talked over is not re-prompted until the interruption is decided,
-        and then the agent no longer speaks)."""
+        where it can change something: the first when the agent spoke since
+        the onset (backchannel or interruption?), the later ones while it does
+        not speak (the session readies the next reply's prompt with them only
+        while no reply is active; an interruption cancels the reply, and the
+        later readings come back)."""
         if self.agent_speaking is None:
             return True
         return self.spoken_over if first else not self.agent_speaking

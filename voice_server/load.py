@@ -27,6 +27,9 @@ from runtime.models.voice_contract import LISTEN, THINK
 
 @dataclass(frozen=True)
 class Load:
+    """One reading of the load (module docstring): what an operator or an
+    autoscaler compares with the callers' latency to place ``max_sessions``."""
+
     sessions: int                 # live sessions of every transport + handshakes in flight
     max_sessions: int
     recognition_queued: int       # transcripts (and pocketsphinx steps) waiting
@@ -39,7 +42,7 @@ class Load:
 
     @property
     def figure(self) -> float:
-        """The fullest part, 0..1 (sessions may exceed 1 while a drain lowers the cap)."""
+        """The fullest part, 0..1 (more where max_sessions was lowered under live sessions)."""
         return round(max(self.sessions / max(self.max_sessions, 1), self.recognition_busy,
                          self.think_busy), 3)
 

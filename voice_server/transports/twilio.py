@@ -532,7 +532,8 @@ class TwilioEndpoint:
             return
         if not self._authorized(ws):
             log.warning("twilio: stream rejected (no valid API key or X-Twilio-Signature)")
-            await self._deny(ws, Refusal(403, "forbidden", "No valid API key or X-Twilio-Signature."))
+            await self._deny(ws, Refusal(403, "forbidden",
+                                         "No valid API key or X-Twilio-Signature."))
             return
         ticket = admit(self.pipeline, s.max_sessions)  # every transport's sessions count
         if ticket is None:

@@ -314,6 +314,8 @@ class _Stream:
         self.next_peek_ms = peek_ms
         self.agent_speaking: bool | None = None   # the server's AGENT_SPEAKING param (None: unsaid)
         self.spoken_over = False      # the agent spoke since this utterance's onset
+        # peeks run, and peeks that could change nothing (_peek_matters) and were not
+        self.peeks = {"peeks_asked": 0, "peeks_skipped": 0}
         self.words: bool | None = None   # the transcript at this pause reads finished
         self.last_partial = ""
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
@@ -493,7 +495,10 @@ class _Stream:
                 return                 # asked again at the next frame
         self.next_peek_ms = spoken_ms + self.peek_every_ms if self.peek_every_ms else math.inf
         if self._peek_matters(first):
+            self.peeks["peeks_asked"] += 1
             self.utt.peek()
+        else:
+            self.peeks["peeks_skipped"] += 1
 
     def _peek_matters(self, first: bool) -> bool:
         """Where the server says whether a reply plays, a reading runs only
@@ -819,7 +824,7 @@ class ListenExecutor(ChunkExecutor):
             c["utterances"] += s.utterances
             for k, v in s.verdicts.items():
                 c[f"verdict_{k}"] = c.get(f"verdict_{k}", 0) + v
-            for k, v in s.utt.counters.items():
+            for k, v in (*s.utt.counters.items(), *s.peeks.items()):
                 c[k] = c.get(k, 0) + v
         delays = sorted(self._decision_ms)
         out = {"streams": len(self._streams), "spare_decoders": len(self._pool),
@@ -878,7 +883,7 @@ class ListenExecutor(ChunkExecutor):
         if s is None:
             return
         self._counters["utterances"] += s.utterances
-        for k, v in s.utt.counters.items():
+        for k, v in (*s.utt.counters.items(), *s.peeks.items()):
             self._counters[k] = self._counters.get(k, 0) + v
         self._thread.forget(request_id)
         for t in self._side_threads():

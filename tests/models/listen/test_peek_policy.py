@@ -52,6 +52,8 @@ def _speak(agent: list[bool | None], speech_ms: float = 1500) -> list[int]:
     for i in range(int(speech_ms / FRAME_MS)):
         s.hear_agent(agent[min(i, len(agent) - 1)])
         s.advance([frame], [0.9], False)
+    assert s.peeks["peeks_asked"] == len(utt.peeks_at)
+    assert s.peeks["peeks_asked"] + s.peeks["peeks_skipped"] == 3     # due at 400, 900, 1400 ms
     return utt.peeks_at
 
 

@@ -132,12 +132,12 @@ class RequestHandle:
     async def send(self, payload: Any, params: dict | None = None) -> None:
         """Stream one more input chunk (submit with stream_input=True).
 
-        ``params``: keys to change in the request's params from this chunk on (chunks
-        still queued at the stage may see them a few ms early),
-        as the entry stage's executor sees them (``WorkItem.params``): a long
-        stream's settings that follow the conversation (the listen stage's
-        ``agent_speaking``).  Only the entry stage sees the change; the route
-        and the stages after it keep the params the request was submitted with."""
+        ``params``: keys of the request's params to change from this chunk on,
+        for settings of a long stream that follow the conversation (the listen
+        stage's ``agent_speaking``).  The entry stage's executor sees them in
+        ``WorkItem.params`` (chunks still queued there may see them a few ms
+        early); the route and the stages after the entry keep the params the
+        request was submitted with."""
         await self._coord.send_input(self._rec, payload, end=False, params=params)
 
     async def end_input(self, payload: Any = None) -> None:

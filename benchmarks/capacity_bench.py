@@ -20,7 +20,11 @@ seed), so turns overlap the way real calls do.  Per level N (1, 2, 4, 6, 8):
   speech_started/stopped emitted (p50/p99 of its last 4096 decisions, read at
   the end of the level);
 * ``rss_mb.<process>``: resident memory at the end of the level;
-* ``errors``: caller exceptions, failed responses and error events.
+* ``errors``: caller exceptions, failed responses and error events;
+* ``refused``: callers turned away at connect with the documented refusal
+  (HTTP 503 ``server_busy``, past ``max_sessions``: docs/CLIENTS.md), which
+  is a clean answer, not an error; ``load``: the server's ``/v1/runtime``
+  load at the end of the level (voice_server/load.py).
 
     .venv/bin/python -m benchmarks.capacity_bench                 # N = 1, 2, 4, 6, 8
     .venv/bin/python -m benchmarks.capacity_bench --levels 1,4 --turns 2
@@ -40,6 +44,7 @@ import random
 import time
 
 import numpy as np
+import websockets
 
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import Caller, connected, load_speech
@@ -97,6 +102,12 @@ async def one_caller(url: str, key: str | None, speech: dict, turns: int, rng: r
         async with connected(RealtimeWSTransport(url, key), speech,
                              {"max_output_tokens": 24}) as c:
             await _talk(c, speech, turns, rng, res)
+    except websockets.InvalidStatus as exc:
+        if exc.response.status_code == 503 and b"server_busy" in exc.response.body:
+            res["refused"] += 1          # past max_sessions: the documented refusal
+        else:
+            res["errors"] += 1
+            res["exceptions"].append(f"{type(exc).__name__}: {exc}"[:200])
     except Exception as exc:  # noqa: BLE001 - counted, reported, never hangs the run
         res["errors"] += 1
         res["exceptions"].append(f"{type(exc).__name__}: {exc}"[:200])
@@ -153,7 +164,7 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
     cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
     w0 = time.monotonic()
     res = {"first_audio_ms": [], "barge_in_ms": [], "paused_ms": [], "barge_not_cancelled": 0,
-           "errors": 0,
+           "errors": 0, "refused": 0,
            "error_events": 0, "failed": 0, "exceptions": []}
     rng = random.Random(seed * 1000 + n)
     await asyncio.wait_for(asyncio.gather(*[
@@ -166,7 +177,8 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
         if c1 is not None and cpu0.get(k) is not None:
             cores[k] = round((c1 - cpu0[k]) / wall, 2)
     rss = {k: rss_mb(p) for k, p in pids.items()}
-    listen = listen_stats(await server.runtime())
+    rt = await server.runtime()
+    listen = listen_stats(rt)
     fa, bi = res["first_audio_ms"], res["barge_in_ms"]
     return {"callers": n, "turns": len(fa), "wall_s": round(wall, 1),
             "first_audio_ms": {"p50": pct(fa, 50), "p95": pct(fa, 95)},
@@ -178,6 +190,7 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
                                                        ("speculative", "speculative_used",
                                                         "speculative_wasted")},
             "errors": res["errors"] + res["failed"] + res["error_events"],
+            "refused": res["refused"], "load": rt.get("load"),
             "exceptions": res["exceptions"][:5]}
 
 
@@ -204,13 +217,14 @@ def main() -> int:
     a = ap.parse_args()
     levels = asyncio.run(main_async(a))
     print(f"\n{'N':>3} {'turns':>6} {'first audio p50/p95 ms':>24} {'barge-in p50/p95 ms':>22} "
-          f"{'paused p50/p95 ms':>20} {'VAD p99 ms':>11} {'errors':>7}  cores")
+          f"{'paused p50/p95 ms':>20} {'VAD p99 ms':>11} {'errors':>7} {'refused':>8}  cores")
     for n, r in levels.items():
         fa, bi, pa = r["first_audio_ms"], r["barge_in_ms"], r["paused_ms"]
         vad = (r.get("vad_decision_ms") or {}).get("p99")
         print(f"{n:>3} {r['turns']:>6} {str(fa['p50']) + ' / ' + str(fa['p95']):>24} "
               f"{str(bi['p50']) + ' / ' + str(bi['p95']):>22} "
-              f"{str(pa['p50']) + ' / ' + str(pa['p95']):>20} {str(vad):>11} {r['errors']:>7}  "
+              f"{str(pa['p50']) + ' / ' + str(pa['p95']):>20} {str(vad):>11} {r['errors']:>7} "
+              f"{r['refused']:>8}  "
               f"{r['cpu_cores']}")
     verdict = {}
     if "4" in levels:

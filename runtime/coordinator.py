@@ -196,7 +196,8 @@ class Coordinator:
             hit = self._routes[key] = (full, outs)
         return list(hit[0]), set(hit[1])
 
-    async def send_input(self, rec: RequestRecord, payload: Any, end: bool, has_payload: bool = True) -> None:
+    async def send_input(self, rec: RequestRecord, payload: Any, end: bool, has_payload: bool = True,
+                         params: dict | None = None) -> None:
         if rec.input_closed:
             raise RuntimeError(f"request {rec.request_id}: input already closed")
         if rec.state.terminal:
@@ -206,13 +207,15 @@ class Coordinator:
             return
         if end:
             rec.input_closed = True
-        await self._send_data(rec, payload, end=end, has_payload=has_payload, params=None)
+        await self._send_data(rec, payload, end=end, has_payload=has_payload, params=params)
 
     async def _send_data(self, rec: RequestRecord, payload: Any, end: bool, has_payload: bool,
                          params: dict | None) -> None:
         msg = Data(rec.entry, rec.request_id, ENTRY_SRC, end)
         if rec.input_seq == 0:
             msg.params = params if params is not None else rec.params
+        elif params:
+            msg.params = params     # an update, merged at the entry stage (Scheduler.on_input)
         rec.input_seq += 1
         frames: list = []
         if has_payload:

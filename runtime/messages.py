@@ -71,7 +71,9 @@ class MessageError(ValueError):
 class Data:
     """One chunk of a request for stage ``to``, or its end of stream, or both.
 
-    ``params`` rides on the first message of a request on each edge only;
+    ``params`` rides on the first message of a request on each edge (and, as
+    an update of some keys, on a later chunk from the coordinator to the entry
+    stage: ``RequestHandle.send``);
     ``payload`` is a ``DataPlane.pack`` descriptor (None: end of stream only).
     """
 

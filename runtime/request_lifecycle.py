@@ -23,7 +23,8 @@ class RequestOwner(Protocol):
     """What a handle needs of the coordinator that made it; a protocol, so this
     module does not import the coordinator that imports it."""
 
-    async def send_input(self, rec: "RequestRecord", payload: Any, end: bool, has_payload: bool = True) -> None: ...
+    async def send_input(self, rec: "RequestRecord", payload: Any, end: bool, has_payload: bool = True,
+                         params: dict | None = None) -> None: ...
 
     def abort(self, rid: int, reason: str = "cancelled") -> Awaitable[Any]: ...
 
@@ -128,9 +129,16 @@ class RequestHandle:
     def state(self) -> State:
         return self._rec.state
 
-    async def send(self, payload: Any) -> None:
-        """Stream one more input chunk (submit with stream_input=True)."""
-        await self._coord.send_input(self._rec, payload, end=False)
+    async def send(self, payload: Any, params: dict | None = None) -> None:
+        """Stream one more input chunk (submit with stream_input=True).
+
+        ``params``: keys of the request's params to change from this chunk on,
+        for settings of a long stream that follow the conversation (the listen
+        stage's ``agent_speaking``).  The entry stage's executor sees them in
+        ``WorkItem.params`` (chunks still queued there may see them a few ms
+        early); the route and the stages after the entry keep the params the
+        request was submitted with."""
+        await self._coord.send_input(self._rec, payload, end=False, params=params)
 
     async def end_input(self, payload: Any = None) -> None:
         await self._coord.send_input(self._rec, payload, end=True, has_payload=payload is not None)

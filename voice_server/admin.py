@@ -13,7 +13,10 @@
                             "coordinator_pool", "processes" {"group/replica": {"pid",
                             "ready", "restarts", "node" (host name, or the Ray node id),
                             "node_ip" (Ray), "heartbeat_age_ms", "held", "pool",
-                            "tombstones", "stages"}}, "shm_prefix", "shm_segments"}:
+                            "tombstones", "stages"}}, "shm_prefix", "shm_segments",
+                            "load" (voice_server.load: sessions and max_sessions,
+                            recognition queue and busy share, think queue and busy
+                            share, and the one "figure", 1.0 = full)}:
                             what an operator (or benchmarks/soak.py, from another
                             process) checks for leaks: requests left, buffers lent,
                             segments in /dev/shm, stage pids to watch
@@ -41,6 +44,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from .load import load_of
 from .session_registry import registry_for
 from .transports.access import bearer_token, is_loopback, key_matches
 
@@ -106,10 +110,12 @@ def routes(pipeline, settings) -> list[Route]:
         p = live()
         reg = registry_for(p)
         body = {"pid": os.getpid(), "sessions": len(reg), "draining": reg.draining}
+        snap = p.snapshot() if p is not None else {}
         if p is not None:
-            body.update(p.snapshot())
+            body.update(snap)
             body["shm_prefix"] = p.shm_prefix
             body["shm_segments"] = len(p.segments())
+        body["load"] = load_of(snap, reg.places, getattr(settings, "max_sessions", 0)).to_dict()
         return JSONResponse(body)
 
     return [Route("/v1/requests/{rid}", request_status, methods=["GET"]),

@@ -38,6 +38,7 @@ from starlette.staticfiles import StaticFiles
 
 from . import admin, metrics
 from .drain import DrainGate, install_signal_drain
+from .session_registry import registry_for
 from .settings import ServerSettings
 from .transports import http_api
 from .transports.access import is_loopback
@@ -84,7 +85,8 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     tw_routes, tw_endpoint = twilio_routes(pipeline, settings)
     routes += tw_routes
     routes += list(http_api.routes(pipeline, settings))
-    routes += metrics.routes(pipeline, settings) + admin.routes(pipeline, settings)
+    routes += metrics.routes(pipeline, settings, places=lambda p: registry_for(p).places)
+    routes += admin.routes(pipeline, settings)
     rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, client_secrets)
     routes += rtc_routes
     demo = _demo_dir(settings)

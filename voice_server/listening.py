@@ -20,7 +20,8 @@ from typing import Any, Optional
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import FINAL, LISTEN, LISTEN_RATE_HZ, LISTEN_TIME_KEYS
+from runtime.models.voice_contract import (AGENT_SPEAKING, FINAL, LISTEN, LISTEN_RATE_HZ,
+                                           LISTEN_TIME_KEYS)
 
 from .runner_host import RequestKind, RunnerHost
 from .session import Close, ConfigureListen, FeedListen, StopListen
@@ -38,6 +39,7 @@ class ListenStream:
     handle: Any = None
     task: Optional[asyncio.Task] = None
     ended: bool = False  # we ended/aborted it on purpose
+    agent_speaking: bool | None = None   # what the stage was last told (AGENT_SPEAKING)
 
 
 @dataclass
@@ -109,7 +111,7 @@ class Listening:
                     continue
                 pcm = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 try:
-                    await cur.handle.send(pcm)
+                    await cur.handle.send(pcm, params=self._agent_update(cur))
                 except Exception as exc:  # noqa: BLE001
                     log.warning("listen send failed: %r", exc)
             elif isinstance(item, _Open):
@@ -120,9 +122,20 @@ class Listening:
                 await self._end(cur)
                 cur = None
 
+    def _agent_update(self, stream: ListenStream) -> dict | None:
+        """The stage spends early readings by whether the caller hears a reply
+        (voice_contract.AGENT_SPEAKING): say so on the first chunk after it changed."""
+        speaking = bool(self.host.session.agent_speaking)
+        if speaking == stream.agent_speaking:
+            return None
+        stream.agent_speaking = speaking
+        return {AGENT_SPEAKING: speaking}
+
     async def _open(self, stream: ListenStream) -> None:
         host = self.host
-        params = {"sample_rate": LISTEN_RATE_HZ, **stream.params}
+        stream.agent_speaking = bool(host.session.agent_speaking)
+        params = {"sample_rate": LISTEN_RATE_HZ, **stream.params,
+                  AGENT_SPEAKING: stream.agent_speaking}
         try:
             h = await host.pipeline.submit(None, entry=LISTEN, stream_input=True, params=params,
                                            deadline_s=host.opt.listen_deadline_s)

@@ -28,6 +28,17 @@ Two sources, so the hot path pays (almost) nothing:
   ``voice_requests_total``              by outcome: submitted|completed|cancelled|failed
   ``voice_request_aborts_total``        aborts issued (barge-in, cancel, disconnect, ...)
   ``voice_request_errors_total``        failed requests by error code (closed set)
+  ``voice_stage_busy_fraction``         share of the last 5 s a stage spent in steps
+  ``voice_load``                        the load figure, 1.0 = full (voice_server.load:
+                                        the highest of sessions / max_sessions and the
+                                        recognition and think busy fractions)
+  ``voice_session_places``              places taken (live sessions + handshakes) and
+                                        ``voice_max_sessions``
+  ``voice_recognition_queue``           recognition jobs waiting, by reading
+                                        (transcript | early)
+  ``voice_recognition_busy_fraction``   the recognition thread's busy share, last 5 s
+  ``voice_early_readings_dropped_total`` early readings (peeks) dropped unrun under load
+  ``voice_think_queue``                 think requests by state (waiting | running)
   ==================================== =====================================================
 
 * **Per-turn latencies, recorded by the session runner** with a few calls
@@ -73,7 +84,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
@@ -86,6 +97,8 @@ from starlette.routing import Route
 
 from runtime.errors import ErrorCode
 from runtime.models.voice_contract import FINAL, SPEECH_STARTED, SPEECH_STOPPED, THINK
+
+from .load import Load, load_of
 
 TRANSPORTS = ("websocket", "webrtc", "twilio")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0,
@@ -205,10 +218,15 @@ class TurnTimer:
 
 # --------------------------------------------------------------------- scrape-time view
 class PipelineCollector(Collector):
-    """Metric families from ``pipeline.snapshot()``, computed at scrape time."""
+    """Metric families from ``pipeline.snapshot()``, computed at scrape time;
+    with ``places`` (the pipeline -> places taken among ``max_sessions``: the
+    session registry, which imports this module) the load families too."""
 
-    def __init__(self, pipeline) -> None:
+    def __init__(self, pipeline, places: Callable[[Any], int] | None = None,
+                 max_sessions: int = 0) -> None:
         self._pipeline = pipeline
+        self._places = places
+        self._max_sessions = max_sessions
 
     def _get_pipeline(self):
         p = self._pipeline
@@ -225,7 +243,10 @@ class PipelineCollector(Collector):
             snap = p.snapshot()
         except Exception:  # noqa: BLE001 - a scrape must not break the server
             return []
-        return list(_families(snap))
+        out = list(_families(snap))
+        if self._places is not None:
+            out += _load_families(load_of(snap, self._places(p), self._max_sessions))
+        return out
 
 
 def _families(snap: dict[str, Any]):
@@ -243,6 +264,8 @@ def _families(snap: dict[str, Any]):
     steps = CounterMetricFamily("voice_stage_steps", "Steps a stage executed", labels=sl)
     step_s = CounterMetricFamily("voice_stage_step_seconds", "Time a stage spent in steps",
                                  labels=sl)
+    busy = GaugeMetricFamily("voice_stage_busy_fraction",
+                             "Share of the last 5 s a stage spent in steps", labels=sl)
     pl = ["group", "replica"]
     restarts = CounterMetricFamily("voice_process_restarts",
                                    "Supervisor restarts of a stage process", labels=pl)
@@ -280,6 +303,7 @@ def _families(snap: dict[str, Any]):
             last_batch.add_metric(lv, st.get("last_batch_size", 0) or 0)
             steps.add_metric(lv, st.get("steps", 0) or 0)
             step_s.add_metric(lv, st.get("step_time_s", 0.0) or 0.0)
+            busy.add_metric(lv, st.get("busy_fraction", 0.0) or 0.0)
             sizes = {int(k): int(v) for k, v in (st.get("batch_sizes") or {}).items()}
             buckets = [(str(b), sum(n for s, n in sizes.items() if s <= b))
                        for b in BATCH_BUCKETS]
@@ -288,7 +312,7 @@ def _families(snap: dict[str, Any]):
     pool = snap.get("coordinator_pool") or {}
     lent_b.add_metric(["coordinator"], pool.get("lent_bytes", 0) or 0)
     lent_n.add_metric(["coordinator"], pool.get("lent", 0) or 0)
-    yield from (held, waiting, running, last_batch, batch, steps, step_s, restarts, ready, hb,
+    yield from (held, waiting, running, last_batch, batch, steps, step_s, busy, restarts, ready, hb,
                 tomb, node, lent_b, lent_n)
 
     live = GaugeMetricFamily("voice_live_requests", "Requests in the coordinator's live table")
@@ -312,16 +336,46 @@ def _families(snap: dict[str, Any]):
     yield err
 
 
-def render(pipeline) -> bytes:
+def _load_families(load: Load):
+    fig = GaugeMetricFamily("voice_load", "The load figure, 1.0 = full: the highest of "
+                            "sessions / max_sessions and the recognition and think busy fractions")
+    fig.add_metric([], load.figure)
+    places = GaugeMetricFamily("voice_session_places", "Places taken among max_sessions "
+                               "(live sessions + handshakes in flight)")
+    places.add_metric([], load.sessions)
+    cap = GaugeMetricFamily("voice_max_sessions", "Sessions admitted at most (max_sessions)")
+    cap.add_metric([], load.max_sessions)
+    rq = GaugeMetricFamily("voice_recognition_queue", "Recognition jobs waiting, by reading",
+                           labels=["reading"])
+    rq.add_metric(["transcript"], load.recognition_queued)
+    rq.add_metric(["early"], load.recognition_queued_early)
+    rb = GaugeMetricFamily("voice_recognition_busy_fraction",
+                           "The recognition thread's busy share of the last 5 s")
+    rb.add_metric([], load.recognition_busy)
+    dropped = CounterMetricFamily("voice_early_readings_dropped",
+                                  "Early readings (peeks) dropped unrun under load")
+    dropped.add_metric([], load.early_dropped)
+    tq = GaugeMetricFamily("voice_think_queue", "Think requests, by state", labels=["state"])
+    tq.add_metric(["waiting"], load.think_waiting)
+    tq.add_metric(["running"], load.think_running)
+    yield from (fig, places, cap, rq, rb, dropped, tq)
+
+
+def render(pipeline, places: Callable[[Any], int] | None = None, max_sessions: int = 0) -> bytes:
     """The exposition text: process-wide turn/session metrics + this pipeline's view."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(PipelineCollector(pipeline))
+    reg.register(PipelineCollector(pipeline, places, max_sessions))
     return generate_latest(REGISTRY) + generate_latest(reg)
 
 
-def routes(pipeline, settings=None, path: str = "/metrics") -> list[Route]:
+def routes(pipeline, settings=None, path: str = "/metrics",
+           places: Callable[[Any], int] | None = None) -> list[Route]:
+    """``places``: the pipeline -> places taken (``SessionRegistry.places``),
+    for the load families (app.py passes it)."""
+    max_sessions = int(getattr(settings, "max_sessions", 0) or 0)
+
     async def metrics(request: Request) -> Response:
-        return Response(render(pipeline), media_type=CONTENT_TYPE_LATEST)
+        return Response(render(pipeline, places, max_sessions), media_type=CONTENT_TYPE_LATEST)
     return [Route(path, metrics, methods=["GET"])]
 
 

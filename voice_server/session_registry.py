@@ -59,6 +59,11 @@ class SessionRegistry:
     def __len__(self) -> int:
         return len(self.runners)
 
+    @property
+    def places(self) -> int:
+        """Places among ``max_sessions`` taken: live sessions plus handshakes in flight."""
+        return len(self.runners) + self.pending
+
     def list(self) -> list[dict]:
         return [describe(r) for r in list(self.runners.values())]
 

@@ -65,6 +65,15 @@ LISTEN_EVENT_TYPES = (SPEECH_STARTED, PARTIAL, SPEECH_STOPPED, FINAL, ONSET, ONS
 # The listen event keys that are positions on the input timeline.
 LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
 
+# ------------------------------------------------------- listen stage input
+# A listen request's param that the server updates while the stream runs
+# (``RequestHandle.send(pcm, params=...)``): True while the caller hears the
+# agent's reply, False while not.  The stage spends early readings (peeks)
+# where they can change something: the first, which tells a backchannel from
+# an interruption, only over a reply; the later ones, which ready the reply's
+# prompt, only when no reply plays.  Absent: every early reading runs.
+AGENT_SPEAKING = "agent_speaking"
+
 
 class SpeechStarted(TypedDict):
     type: Literal["speech_started"]

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runtime.busy_window import BusyWindow
 from runtime.errors import ErrorInfo
 from runtime.executor import WorkItem
 
@@ -81,6 +82,7 @@ class Scheduler:
         self.batch_sizes: dict[int, int] = {}
         self.steps = 0
         self.step_time_s = 0.0
+        self.busy = BusyWindow()        # the steps' share of the last few seconds (stats)
         self.last_batch_size = 0
 
     # ---- input ---------------------------------------------------------------------
@@ -92,6 +94,10 @@ class Scheduler:
             req = Pending(rid, params, self.ctx.expected_sources(rid, params))
             self.requests[rid] = req
             self.on_new(req)
+        elif params:
+            # a later chunk's params update (RequestHandle.send): the executor
+            # sees it on this chunk's WorkItem and after; the route stays
+            req.params.update({k: v for k, v in params.items() if k != "_route"})
         self.accept(req, src, payload, has_payload, end)
 
     def on_new(self, req: Pending) -> None:
@@ -141,12 +147,15 @@ class Scheduler:
     def record_batch(self, n: int, seconds: float) -> None:
         self.steps += 1
         self.step_time_s += seconds
+        now = time.monotonic()
+        self.busy.add(now - seconds, now)
         self.last_batch_size = n
         self.batch_sizes[n] = self.batch_sizes.get(n, 0) + 1
 
     def stats(self) -> dict:
         s = {"kind": self.kind, "held": len(self.requests), "steps": self.steps,
              "step_time_s": round(self.step_time_s, 6), "last_batch_size": self.last_batch_size,
+             "busy_fraction": round(self.busy.fraction(time.monotonic()), 3),
              "batch_sizes": dict(self.batch_sizes)}
         try:
             executor_stats = self.executor.stats()

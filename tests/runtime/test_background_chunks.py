@@ -171,3 +171,26 @@ def test_several_results_collected_at_once_after_the_end_are_all_emitted():
     run_until(sched, lambda: not sched.requests)
     assert [p for _, p, _ in ctx.out[-3:]] == ["A", "B", "C"]
     assert [e for _, _, e in ctx.out] == [False] * 5 + [True]
+
+
+def test_a_params_update_on_a_later_chunk_reaches_the_executor():
+    """RequestHandle.send(payload, params=...): the listen stage learns whether
+    the agent speaks from the chunks it gets; the route never changes."""
+    sched, ctx, ex = make()
+    seen: list[dict] = []
+    process = ex.process
+
+    def recording(items):
+        seen.extend(dict(it.params) for it in items)
+        return process(items)
+
+    ex.process = recording
+    route = ["echo"]
+    sched.on_input(5, ENTRY_SRC, "a", True, False, {"_route": route, "agent_speaking": False})
+    run_until(sched, lambda: len(seen) == 1)
+    sched.on_input(5, ENTRY_SRC, "b", True, False, {"agent_speaking": True, "_route": ["x"]})
+    run_until(sched, lambda: len(seen) == 2)
+    sched.on_input(5, ENTRY_SRC, "c", True, True, None)     # no update: it holds
+    run_until(sched, lambda: not sched.requests)
+    assert [p["agent_speaking"] for p in seen] == [False, True, True]
+    assert all(p["_route"] == route for p in seen)

@@ -127,3 +127,43 @@ async def test_the_replys_echo_does_not_interrupt_it_the_caller_still_does(serve
             assert done["response"]["status"] == "completed", (done["response"], heard)
             assert not of(c, "voice_agent.output_audio.paused", i)
             assert not of(c, "input_audio_buffer.speech_started", i)
+
+
+async def peek_counts(server) -> tuple[int, int]:
+    """The listen stage's (peeks asked, peeks skipped) so far."""
+    snap = await server.acall(server.pipeline.snapshot)
+    ex = next(p["stages"]["listen"]["executor"] for p in snap["processes"].values()
+              if "listen" in p["stages"])
+    return ex.get("peeks_asked", 0), ex.get("peeks_skipped", 0)
+
+
+async def until_counts(server, want, timeout: float = 10.0) -> tuple[int, int]:
+    """Stage stats come five times a second: wait until ``want(counts)``."""
+    end = asyncio.get_running_loop().time() + timeout
+    while not want(counts := await peek_counts(server)):
+        assert asyncio.get_running_loop().time() < end, counts
+        await asyncio.sleep(0.1)
+    return counts
+
+
+async def test_the_early_reading_runs_over_a_reply_only(server):
+    """The runner tells the listen stage whether a reply plays (agent_speaking):
+    a question asked in silence gets no early reading (nothing to decide), the
+    same caller talking over a reply gets it (backchannel or interruption?).
+    This pipeline peeks once, 400 ms in (no asr_peek_every_ms)."""
+    async with connected(RealtimeWSTransport(server.url, API_KEY)) as c:
+        await asyncio.sleep(0.5)
+        asked0, skipped0 = await peek_counts(server)
+        n = len(c.events)
+        _, end = c.say(flite_pcm("what is the capital of france", RATE))
+        await asyncio.wait_for(end, 30)
+        await c.wait(lambda e: e["type"] == "response.done", n, 60)     # the turn's answer
+        asked, skipped = await until_counts(server, lambda k: k[1] > skipped0)
+        assert (asked, skipped) == (asked0, skipped0 + 1)
+
+        rid, i = await reply_playing(c)
+        c.say(flite_pcm(INTERRUPTION, RATE))
+        done = await done_of(c, rid, i)
+        assert done["response"]["status"] == "cancelled"
+        got = await until_counts(server, lambda k: k[0] > asked)
+        assert got == (asked + 1, skipped), got

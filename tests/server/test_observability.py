@@ -83,6 +83,15 @@ async def test_metrics_stage_gauges_and_turn_histograms(server):
         await c.wait("session.created")
         during = await scrape(server)
         assert val(during, "voice_active_sessions", transport="websocket") >= 1
+        assert val(during, "voice_max_sessions") == 8
+        assert val(during, "voice_session_places") >= 1
+        assert val(during, "voice_load") >= val(during, "voice_session_places") / 8
+        for reading in ("transcript", "early"):
+            assert ("voice_recognition_queue", frozenset({"reading": reading}.items())) in during
+        assert ("voice_recognition_busy_fraction", frozenset()) in during
+        assert ("voice_think_queue", frozenset({"state": "waiting"}.items())) in during
+        assert ("voice_stage_busy_fraction", frozenset({"stage": "think", "group": "think",
+                                                        "replica": "0"}.items())) in during
         # a spoken turn: end of utterance, first token, first audio (from end of speech)
         n = len(c.events)
         await stream_realtime(c.send, np.concatenate([silence(200),
@@ -135,6 +144,26 @@ async def test_metrics_stage_gauges_and_turn_histograms(server):
 async def _silence_forever(c: RTClient) -> None:
     while True:
         await stream_realtime(c.send, silence(200))
+
+
+def test_the_load_figure_is_the_fullest_part():
+    """voice_server.load reads a snapshot: the busiest replica counts, queues add up."""
+    from voice_server.load import load_of
+
+    def proc(stages):
+        return {"stages": stages}
+
+    snap = {"processes": {
+        "listen/0": proc({"listen": {"executor": {"asr": {
+            "queued": 2, "queued_early": 1, "busy_fraction": 0.9, "early_late": 3}}}}),
+        "listen/1": proc({"listen": {"executor": {"asr": {"busy_fraction": 0.2, "early_busy": 1}}}}),
+        "think/0": proc({"think": {"waiting": 3, "running": 4, "busy_fraction": 0.5}})}}
+    load = load_of(snap, places=4, max_sessions=8)
+    assert (load.recognition_queued, load.recognition_queued_early, load.early_dropped) == (2, 1, 4)
+    assert (load.think_waiting, load.think_running) == (3, 4)
+    assert load.figure == 0.9
+    assert load_of(snap, places=8, max_sessions=8).figure == 1.0
+    assert load_of({}, places=2, max_sessions=8).to_dict()["figure"] == 0.25
 
 
 def test_turn_timer_barge_in_and_end_of_utterance():
@@ -202,6 +231,11 @@ async def test_admin_endpoints(server):
             assert set(rt["processes"]) >= {"listen/0", "think/0", "speak/0"}, rt
             assert all(p["pid"] > 0 and p["ready"] for p in rt["processes"].values()), rt
             assert rt["shm_prefix"] and isinstance(rt["shm_segments"], int), rt
+            load = rt["load"]
+            assert load["sessions"] >= 1 and load["max_sessions"] == 8, load
+            assert 0.0 <= load["recognition_busy"] <= 1.0 and 0.0 <= load["think_busy"] <= 1.0
+            assert load["figure"] >= load["sessions"] / 8, load
+            assert load["recognition_queued"] >= 0 and load["think_waiting"] >= 0, load
             assert (await h.get("/v1/requests/abc")).status_code == 400
 
             # a response in flight shows up as the session's active response

@@ -314,10 +314,27 @@ async def wait_places(srv, n: int, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def callers_still_served(rtc: RTCClient, ws: RTClient, tw: TwilioClient) -> None:
+    """Each admitted caller asks a question and hears (or reads) its answer."""
+    n_rtc, n_ws, n_tw = len(rtc.events), len(ws.events), len(tw.msgs)
+    rtc.mic.say(flite_pcm(QUESTION, RATE), RATE)
+    tw.say(QUESTION)
+    await ws.send({"type": "conversation.item.create", "item": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "Say yes."}]}})
+    await ws.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
+    done_ws, done_rtc, _ = await asyncio.gather(
+        ws.wait("response.done", timeout=60, start=n_ws), rtc.wait("response.done", 60, start=n_rtc),
+        tw.wait(lambda m: m["event"] == "media" and m["_item"], start=n_tw, timeout=60))
+    assert done_ws["response"]["status"] == "completed", done_ws
+    assert done_rtc["response"]["status"] == "completed", done_rtc
+    assert ws.closed is None and not tw.closed and rtc.pc.connectionState == "connected"
+
+
 async def test_max_sessions_counts_websocket_webrtc_and_twilio_together(rtc_server):
     """One WebSocket session, one WebRTC call and one Twilio stream fill
-    max_sessions=3; a fourth is refused with 503 on each transport, and a
-    client secret offered to the refused WebRTC call is not spent."""
+    max_sessions=3; a fourth is refused with 503 on each transport, a client
+    secret offered to the refused WebRTC call is not spent, and the three
+    callers already in are untouched: each still gets its answer."""
     srv = rtc_server
     base_ws = f"ws://127.0.0.1:{srv.port}"
     await wait_places(srv, 0)
@@ -341,7 +358,9 @@ async def test_max_sessions_counts_websocket_webrtc_and_twilio_together(rtc_serv
             with pytest.raises(websockets.InvalidStatus) as ei:
                 await websockets.connect(base_ws + "/v1/telephony/twilio", additional_headers={
                     "Authorization": f"Bearer {API_KEY}"})
-            assert ei.value.response.status_code == 503
+            assert ei.value.response.status_code == 503     # the same refusal as the WebSocket's
+            assert json.loads(ei.value.response.body)["error"]["code"] == "server_busy"
+            assert ei.value.response.headers["Retry-After"] == "5"
             with pytest.raises(PermissionError, match="503"):
                 await RTCClient.connect(srv.base, API_KEY)
 
@@ -351,6 +370,8 @@ async def test_max_sessions_counts_websocket_webrtc_and_twilio_together(rtc_serv
             secret = r.json()["value"]
             with pytest.raises(PermissionError, match="503"):
                 await RTCClient.connect(srv.base, secret)
+            await wait_places(srv, 3)          # the refused attempts hold no place
+            await callers_still_served(rtc, ws, tw)
 
             await tw.stop()  # the phone call ends: one place frees
             await asyncio.wait_for(tw.ws.wait_closed(), 10)

@@ -65,6 +65,12 @@ class _Deciding:
 
 
 class Interruptions:
+    @property
+    def agent_speaking(self) -> bool:
+        """The caller hears a reply now: the runner tells the listen stage
+        (voice_contract.AGENT_SPEAKING), which spends early readings by it."""
+        return self._agent_speaking()
+
     def _agent_speaking(self) -> bool:
         """A reply is being heard: its audio started and it is active."""
         r = self._active

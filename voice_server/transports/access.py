@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 from urllib.parse import urlsplit
 
+from starlette.responses import JSONResponse
+
 from ..session_registry import registry_for
 from .client_secrets import ClientSecret, ClientSecretStore, is_client_secret
 
@@ -123,7 +125,7 @@ def admit(pipeline, max_sessions: int) -> Optional[AdmissionTicket]:
     """A ticket, or None when the live sessions of every transport plus the
     handshakes in flight already reach ``max_sessions``."""
     reg = registry_for(pipeline)
-    if len(reg) + reg.pending >= max_sessions:
+    if reg.places >= max_sessions:
         return None
     reg.pending += 1
     return AdmissionTicket(reg)
@@ -142,6 +144,12 @@ class Refusal(Exception):
     def body(self) -> dict:
         return {"error": {"type": self.type, "code": self.code, "message": self.message,
                           "param": None}}
+
+
+def denial_response(refusal: Refusal) -> JSONResponse:
+    """The HTTP answer to a refused session (a WebSocket upgrade's denial
+    response, or the WebRTC offer's reply): every transport sends the same."""
+    return JSONResponse(refusal.body(), status_code=refusal.status, headers=refusal.headers)
 
 
 def busy_refusal(max_sessions: int) -> Refusal:
@@ -190,4 +198,4 @@ def admit_session(pipeline, settings, *, origin: Optional[str], host: Optional[s
 
 __all__ = ["bearer_token", "key_matches", "host_of", "is_loopback", "origin_allowed",
            "admit", "AdmissionTicket", "Refusal", "Admitted", "admit_session",
-           "busy_refusal", "origin_refusal", "KEY_HELP"]
+           "busy_refusal", "origin_refusal", "denial_response", "KEY_HELP"]

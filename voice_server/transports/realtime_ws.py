@@ -38,7 +38,6 @@ import json
 import logging
 import secrets
 
-from starlette.responses import JSONResponse
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
@@ -47,7 +46,7 @@ from ..session import Session
 from ..session.config import apply_session_update
 from ..session.errors import ClientError
 from ..settings import ServerSettings
-from .access import Refusal, admit_session, bearer_token
+from .access import Refusal, admit_session, bearer_token, denial_response
 from .ws_reader import read_websocket, until_first
 
 log = logging.getLogger("voice_server.transports.realtime_ws")
@@ -66,9 +65,7 @@ class RealtimeEndpoint:
 
     async def _deny(self, ws: WebSocket, refusal: Refusal) -> None:
         try:
-            await ws.send_denial_response(JSONResponse(refusal.body(),
-                                                       status_code=refusal.status,
-                                                       headers=refusal.headers))
+            await ws.send_denial_response(denial_response(refusal))
         except RuntimeError:  # server without the denial-response extension: plain 403
             await ws.close(1008)
 

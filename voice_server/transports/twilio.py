@@ -76,7 +76,7 @@ from xml.sax.saxutils import quoteattr
 
 import numpy as np
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketState
 
@@ -84,8 +84,9 @@ from ..audio_codec import StreamResampler, mulaw_decode, mulaw_encode
 from ..runner import RunnerOptions, SessionRunner
 from ..session import Session
 from ..settings import ServerSettings
-from .access import AdmissionTicket, admit, bearer_token, host_of, is_loopback, key_matches, \
-    origin_allowed
+from .access import (AdmissionTicket, Refusal, admit, bearer_token, busy_refusal,
+                     denial_response, host_of, is_loopback, key_matches, origin_allowed,
+                     origin_refusal)
 from .ws_reader import read_websocket, until_first
 
 log = logging.getLogger("voice_server.transports.twilio")
@@ -516,9 +517,9 @@ class TwilioEndpoint:
             return signature_ok(token, sig, urls)
         return not s.auth_required
 
-    async def _deny(self, ws: WebSocket, status: int, message: str) -> None:
+    async def _deny(self, ws: WebSocket, refusal: Refusal) -> None:
         try:
-            await ws.send_denial_response(JSONResponse({"error": message}, status_code=status))
+            await ws.send_denial_response(denial_response(refusal))
         except RuntimeError:
             await ws.close(1008)
 
@@ -527,15 +528,16 @@ class TwilioEndpoint:
         s = self.settings
         if not origin_allowed(ws.headers.get("origin"), ws.headers.get("host"),
                               s.allowed_origins):  # Twilio sends none; a browser page might
-            await self._deny(ws, 403, "forbidden: this Origin may not use the server")
+            await self._deny(ws, origin_refusal())
             return
         if not self._authorized(ws):
             log.warning("twilio: stream rejected (no valid API key or X-Twilio-Signature)")
-            await self._deny(ws, 403, "forbidden: no valid API key or X-Twilio-Signature")
+            await self._deny(ws, Refusal(403, "forbidden",
+                                         "No valid API key or X-Twilio-Signature."))
             return
         ticket = admit(self.pipeline, s.max_sessions)  # every transport's sessions count
         if ticket is None:
-            await self._deny(ws, 503, "too many sessions")
+            await self._deny(ws, busy_refusal(s.max_sessions))   # the same as every transport
             return
         try:
             await ws.accept()

@@ -78,8 +78,8 @@ from ..session.config import apply_session_update, session_to_wire
 from ..session.errors import ClientError
 from ..settings import ServerSettings
 from ..third_party_patches import guard_text_decoding, low_latency_audio_receiver, offered_hosts
-from .access import (KEY_HELP, Admitted, Refusal, admit_session, bearer_token, key_matches,
-                     origin_allowed, origin_refusal)
+from .access import (KEY_HELP, Admitted, Refusal, admit_session, bearer_token, denial_response,
+                     key_matches, origin_allowed, origin_refusal)
 from .client_secrets import ClientSecretStore, is_client_secret
 from .webrtc_audio import PacedAudioTrack, frame_to_mono
 from .webrtc_ice import parse_hosts, rtc_configuration
@@ -97,10 +97,6 @@ def _error(status: int, code: str, message: str, type_: str = "invalid_request_e
            param: str | None = None, headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": {"type": type_, "code": code, "message": message,
                                    "param": param}}, status_code=status, headers=headers)
-
-
-def _refused(refusal: Refusal) -> JSONResponse:
-    return JSONResponse(refusal.body(), status_code=refusal.status, headers=refusal.headers)
 
 
 def _utf8_size(msg: str | bytes) -> int:
@@ -304,7 +300,7 @@ class WebRTCEndpoint:
     def _check_origin(self, request: Request) -> JSONResponse | None:
         if not origin_allowed(request.headers.get("origin"), request.headers.get("host"),
                               self.settings.allowed_origins):
-            return _refused(origin_refusal())
+            return denial_response(origin_refusal())
         return None
 
     def _key_error(self, request: Request) -> JSONResponse | None:
@@ -392,7 +388,7 @@ class WebRTCEndpoint:
                                      host=request.headers.get("host"),
                                      key=bearer_token(request.headers), secrets=self.secrets)
         except Refusal as refusal:
-            return _refused(refusal)
+            return denial_response(refusal)
         try:
             return await self._answer(request, sdp, admitted)
         finally:

@@ -63,11 +63,12 @@ from runtime.models.listen.silero_vad import FRAME_SAMPLES, SileroVAD, make_sess
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.whisper_asr import ALT_PROMPT
 from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
-from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, SPEECH_STARTED,
-                                           SPEECH_STOPPED, TURN_LIKELY_OVER, onset_dropped_event,
-                                           onset_event, partial_event, speech_paused_event,
-                                           speech_resumed_event, speech_started_event,
-                                           speech_stopped_event, turn_continues_event)
+from runtime.models.voice_contract import (AGENT_SPEAKING, INTERIM, LISTEN_RATE_HZ, PARTIAL,
+                                           SPEECH_STARTED, SPEECH_STOPPED, TURN_LIKELY_OVER,
+                                           onset_dropped_event, onset_event, partial_event,
+                                           speech_paused_event, speech_resumed_event,
+                                           speech_started_event, speech_stopped_event,
+                                           turn_continues_event)
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +312,10 @@ class _Stream:
         self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
         self.peek_every_ms = peek_every_ms   # and again this often while it goes on (0: once)
         self.next_peek_ms = peek_ms
+        self.agent_speaking: bool | None = None   # the server's AGENT_SPEAKING param (None: unsaid)
+        self.spoken_over = False      # the agent spoke since this utterance's onset
+        # peeks run, and peeks that could change nothing (_peek_matters) and were not
+        self.peeks = {"peeks_asked": 0, "peeks_skipped": 0}
         self.words: bool | None = None   # the transcript at this pause reads finished
         self.last_partial = ""
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
@@ -370,6 +375,7 @@ class _Stream:
         self.paused = False
         self.pause_said = False
         self.next_peek_ms = self.peek_ms
+        self.spoken_over = False
         self.last_partial = ""
         self.speech_frames = 0
         self.held_partial = None
@@ -385,6 +391,7 @@ class _Stream:
             if prob >= p.threshold:
                 self.state = self.PENDING
                 self.onset = start
+                self.spoken_over = bool(self.agent_speaking)
                 self.speech_frames = 1
                 self.silence_start = None
                 self.held_partial = None
@@ -438,12 +445,8 @@ class _Stream:
             out.append(speech_paused_event(self._ms(self.silence_start)))
         spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
         if self.state == self.SPEECH and self.peek_ms and self.silence_start is None \
-                and spoken_ms >= self.next_peek_ms and self._may_peek():
-            # the words so far, while they go on: a server deciding an interruption
-            # uses them, and the think stage and the chat model reading the words
-            # decode them ahead of the pause (only the last words are left then)
-            self.next_peek_ms = spoken_ms + self.peek_every_ms if self.peek_every_ms else math.inf
-            self.utt.peek()
+                and spoken_ms >= self.next_peek_ms:
+            self._peek(spoken_ms)
 
         if self.state == self.PENDING:
             if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
@@ -471,14 +474,42 @@ class _Stream:
                 out.append(partial_event(self.held_partial))
             self.held_partial = None
 
-    def _may_peek(self) -> bool:
-        """The first peek always (an interruption is decided with it); the later
-        ones only while recognition has nothing else to do for anyone, so they
-        never delay a pause's transcript (theirs or another caller's)."""
-        if self.next_peek_ms == self.peek_ms:
+    def hear_agent(self, speaking: bool | None) -> None:
+        """The server's word (``AGENT_SPEAKING``) on whether the caller hears a reply now."""
+        self.agent_speaking = None if speaking is None else bool(speaking)
+        if speaking and self.state != self.IDLE:
+            self.spoken_over = True
+
+    def _peek(self, spoken_ms: float) -> None:
+        """An early reading is due: the words so far, while they go on.  A
+        server deciding an interruption uses the first; the think stage and the
+        chat model reading the words decode the later ones ahead of the pause
+        (only the last words are left then).  The later ones wait for a
+        recogniser with nothing else to do for anyone, so they never delay a
+        pause's transcript (theirs or another caller's); the first is queued
+        at once, behind every transcript (asr_thread.Reading)."""
+        first = self.next_peek_ms == self.peek_ms
+        if not first:
+            thread = getattr(self.utt, "thread", None)
+            if thread is None or not thread.idle:
+                return                 # asked again at the next frame
+        self.next_peek_ms = spoken_ms + self.peek_every_ms if self.peek_every_ms else math.inf
+        if self._peek_matters(first):
+            self.peeks["peeks_asked"] += 1
+            self.utt.peek()
+        else:
+            self.peeks["peeks_skipped"] += 1
+
+    def _peek_matters(self, first: bool) -> bool:
+        """Where the server says whether a reply plays, a reading runs only
+        where it can change something: the first when the agent spoke since
+        the onset (backchannel or interruption?), the later ones while it does
+        not speak (the session readies the next reply's prompt with them only
+        while no reply is active; an interruption cancels the reply, and the
+        later readings come back)."""
+        if self.agent_speaking is None:
             return True
-        thread = getattr(self.utt, "thread", None)
-        return thread is not None and thread.idle
+        return self.spoken_over if first else not self.agent_speaking
 
     # -- end-of-turn model ----------------------------------------------------
     def _maybe_ask(self, silent_ms: float) -> None:
@@ -646,6 +677,15 @@ class ListenExecutor(ChunkExecutor):
       once).  The think stage decodes the words so far into the reply's
       prompt and the chat model reading the words (``turn_text_model``) into
       its cache, so that at the pause only the last words are left to decode;
+    * ``asr_peek_max_wait_ms``: a peek queued behind transcripts longer than
+      this (default 300) is dropped unrun: its words are old news; and
+      ``asr_peek_max_busy``: none runs while recognition was busy more than
+      this fraction of the last 5 s (default 0.7; 1: never dropped for load).
+      A pause's or an ended utterance's transcript always goes first and never
+      shares a batch with a peek (asr_thread.py).  A request that carries the
+      ``agent_speaking`` param (the server updates it as its reply starts and
+      stops) gets the first peek only over a reply and the later ones only
+      while none plays (voice_contract.AGENT_SPEAKING);
     * ``asr_alt_prompt``: an utterance of at most ``asr_alt_max_s`` (default 1.2)
       is read a second time after this Whisper prompt (default "Mm-hmm. Uh-huh.
       Yeah. Okay. Right."; "": never), and the reading goes out as the
@@ -687,6 +727,8 @@ class ListenExecutor(ChunkExecutor):
         self.pause_ms = float(args.get("asr_pause_ms", 192.0))
         self.peek_ms = max(0.0, float(args.get("asr_peek_ms", 400.0)))
         self.peek_every_ms = max(0.0, float(args.get("asr_peek_every_ms", 0.0)))
+        self.peek_max_wait_ms = max(0.0, float(args.get("asr_peek_max_wait_ms", 300.0)))
+        self.peek_max_busy = float(args.get("asr_peek_max_busy", 0.7))
         self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
         self.alt_prompt = str(args.get("asr_alt_prompt", ALT_PROMPT) or "")
         self.alt_max_s = float(args.get("asr_alt_max_s", 1.2))
@@ -719,7 +761,9 @@ class ListenExecutor(ChunkExecutor):
                              no_repeat_ngram_size=self.no_repeat_ngram,
                              alt_prompt=self.alt_prompt, alt_max_s=self.alt_max_s)
             asr.hear([np.zeros(LISTEN_RATE_HZ, dtype=np.float32)])   # first call allocates
-            self._thread = RecognitionThread(asr.hear, self.asr_max_batch, name="listen-asr")
+            self._thread = RecognitionThread(asr.hear, self.asr_max_batch, name="listen-asr",
+                                             early_max_wait_s=self.peek_max_wait_ms / 1000.0,
+                                             early_max_busy=self.peek_max_busy)
         else:
             from runtime.models.listen.pocketsphinx_asr import make_decoder
 
@@ -780,13 +824,14 @@ class ListenExecutor(ChunkExecutor):
             c["utterances"] += s.utterances
             for k, v in s.verdicts.items():
                 c[f"verdict_{k}"] = c.get(f"verdict_{k}", 0) + v
-            for k, v in s.utt.counters.items():
+            for k, v in (*s.utt.counters.items(), *s.peeks.items()):
                 c[k] = c.get(k, 0) + v
         delays = sorted(self._decision_ms)
         out = {"streams": len(self._streams), "spare_decoders": len(self._pool),
                "asr_engine": self.engine, **c}
         if self._thread is not None:
-            out["asr"] = dict(self._thread.counters, busy_s=round(self._thread.counters["busy_s"], 3))
+            out["asr"] = dict(self._thread.counters, busy_s=round(self._thread.counters["busy_s"], 3),
+                              **self._thread.load())
         if delays:
             out["vad_decision_ms"] = {"n": len(delays), "p50": delays[len(delays) // 2],
                                       "p99": delays[min(len(delays) - 1, int(len(delays) * 0.99))],
@@ -838,7 +883,7 @@ class ListenExecutor(ChunkExecutor):
         if s is None:
             return
         self._counters["utterances"] += s.utterances
-        for k, v in s.utt.counters.items():
+        for k, v in (*s.utt.counters.items(), *s.peeks.items()):
             self._counters[k] = self._counters.get(k, 0) + v
         self._thread.forget(request_id)
         for t in self._side_threads():
@@ -905,6 +950,7 @@ class ListenExecutor(ChunkExecutor):
                 if s is None:                  # tolerate a missing open(): same params, same effect
                     self.open(item.request_id, item.params)
                     s = self._streams[item.request_id]
+                s.hear_agent(item.params.get(AGENT_SPEAKING))
                 audio = to_mono_float32(item.payload) if item.payload is not None \
                     else np.zeros(0, dtype=np.float32)
                 plans.append((i, s, s.frames(audio, bool(item.final)), bool(item.final)))

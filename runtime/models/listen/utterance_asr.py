@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from runtime.models.listen.asr_thread import Call, RecognitionThread, Segment
+from runtime.models.listen.asr_thread import Call, Reading, RecognitionThread, Segment
 from runtime.models.voice_contract import (Final, ListenEvent, final_event, interim_event,
                                            partial_event, turn_likely_over_event)
 
@@ -90,13 +90,15 @@ class SpeculativeSegments:
         self._abandon()
 
     def peek(self) -> None:
-        """Transcribe the utterance so far while it goes on (an ``interim``); a
-        pause before it runs makes it stale (its own job says more)."""
+        """Transcribe the utterance so far while it goes on (an ``interim``): an
+        early reading, which the recognition thread runs after every transcript
+        and may drop; a pause before it runs makes it stale (its own job says more)."""
         if not self.parts:
             return
         gen = self.gen
         audio = np.concatenate(self.parts)
-        self.thread.submit(Segment(self.key, ("peek", gen), audio, lambda: gen == self.gen))
+        self.thread.submit(Segment(self.key, ("peek", gen), audio, lambda: gen == self.gen,
+                                   reading=Reading.EARLY))
 
     def end(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
         """The utterance is over: reuse the speculative job if it saw all of it."""

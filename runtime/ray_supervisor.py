@@ -3,11 +3,14 @@
 Same contract as :class:`runtime.supervisor.Supervisor` (the coordinator
 cannot tell them apart), different mechanics:
 
-* Each group gets one Ray placement group, one bundle per replica, asking
-  for the group's ``num_cpus`` / ``num_gpus`` / ``resources``, under
-  ``placement.ray_strategy`` (SPREAD by default: replicas on different nodes
-  while there are nodes, sharing nodes after that).  Replica ``r`` is the
-  actor in bundle ``r``.
+* Each replica gets its own one-bundle Ray placement group asking for the
+  group's ``num_cpus`` / ``num_gpus`` / ``resources``.  A group of one replica
+  asks for it directly; a group of several is first placed as one placement
+  group under ``placement.ray_strategy`` (SPREAD by default: replicas on
+  different nodes while there are nodes, sharing nodes after that), and each
+  replica's own placement group is then pinned to the node its bundle got.
+  Own groups, because a replica that moves must not leave a bundle behind in
+  one it shares with live siblings (Ray would re-reserve it elsewhere).
 * Each actor reports its node and a port on the node's address; only then
   are endpoints and transports known (same node -> shm, else frames), and the
   coordinator publishes them.
@@ -15,9 +18,14 @@ cannot tell them apart), different mechanics:
   exited), it raises (Ray says the actor or its node died), or heartbeats stop
   (a node that vanished before Ray noticed).  The first to arrive fails the
   replica's requests; a generation number makes the others no-ops.
-* A lost replica is re-created in its bundle; Ray moves the bundle of a dead
-  node to a live node with capacity.  Until it is back, requests that need it
-  fail at once with ``stage_unavailable`` naming what it waits for.
+* A lost replica is re-created at once.  If its node is lost too
+  (:mod:`runtime.ray_nodes`: Ray says so, or its raylet does not answer), its
+  placement group is removed and a fresh one is made that excludes every lost
+  node by label, so the replacement lands on a live node with room without
+  waiting for Ray's health check to declare the node dead (about 15 s with
+  Ray's defaults).  Otherwise it is re-created in its own placement group.
+  Until it is back, requests that need it fail at once with
+  ``stage_unavailable`` naming what it waits for.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import time
 
 import ray
 from ray.exceptions import GetTimeoutError, RayError
-from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from runtime.config import GroupConfig
@@ -38,6 +46,7 @@ from runtime.curve import is_loopback
 from runtime.messages import Ready, Shutdown
 from runtime.placement import NodeMap
 from runtime.ray_actor import RayStageLauncher
+from runtime.ray_nodes import avoiding, node_lost, pinned_to
 from runtime.supervisor import Proc, StageStartError, Supervisor
 
 STOP_WAIT_S = 3.0
@@ -70,7 +79,9 @@ class RaySupervisor(Supervisor):
         self.nodes = NodeMap("", {g.name: [None] * g.replicas for g in self.cfg.placement.groups})
         for name, g in self.groups.items():
             self.endpoints.groups[name] = [""] * g.replicas
-        self.pgs: dict[str, object] = {}
+        self.pgs: dict[tuple[str, int], PlacementGroup] = {}  # replica -> its own placement group
+        self.lost_nodes: set[str] = set()  # nodes found gone: no replacement is placed there
+        self._pg_serial = itertools.count()
         self.actors: dict[tuple[str, int], object] = {}
         self.gen: dict[tuple[str, int], int] = {k: 0 for k in self.procs}
         self.launched: set[tuple[str, int]] = set()
@@ -78,26 +89,59 @@ class RaySupervisor(Supervisor):
         self._tasks: set[asyncio.Future] = set()
 
     # ---- placement -------------------------------------------------------------------------
-    async def _placement_groups(self) -> None:
+    def _new_pg(self, g: GroupConfig, replica: int, selector: list[dict[str, str]] | None) -> PlacementGroup:
+        return placement_group([bundle_of(g)], bundle_label_selector=selector,
+                               name=f"va-{self.run_token}-{g.name}-{replica}-{next(self._pg_serial)}")
+
+    async def _pg_ready(self, pg: PlacementGroup, g: GroupConfig, n: int) -> None:
         timeout = self.cfg.control.ready_timeout_s
-        strategy = self.cfg.placement.ray_strategy
-        for name, g in self.groups.items():
-            self.pgs[name] = placement_group([bundle_of(g)] * g.replicas, strategy=strategy,
-                                             name=f"va-{self.run_token}-{name}")
-        for name, pg in self.pgs.items():
-            g = self.groups[name]
+        try:
+            await asyncio.wait_for(pg.ready(), timeout)
+        except asyncio.TimeoutError:
+            raise StageStartError(
+                f"stage group {g.name!r} (stages {g.stages}): Ray has no room for {n} x "
+                f"{bundle_of(g)} ({self.cfg.placement.ray_strategy}) within {timeout:g}s; free in the "
+                f"cluster now: {ray.available_resources()}") from None
+
+    async def _reserve(self, g: GroupConfig) -> None:
+        """Each replica of ``g`` its own placement group (the module docstring says why and how)."""
+        selectors: list[list[dict[str, str]] | None] = [None]
+        if g.replicas > 1:
+            plan = placement_group([bundle_of(g)] * g.replicas, strategy=self.cfg.placement.ray_strategy,
+                                   name=f"va-{self.run_token}-{g.name}-plan")
             try:
-                await asyncio.wait_for(pg.ready(), timeout)
-            except asyncio.TimeoutError:
-                raise StageStartError(
-                    f"stage group {name!r} (stages {g.stages}): Ray has no room for {g.replicas} x "
-                    f"{bundle_of(g)} ({strategy}) within {timeout:g}s; free in the cluster now: "
-                    f"{ray.available_resources()}") from None
+                await self._pg_ready(plan, g, g.replicas)
+                nodes = placement_group_table(plan)["bundles_to_node_id"]
+            finally:
+                remove_placement_group(plan)
+            selectors = [pinned_to(nodes[r]) for r in range(g.replicas)]
+        for r, selector in enumerate(selectors):
+            self.pgs[(g.name, r)] = self._new_pg(g, r, selector)
+        await asyncio.gather(*(self._pg_ready(self.pgs[(g.name, r)], g, g.replicas) for r in range(g.replicas)))
+
+    async def _rehome_if_node_lost(self, p: Proc) -> None:
+        """If ``p``'s node is gone, swap its placement group for one that avoids every lost node."""
+        if p.node is None or not (p.node in self.lost_nodes or await node_lost(p.node)):
+            return
+        self.lost_nodes.add(p.node)
+        g = self.groups[p.group]
+        avoid = set(self.lost_nodes)
+        if self.cfg.placement.ray_strategy == "STRICT_SPREAD":  # never beside a sibling
+            avoid |= {q.node for q in self.procs.values() if q.group == p.group and q is not p and q.node}
+        old = self.pgs.pop(p.key, None)
+        self.pgs[p.key] = self._new_pg(g, p.replica, avoiding(avoid))
+        if old is not None:
+            try:
+                remove_placement_group(old)
+            except RayError:
+                pass
+        print(f"re-creating {p.group}/{p.replica} away from lost node {p.node_ip} ({p.node[:8]})",
+              file=sys.stderr, flush=True)
 
     def _actor_options(self, p: Proc) -> dict:
         g = self.groups[p.group]
         b = bundle_of(g)
-        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pgs[p.group], p.replica),
+        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pgs[p.key], 0),
                 "num_cpus": b.get("CPU", 0), "num_gpus": b.get("GPU", 0),
                 "resources": {k: v for k, v in b.items() if k not in ("CPU", "GPU")}}
 
@@ -126,6 +170,7 @@ class RaySupervisor(Supervisor):
         p.ready_future = self.loop.create_future()
         actor = self.actors[p.key]
         p.pid = await actor.launch.remote(json.dumps(spec))
+        p.alive = True
         p.last_heartbeat = time.monotonic()
         self.launched.add(p.key)
         self._spawn_task(self._watch_actor(p, self.gen[p.key], actor.wait.remote()))
@@ -152,7 +197,7 @@ class RaySupervisor(Supervisor):
         self.gen[p.key] += 1  # whatever else reports this death later is ignored
         self.launched.discard(p.key)
         was_ready = p.ready
-        p.ready = False
+        p.died()
         self._not_started(p, f"died ({why})")
         actor = self.actors.pop(p.key, None)
         if actor is not None:
@@ -161,7 +206,8 @@ class RaySupervisor(Supervisor):
         self.on_death(p, why)
         tail = "".join(f"\n    {line}" for line in p.stderr_tail[-8:])
         print(f"stage group {p.group!r} replica {p.replica}: {why}{tail}", file=sys.stderr, flush=True)
-        if was_ready and self.cfg.control.restart and p.restarts < self.cfg.control.max_restarts:
+        p.recreating = self._will_restart(p, was_ready)
+        if p.recreating:
             p.restarts += 1
             self.down[p.key] += (f"; being re-created on a Ray node with {bundle_of(self.groups[p.group])} "
                                  "free")
@@ -170,13 +216,15 @@ class RaySupervisor(Supervisor):
     async def _restart(self, p: Proc) -> None:
         gen = self.gen[p.key]
         try:
+            await self._rehome_if_node_lost(p)
+            if gen != self.gen[p.key] or self.stopping:
+                return
             for attempt in itertools.count(1):
                 try:
                     await self._place(p)
                     break
                 except RayError as exc:
-                    # e.g. the new actor was aimed at the bundle of a node that Ray
-                    # had not yet declared dead: once it has, the bundle moves.
+                    # e.g. the actor could not be made (a node lost between the probe and now)
                     if self.stopping or gen != self.gen[p.key]:
                         return
                     wait = retry_wait_s(attempt)
@@ -191,6 +239,7 @@ class RaySupervisor(Supervisor):
         except asyncio.CancelledError:
             return
         except (StageStartError, RayError) as exc:
+            p.recreating = False
             print(f"restart of {p.group}/{p.replica} failed: {exc}", file=sys.stderr, flush=True)
 
     def _running(self, p: Proc) -> bool:
@@ -222,7 +271,7 @@ class RaySupervisor(Supervisor):
         self.loop = asyncio.get_running_loop()
         self.nodes.coordinator = ray.get_runtime_context().get_node_id()
         try:
-            await self._placement_groups()
+            await asyncio.gather(*(self._reserve(g) for g in self.groups.values()))
             await asyncio.gather(*(self._place(p) for p in self.procs.values()))
             self.on_topology(self.nodes)
             await asyncio.gather(*(self._launch(p) for p in self.procs.values()))

@@ -1,0 +1,65 @@
+"""Is a Ray node still there?  Asked when one of our replicas on it is lost.
+
+Ray's own answer comes from the GCS health check: a node is declared dead
+after ``health_check_failure_threshold`` failed checks ``health_check_period_ms``
+apart (5 x 3 s, so about 15 s, with a plain ``ray start``).  Until then Ray
+still schedules onto the node, and a replacement aimed at the node's
+placement-group bundle waits for the verdict.  The node's raylet answers
+sooner: on a node whose raylet died (the machine, its network, or the
+process) a TCP connect to the raylet's port is refused or times out at once,
+while a live raylet accepts it -- every driver must reach that port anyway to
+lease workers there.
+
+So a node is *lost* when Ray lists it as not alive, or no longer lists it, or
+its raylet does not accept a connection within :data:`PROBE_TIMEOUT_S`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+# A raylet on a live node accepts in well under a millisecond on a LAN; a
+# host that vanished never answers, so this is what a lost host costs.
+PROBE_TIMEOUT_S = 0.5
+# The label every Ray node carries with its own id; a placement-group bundle
+# selects on it to avoid (``!in(a,b)``) or to pin (``<id>``) nodes.
+NODE_LABEL = "ray.io/node-id"
+
+
+def raylets() -> dict[str, tuple[str, int] | None]:
+    """Node id -> the raylet's (address, port), or None for a node Ray calls dead.  A GCS call."""
+    import ray
+
+    return {n["NodeID"]: (n["NodeManagerAddress"], n["NodeManagerPort"]) if n.get("Alive") else None
+            for n in ray.nodes()}
+
+
+async def raylet_answers(address: tuple[str, int], timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether the raylet at ``address`` accepts a TCP connection within ``timeout_s``."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(*address), timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
+async def node_lost(node_id: str) -> bool:
+    """True when the node is gone (see the module docstring); False while its raylet answers."""
+    known = await asyncio.get_running_loop().run_in_executor(None, raylets)
+    address = known.get(node_id)
+    if address is None:
+        return True
+    return not await raylet_answers(address)
+
+
+def avoiding(nodes: set[str]) -> list[dict[str, str]] | None:
+    """A one-bundle label selector that keeps a placement group off ``nodes`` (None: no constraint)."""
+    if not nodes:
+        return None
+    return [{NODE_LABEL: f"!in({','.join(sorted(nodes))})"}]
+
+
+def pinned_to(node: str) -> list[dict[str, str]]:
+    """A one-bundle label selector that puts a placement group on ``node``."""
+    return [{NODE_LABEL: node}]

@@ -11,7 +11,11 @@ while a live raylet accepts it -- every driver must reach that port anyway to
 lease workers there.
 
 So a node is *lost* when Ray lists it as not alive, or no longer lists it, or
-its raylet does not accept a connection within :data:`PROBE_TIMEOUT_S`.
+its raylet does not accept a connection within :data:`PROBE_TIMEOUT_S`.  The
+supervisor keeps one idle connection open to the raylet of every node that
+hosts a replica (:func:`raylet_hangs_up`): a raylet that dies closes it, and
+the node is known lost within milliseconds, before the stage processes there
+even notice.  A host that vanishes closes nothing; then late heartbeats ask.
 """
 
 from __future__ import annotations
@@ -42,6 +46,23 @@ async def raylet_answers(address: tuple[str, int], timeout_s: float = PROBE_TIME
         return False
     writer.close()
     return True
+
+
+async def raylet_hangs_up(address: tuple[str, int]) -> None:
+    """Returns when a TCP connection to the raylet at ``address`` is closed by the far
+    end, or cannot be made.  A raylet that dies closes it at once (its kernel sends
+    the FIN); a live one may also close an idle connection after a while, so the
+    caller asks :func:`raylet_answers` before it believes the node gone."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(*address), PROBE_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError):
+        return
+    try:
+        await reader.read()  # we never write: the only thing to read is the end
+    except OSError:
+        pass
+    finally:
+        writer.close()
 
 
 async def node_lost(node_id: str) -> bool:

@@ -14,9 +14,11 @@ cannot tell them apart), different mechanics:
 * Each actor reports its node and a port on the node's address; only then
   are endpoints and transports known (same node -> shm, else frames), and the
   coordinator publishes them.
-* Death is learnt three ways: the actor's ``wait`` returns (the stage process
-  exited), it raises (Ray says the actor or its node died), or heartbeats stop
-  (a node that vanished before Ray noticed).  The first to arrive fails the
+* Death is learnt four ways: the actor's ``wait`` returns (the stage process
+  exited), it raises (Ray says the actor or its node died), heartbeats are
+  a few periods late and the node's raylet does not answer (a node that
+  vanished, known in a few hundred ms), or heartbeats stop for
+  ``dead_after_ms`` (a hung process).  The first to arrive fails the
   replica's requests; a generation number makes the others no-ops.
 * A lost replica is re-created at once.  If its node is lost too
   (:mod:`runtime.ray_nodes`: Ray says so, or its raylet does not answer), its
@@ -46,7 +48,7 @@ from runtime.curve import is_loopback
 from runtime.messages import Ready, Shutdown
 from runtime.placement import NodeMap
 from runtime.ray_actor import RayStageLauncher
-from runtime.ray_nodes import avoiding, node_lost, pinned_to
+from runtime.ray_nodes import avoiding, node_lost, pinned_to, raylet_answers, raylet_hangs_up, raylets
 from runtime.supervisor import Proc, StageStartError, Supervisor
 
 STOP_WAIT_S = 3.0
@@ -55,6 +57,8 @@ STOP_WAIT_S = 3.0
 # later -- but less and less often, and said less and less often.
 RETRY_PLACE_S = 0.5
 RETRY_PLACE_MAX_S = 15.0
+# A replica whose heartbeats are late has its node's raylet asked at most this often.
+PROBE_EVERY_S = 0.25
 
 
 def retry_wait_s(attempt: int) -> float:
@@ -82,6 +86,8 @@ class RaySupervisor(Supervisor):
         self.pgs: dict[tuple[str, int], PlacementGroup] = {}  # replica -> its own placement group
         self.lost_nodes: set[str] = set()  # nodes found gone: no replacement is placed there
         self._pg_serial = itertools.count()
+        self._next_probe: dict[tuple[str, int], float] = {}  # replica -> earliest next raylet probe
+        self._watched: set[str] = set()  # nodes whose raylet connection is watched
         self.actors: dict[tuple[str, int], object] = {}
         self.gen: dict[tuple[str, int], int] = {k: 0 for k in self.procs}
         self.launched: set[tuple[str, int]] = set()
@@ -158,6 +164,9 @@ class RaySupervisor(Supervisor):
             raise StageStartError(f"stage group {p.group!r} replica {p.replica} landed on {where['ip']}, "
                                   "a routable address, but this pipeline runs without CURVE")
         p.node, p.node_ip = where["node"], where["ip"]
+        if p.node not in self._watched:
+            self._watched.add(p.node)
+            self._spawn_task(self._watch_node(p.node, p.node_ip))
         self.nodes.groups[p.group][p.replica] = where["node"]
         self.endpoints.groups[p.group][p.replica] = f"tcp://{where['ip']}:{where['port']}"
 
@@ -248,6 +257,40 @@ class RaySupervisor(Supervisor):
     def _kill_hung(self, p: Proc) -> None:
         # The node may be gone with no one left to confirm a kill: declare it dead now.
         self._dead(p, self.gen[p.key], f"no heartbeat from node {p.node_ip} ({(p.node or '')[:8]})")
+
+    def _suspect(self, p: Proc) -> None:
+        """Late heartbeats: ask the node's raylet (runtime/ray_nodes.py), at most every
+        PROBE_EVERY_S per replica.  A node that is gone is known in well under
+        ``dead_after_ms``; a busy process on a live node still gets all of it."""
+        now = time.monotonic()
+        if p.node is None or self._next_probe.get(p.key, 0.0) > now:
+            return
+        self._next_probe[p.key] = now + PROBE_EVERY_S
+        self._spawn_task(self._probe_node(p.node, p.node_ip))
+
+    async def _watch_node(self, node: str, ip: str) -> None:
+        """Hold a connection to ``node``'s raylet while replicas run there; its end is a loss."""
+        address = (await asyncio.get_running_loop().run_in_executor(None, raylets)).get(node)
+        while address is not None and not self.stopping:
+            await raylet_hangs_up(address)
+            if self.stopping or not any(q.node == node for q in self.procs.values()):
+                break
+            if not await raylet_answers(address):
+                self._node_gone(node, f"node {ip} ({node[:8]}) lost: its raylet is gone")
+                break
+            await asyncio.sleep(PROBE_EVERY_S)  # a live raylet closed an idle connection: watch again
+        self._watched.discard(node)
+
+    async def _probe_node(self, node: str, ip: str | None) -> None:
+        if node in self.lost_nodes or await node_lost(node):
+            self._node_gone(node, f"node {ip} ({node[:8]}) lost: its raylet does not answer")
+
+    def _node_gone(self, node: str, why: str) -> None:
+        """Every live replica on ``node`` is dead now; replacements avoid the node."""
+        self.lost_nodes.add(node)
+        for q in self.procs.values():
+            if q.node == node and q.key in self.launched:
+                self._dead(q, self.gen[q.key], why)
 
     def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
         if not self.down:

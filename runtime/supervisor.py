@@ -31,6 +31,10 @@ from runtime.endpoints import Endpoints
 from runtime.messages import Fatal, Heartbeat, Hello, Message, Ready, Shutdown, Stats
 
 
+# Heartbeats this many periods late make a ready process suspect (Supervisor._suspect).
+SUSPECT_AFTER_HEARTBEATS = 3
+
+
 class StageStartError(RuntimeError):
     """A stage group did not report ready; the message names it and why."""
 
@@ -231,6 +235,7 @@ class Supervisor:
 
     async def _watch(self) -> None:
         dead_after = self.cfg.control.dead_after_ms / 1000.0
+        suspect_after = min(dead_after, SUSPECT_AFTER_HEARTBEATS * self.cfg.control.heartbeat_ms / 1000.0)
         while not self.stopping:
             if self.starting():
                 self.publish(Hello())  # SUB sockets wait for this before reporting ready
@@ -239,16 +244,25 @@ class Supervisor:
                 await asyncio.sleep(0.05)
             now = time.monotonic()
             for p in self.procs.values():
-                if p.ready and now - p.last_heartbeat > dead_after and self._running(p):
+                late = now - p.last_heartbeat
+                if not (p.ready and late > suspect_after and self._running(p)):
+                    continue
+                if late > dead_after:
                     print(f"stage group {p.group!r} pid {p.pid}: no heartbeat for "
-                          f"{now - p.last_heartbeat:.2f}s, killing it", file=sys.stderr, flush=True)
+                          f"{late:.2f}s, killing it", file=sys.stderr, flush=True)
                     self._kill_hung(p)
+                else:
+                    self._suspect(p)
 
     def _running(self, p: Proc) -> bool:
         return p.popen is not None and p.popen.poll() is None
 
     def _kill_hung(self, p: Proc) -> None:
         p.popen.kill()  # the waiter thread then reports the exit
+
+    def _suspect(self, p: Proc) -> None:
+        """Heartbeats are late but not yet ``dead_after_ms`` late: a backend that can
+        check the process's machine faster than that does so (Ray: its node's raylet)."""
 
     def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
         """(stage, why) when request ``rid`` would need a replica that cannot run now."""

@@ -64,6 +64,10 @@ class GroupConfig(_Strict):
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     resources: dict[str, float] = {}
+    # placement.backend 'ray': keep a started launcher for each replica on another node,
+    # holding one more bundle, so a lost replica is re-created without waiting for Ray to
+    # start a worker (runtime/ray_standby.py).
+    standby: bool = False
 
     @field_validator("device")
     @classmethod

@@ -48,6 +48,8 @@ from runtime.curve import is_loopback
 from runtime.messages import Ready, Shutdown
 from runtime.placement import NodeMap
 from runtime.ray_actor import RayStageLauncher
+from runtime.ray_standby import Standby
+from runtime import ray_standby
 from runtime.ray_nodes import avoiding, node_lost, pinned_to, raylet_answers, raylet_hangs_up, raylets
 from runtime.supervisor import Proc, StageStartError, Supervisor
 
@@ -88,6 +90,7 @@ class RaySupervisor(Supervisor):
         self._pg_serial = itertools.count()
         self._next_probe: dict[tuple[str, int], float] = {}  # replica -> earliest next raylet probe
         self._watched: set[str] = set()  # nodes whose raylet connection is watched
+        self.standbys: dict[tuple[str, int], Standby] = {}  # replica -> its launcher ready elsewhere
         self.actors: dict[tuple[str, int], object] = {}
         self.gen: dict[tuple[str, int], int] = {k: 0 for k in self.procs}
         self.launched: set[tuple[str, int]] = set()
@@ -144,29 +147,31 @@ class RaySupervisor(Supervisor):
         print(f"re-creating {p.group}/{p.replica} away from lost node {p.node_ip} ({p.node[:8]})",
               file=sys.stderr, flush=True)
 
-    def _actor_options(self, p: Proc) -> dict:
-        g = self.groups[p.group]
+    def _launcher(self, g: GroupConfig, pg: PlacementGroup):
+        """A launcher actor in ``pg``'s one bundle."""
         b = bundle_of(g)
-        return {"scheduling_strategy": PlacementGroupSchedulingStrategy(self.pgs[p.key], 0),
-                "num_cpus": b.get("CPU", 0), "num_gpus": b.get("GPU", 0),
-                "resources": {k: v for k, v in b.items() if k not in ("CPU", "GPU")}}
+        return RayStageLauncher.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 0), num_cpus=b.get("CPU", 0),
+            num_gpus=b.get("GPU", 0), resources={k: v for k, v in b.items() if k not in ("CPU", "GPU")}).remote()
 
     async def _place(self, p: Proc) -> None:
         """A new actor for ``p``, and where it landed.  Pends while no node has room."""
         gen = self.gen[p.key]
-        actor = RayStageLauncher.options(**self._actor_options(p)).remote()
+        actor = self._launcher(self.groups[p.group], self.pgs[p.key])
         self.actors[p.key] = actor
         where = await actor.where.remote()
         if gen != self.gen[p.key] or self.stopping:
             ray.kill(actor)
             raise asyncio.CancelledError
+        self._landed(p, where)
+
+    def _landed(self, p: Proc, where: dict) -> None:
+        """``p``'s actor answered from ``where``: its node, address and endpoint are known."""
         if not is_loopback(where["ip"]) and self.curve is None:
             raise StageStartError(f"stage group {p.group!r} replica {p.replica} landed on {where['ip']}, "
                                   "a routable address, but this pipeline runs without CURVE")
         p.node, p.node_ip = where["node"], where["ip"]
-        if p.node not in self._watched:
-            self._watched.add(p.node)
-            self._spawn_task(self._watch_node(p.node, p.node_ip))
+        self._watch_raylet_of(where)
         self.nodes.groups[p.group][p.replica] = where["node"]
         self.endpoints.groups[p.group][p.replica] = f"tcp://{where['ip']}:{where['port']}"
 
@@ -222,26 +227,50 @@ class RaySupervisor(Supervisor):
                                  "free")
             self._spawn_task(self._restart(p))
 
+    # ---- standbys (runtime/ray_standby.py) ---------------------------------------------------
+    async def _keep_standby(self, p: Proc) -> None:
+        """A started launcher for ``p`` on another live node, if its group asks for one."""
+        g = self.groups[p.group]
+        if not g.standby or self.stopping or p.key in self.standbys:
+            return
+        pg = self._new_pg(g, p.replica, avoiding(self.lost_nodes | {p.node}))
+        sb = self.standbys[p.key] = Standby(pg, self._launcher(g, pg))
+        try:
+            await ray_standby.warm(sb)
+            self._watch_raylet_of(sb.where)
+        except RayError:
+            if self.standbys.get(p.key) is sb:
+                del self.standbys[p.key]
+                ray_standby.drop(sb)
+
+    async def _adopt_standby(self, p: Proc) -> bool:
+        """Make ``p``'s standby its actor and placement group; False when there is none that answers."""
+        sb = self.standbys.pop(p.key, None)
+        if sb is None:
+            return False
+        where = await ray_standby.adopt(sb)
+        if where is None or where["node"] in self.lost_nodes:
+            ray_standby.drop(sb)
+            return False
+        old = self.pgs.get(p.key)
+        self.pgs[p.key], self.actors[p.key] = sb.pg, sb.actor
+        if old is not None:
+            try:
+                remove_placement_group(old)
+            except RayError:
+                pass
+        self._landed(p, where)
+        return True
+
     async def _restart(self, p: Proc) -> None:
         gen = self.gen[p.key]
         try:
-            await self._rehome_if_node_lost(p)
+            if not await self._adopt_standby(p):
+                await self._rehome_if_node_lost(p)
+                await self._place_retrying(p, gen)
             if gen != self.gen[p.key] or self.stopping:
                 return
-            for attempt in itertools.count(1):
-                try:
-                    await self._place(p)
-                    break
-                except RayError as exc:
-                    # e.g. the actor could not be made (a node lost between the probe and now)
-                    if self.stopping or gen != self.gen[p.key]:
-                        return
-                    wait = retry_wait_s(attempt)
-                    if attempt & (attempt - 1) == 0:    # attempts 1, 2, 4, 8, ...
-                        print(f"re-creating {p.group}/{p.replica}: {type(exc).__name__} "
-                              f"(attempt {attempt}); trying again in {wait:g} s",
-                              file=sys.stderr, flush=True)
-                    await asyncio.sleep(wait)
+            self._spawn_task(self._keep_standby(p))
             self.on_topology(self.nodes)
             await self._launch(p)
             await self._wait_ready(p, self.cfg.control.ready_timeout_s)
@@ -250,6 +279,22 @@ class RaySupervisor(Supervisor):
         except (StageStartError, RayError) as exc:
             p.recreating = False
             print(f"restart of {p.group}/{p.replica} failed: {exc}", file=sys.stderr, flush=True)
+
+    async def _place_retrying(self, p: Proc, gen: int) -> None:
+        """:meth:`_place`, again after each Ray error, less and less often, until it works."""
+        for attempt in itertools.count(1):
+            try:
+                await self._place(p)
+                return
+            except RayError as exc:
+                # e.g. the actor could not be made (a node lost between the probe and now)
+                if self.stopping or gen != self.gen[p.key]:
+                    return
+                wait = retry_wait_s(attempt)
+                if attempt & (attempt - 1) == 0:    # attempts 1, 2, 4, 8, ...
+                    print(f"re-creating {p.group}/{p.replica}: {type(exc).__name__} "
+                          f"(attempt {attempt}); trying again in {wait:g} s", file=sys.stderr, flush=True)
+                await asyncio.sleep(wait)
 
     def _running(self, p: Proc) -> bool:
         return p.key in self.launched
@@ -268,12 +313,22 @@ class RaySupervisor(Supervisor):
         self._next_probe[p.key] = now + PROBE_EVERY_S
         self._spawn_task(self._probe_node(p.node, p.node_ip))
 
+    def _watch_raylet_of(self, where: dict) -> None:
+        if where["node"] not in self._watched:
+            self._watched.add(where["node"])
+            self._spawn_task(self._watch_node(where["node"], where["ip"]))
+
+    def _hosts(self, node: str) -> bool:
+        """Whether a replica or a standby of ours is on ``node``."""
+        return any(q.node == node for q in self.procs.values()) or any(
+            sb.where is not None and sb.where["node"] == node for sb in self.standbys.values())
+
     async def _watch_node(self, node: str, ip: str) -> None:
-        """Hold a connection to ``node``'s raylet while replicas run there; its end is a loss."""
+        """Hold a connection to ``node``'s raylet while we have actors there; its end is a loss."""
         address = (await asyncio.get_running_loop().run_in_executor(None, raylets)).get(node)
         while address is not None and not self.stopping:
             await raylet_hangs_up(address)
-            if self.stopping or not any(q.node == node for q in self.procs.values()):
+            if self.stopping or not self._hosts(node):
                 break
             if not await raylet_answers(address):
                 self._node_gone(node, f"node {ip} ({node[:8]}) lost: its raylet is gone")
@@ -291,6 +346,11 @@ class RaySupervisor(Supervisor):
         for q in self.procs.values():
             if q.node == node and q.key in self.launched:
                 self._dead(q, self.gen[q.key], why)
+        for key, sb in list(self.standbys.items()):
+            if sb.where is not None and sb.where["node"] == node:  # a standby there is lost too
+                del self.standbys[key]
+                ray_standby.drop(sb)
+                self._spawn_task(self._keep_standby(self.procs[key]))
 
     def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
         if not self.down:
@@ -316,6 +376,8 @@ class RaySupervisor(Supervisor):
         try:
             await asyncio.gather(*(self._reserve(g) for g in self.groups.values()))
             await asyncio.gather(*(self._place(p) for p in self.procs.values()))
+            for p in self.procs.values():
+                self._spawn_task(self._keep_standby(p))
             self.on_topology(self.nodes)
             await asyncio.gather(*(self._launch(p) for p in self.procs.values()))
             self._monitor = asyncio.ensure_future(self._watch())
@@ -341,6 +403,9 @@ class RaySupervisor(Supervisor):
         for a in self.actors.values():
             ray.kill(a, no_restart=True)
         self.actors.clear()
+        for sb in self.standbys.values():
+            ray_standby.drop(sb)
+        self.standbys.clear()
         self.launched.clear()
         for pg in self.pgs.values():
             try:

@@ -47,6 +47,13 @@ def cluster():
         c.shutdown()
 
 
+async def _until(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
 def node_alive_to_ray(node_id: str) -> bool:
     return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
 
@@ -78,16 +85,23 @@ class Watcher:
             await asyncio.sleep(0.05)
 
 
-async def test_think_node_lost_mid_reply_with_default_health_checks(start, cluster):
+@pytest.mark.parametrize("standby", [False, True], ids=["placed-anew", "standby"])
+async def test_think_node_lost_mid_reply_with_default_health_checks(start, cluster, standby):
+    while len(cluster.workers) < 2:  # the run before lost one
+        cluster.workers.append(cluster.add_node(**NODE_ARGS, num_cpus=2, resources={"voice_think": 1}))
+        cluster.wait_for_nodes()
     cfg = ray_config(
         [stage("a"), stage("think", "voice_server.testing.stages:Counter", scheduler="ar", args={"step_ms": 20})],
         [("a", "think")],
         [{"name": "a", "stages": ["a"], "resources": {"node_a": 1}},
-         {"name": "think", "stages": ["think"], "num_cpus": 1, "resources": {"voice_think": 1}}])
+         {"name": "think", "stages": ["think"], "num_cpus": 1, "resources": {"voice_think": 1},
+          "standby": standby}])
     p = await start(cfg)
     first = p.snapshot()["processes"]["think/0"]
     doomed = next(w for w in cluster.workers if w.node_id == first["node"])
     other = next(w for w in cluster.workers if w is not doomed)
+    if standby:  # its launcher is up on the other worker, holding the room there
+        await _until(lambda: ray.available_resources().get("voice_think", 0) == 0, 30, "the standby placed")
 
     h = await p.submit({"start": 0, "n": 100_000})
     assert (await h.next_event(timeout=20)).kind == "chunk"
@@ -111,7 +125,7 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
                 break
             await asyncio.sleep(0.02)
         still_alive_to_ray = node_alive_to_ray(doomed.node_id)
-        print(f"in-band error {error_s * 1000:.0f} ms, think/0 ready on the other node "
+        print(f"standby {standby}: in-band error {error_s * 1000:.0f} ms, think/0 ready on the other node "
               f"{(back or float('nan')) * 1000:.0f} ms after the kill; Ray still lists the killed "
               f"node as alive: {still_alive_to_ray}")
         assert back is not None, "think/0 did not come back on the surviving worker"

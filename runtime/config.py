@@ -164,6 +164,10 @@ class PipelineConfig(_Strict):
             if s.name not in seen:
                 self.placement.groups.append(GroupConfig(name=s.name, stages=[s.name]))
         ctl = self.control
+        standby = [g.name for g in self.placement.groups if g.standby]
+        if standby and self.placement.backend != "ray":
+            raise ValueError(f"placement.groups {standby}: 'standby' is for backend 'ray' "
+                             "(a local stage process is started again at once)")
         if self.placement.backend == "ray":
             hosted = [g.name for g in self.placement.groups if g.host]
             if hosted:

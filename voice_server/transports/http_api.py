@@ -421,21 +421,19 @@ class HttpApi:
 
     async def ready(self, request: Request) -> Response:
         """May this server take a new call (runtime/health.py)?  200 ready, 503 not."""
-        p = self._running()
-        if p is None:
-            return JSONResponse(self._NOT_RUNNING, status_code=503)
-        h = p.health(float(_setting(self.settings, "readiness_grace_s")))
-        body = {"status": "ready" if h.ready else "not_ready", **h.to_json()}
-        return JSONResponse(body, status_code=200 if h.ready else 503)
+        return self._probe(lambda h: h.ready, "ready", "not_ready")
 
     async def live(self, request: Request) -> Response:
         """Should this server process be restarted (runtime/health.py)?  200 no, 503 yes."""
+        return self._probe(lambda h: h.live, "live", "dead")
+
+    def _probe(self, answer: Callable[[Any], bool], yes: str, no: str) -> Response:
         p = self._running()
         if p is None:
             return JSONResponse(self._NOT_RUNNING, status_code=503)
         h = p.health(float(_setting(self.settings, "readiness_grace_s")))
-        body = {"status": "live" if h.live else "dead", **h.to_json()}
-        return JSONResponse(body, status_code=200 if h.live else 503)
+        ok = answer(h)
+        return JSONResponse({"status": yes if ok else no, **h.to_json()}, status_code=200 if ok else 503)
 
     async def models(self, request: Request) -> Response:
         self._check_auth(request)

@@ -15,18 +15,19 @@ cannot tell them apart), different mechanics:
   are endpoints and transports known (same node -> shm, else frames), and the
   coordinator publishes them.
 * Death is learnt four ways: the actor's ``wait`` returns (the stage process
-  exited), it raises (Ray says the actor or its node died), heartbeats are
-  a few periods late and the node's raylet does not answer (a node that
-  vanished, known in a few hundred ms), or heartbeats stop for
-  ``dead_after_ms`` (a hung process).  The first to arrive fails the
-  replica's requests; a generation number makes the others no-ops.
-* A lost replica is re-created at once.  If its node is lost too
-  (:mod:`runtime.ray_nodes`: Ray says so, or its raylet does not answer), its
-  placement group is removed and a fresh one is made that excludes every lost
-  node by label, so the replacement lands on a live node with room without
-  waiting for Ray's health check to declare the node dead (about 15 s with
-  Ray's defaults).  Otherwise it is re-created in its own placement group.
-  Until it is back, requests that need it fail at once with
+  exited); it raises (Ray says the actor or its node died); the node is lost
+  (:mod:`runtime.ray_nodes`: its raylet closes the idle connection we hold to
+  it, or does not answer once heartbeats are a few periods late -- a host
+  that vanished); or heartbeats stop for ``dead_after_ms`` (a hung process).
+  The first to arrive fails the replica's requests; a generation number
+  makes the others no-ops.
+* A lost replica is re-created at once: in its standby if its group keeps
+  one (:mod:`runtime.ray_standby`: a launcher already started on another
+  node).  Else, if its node is lost too, its placement group is removed and
+  a fresh one is made that excludes every lost node by label, so the
+  replacement lands on a live node with room without waiting for Ray's
+  health check to declare the node dead (about 15 s with Ray's defaults);
+  otherwise it is re-created in its own placement group.  Until it is back, requests that need it fail at once with
   ``stage_unavailable`` naming what it waits for.
 """
 
@@ -47,9 +48,8 @@ from runtime.config import GroupConfig
 from runtime.curve import is_loopback
 from runtime.messages import Ready, Shutdown
 from runtime.placement import NodeMap
-from runtime.ray_actor import RayStageLauncher
-from runtime.ray_standby import Standby
 from runtime import ray_standby
+from runtime.ray_actor import RayStageLauncher
 from runtime.ray_nodes import avoiding, node_lost, pinned_to, raylet_answers, raylet_hangs_up, raylets
 from runtime.supervisor import Proc, StageStartError, Supervisor
 
@@ -67,6 +67,14 @@ def retry_wait_s(attempt: int) -> float:
     """Seconds before placing a replica again after ``attempt`` failed tries:
     doubling from RETRY_PLACE_S up to RETRY_PLACE_MAX_S."""
     return min(RETRY_PLACE_S * 2 ** min(attempt - 1, 16), RETRY_PLACE_MAX_S)
+
+
+def _remove(pg: PlacementGroup) -> None:
+    """Give a placement group's room back (Ray may already have dropped it with its node)."""
+    try:
+        remove_placement_group(pg)
+    except (RayError, GetTimeoutError):
+        pass
 
 
 def bundle_of(g: GroupConfig) -> dict[str, float]:
@@ -90,7 +98,7 @@ class RaySupervisor(Supervisor):
         self._pg_serial = itertools.count()
         self._next_probe: dict[tuple[str, int], float] = {}  # replica -> earliest next raylet probe
         self._watched: set[str] = set()  # nodes whose raylet connection is watched
-        self.standbys: dict[tuple[str, int], Standby] = {}  # replica -> its launcher ready elsewhere
+        self.standbys: dict[tuple[str, int], ray_standby.Standby] = {}  # replica -> its launcher ready elsewhere
         self.actors: dict[tuple[str, int], object] = {}
         self.gen: dict[tuple[str, int], int] = {k: 0 for k in self.procs}
         self.launched: set[tuple[str, int]] = set()
@@ -122,7 +130,7 @@ class RaySupervisor(Supervisor):
                 await self._pg_ready(plan, g, g.replicas)
                 nodes = placement_group_table(plan)["bundles_to_node_id"]
             finally:
-                remove_placement_group(plan)
+                _remove(plan)
             selectors = [pinned_to(nodes[r]) for r in range(g.replicas)]
         for r, selector in enumerate(selectors):
             self.pgs[(g.name, r)] = self._new_pg(g, r, selector)
@@ -140,10 +148,7 @@ class RaySupervisor(Supervisor):
         old = self.pgs.pop(p.key, None)
         self.pgs[p.key] = self._new_pg(g, p.replica, avoiding(avoid))
         if old is not None:
-            try:
-                remove_placement_group(old)
-            except RayError:
-                pass
+            _remove(old)
         print(f"re-creating {p.group}/{p.replica} away from lost node {p.node_ip} ({p.node[:8]})",
               file=sys.stderr, flush=True)
 
@@ -234,7 +239,7 @@ class RaySupervisor(Supervisor):
         if not g.standby or self.stopping or p.key in self.standbys:
             return
         pg = self._new_pg(g, p.replica, avoiding(self.lost_nodes | {p.node}))
-        sb = self.standbys[p.key] = Standby(pg, self._launcher(g, pg))
+        sb = self.standbys[p.key] = ray_standby.Standby(pg, self._launcher(g, pg))
         try:
             await ray_standby.warm(sb)
             self._watch_raylet_of(sb.where)
@@ -255,10 +260,7 @@ class RaySupervisor(Supervisor):
         old = self.pgs.get(p.key)
         self.pgs[p.key], self.actors[p.key] = sb.pg, sb.actor
         if old is not None:
-            try:
-                remove_placement_group(old)
-            except RayError:
-                pass
+            _remove(old)
         self._landed(p, where)
         return True
 
@@ -408,10 +410,7 @@ class RaySupervisor(Supervisor):
         self.standbys.clear()
         self.launched.clear()
         for pg in self.pgs.values():
-            try:
-                remove_placement_group(pg)
-            except (RayError, GetTimeoutError):
-                pass
+            _remove(pg)
         self.pgs.clear()
 
     def kill(self, group: str, replica: int = 0, sig: int = 9) -> int:

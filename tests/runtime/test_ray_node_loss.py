@@ -70,18 +70,21 @@ class Watcher:
         self.seen: list[dict] = []  # one row per poll
         self.stop = False
 
+    async def row(self) -> dict:
+        got = {}
+        for path in ("/health/ready", "/health/live", "/health"):
+            got[path] = (await self.http.get(path)).status_code
+        rt = (await self.http.get("/v1/runtime")).json()
+        req = (await self.http.get(f"/v1/requests/{self.rid}")).json()
+        dead = {k for k, pr in rt["processes"].items() if not pr["alive"]}
+        got["dead"] = dead
+        got["held_by_dead"] = sorted(k for k in dead if rt["processes"][k]["held"]) + \
+            sorted(dead & set(req.get("held_by", [])))
+        return got
+
     async def poll(self) -> None:
         while not self.stop:
-            got = {}
-            for path in ("/health/ready", "/health/live", "/health"):
-                got[path] = (await self.http.get(path)).status_code
-            rt = (await self.http.get("/v1/runtime")).json()
-            req = (await self.http.get(f"/v1/requests/{self.rid}")).json()
-            dead = {k for k, pr in rt["processes"].items() if not pr["alive"]}
-            got["dead"] = dead
-            got["held_by_dead"] = sorted(k for k in dead if rt["processes"][k]["held"]) + \
-                sorted(dead & set(req.get("held_by", [])))
-            self.seen.append(got)
+            self.seen.append(await self.row())
             await asyncio.sleep(0.05)
 
 
@@ -116,6 +119,10 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
             pass
         error_s = time.monotonic() - t0
         assert ev.kind == "error" and ev.error.code.value == "stage_unavailable", ev
+        # the moment the caller heard of it (the poller may miss a short outage)
+        now = await watch.row()
+        assert now["/health/ready"] == 200 and now["/health/live"] == 200 and now["/health"] == 503, now
+        assert not now["held_by_dead"], now
 
         back = None
         while time.monotonic() - t0 < 12:
@@ -144,10 +151,9 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
     assert len(watch.seen) > 10
     assert not [row for row in watch.seen if row["held_by_dead"]], "a dead process was listed as holding a request"
     during = [row for row in watch.seen if row["dead"]]
-    assert during, "the poller never saw the outage"
     # documented (docs/CLIENTS.md): during a replica restart within readiness_grace_s
     # /health/ready and /health/live stay 200 and /health is 503; all 200 before and after
     for row in watch.seen:
         assert row["/health/ready"] == 200 and row["/health/live"] == 200, row
-    assert {row["/health"] for row in during} == {503}
+    assert {row["/health"] for row in during} <= {503}
     assert watch.seen[0]["/health"] == 200 and watch.seen[-1]["/health"] == 200

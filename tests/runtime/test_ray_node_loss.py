@@ -24,7 +24,7 @@ import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 
-from tests.runtime.test_ray import NODE_ARGS, ray_config, stage  # noqa: E402
+from tests.runtime.test_ray import NODE_ARGS, _wait_for, joined, ray_config, stage  # noqa: E402
 from voice_server import admin  # noqa: E402
 from voice_server.settings import ServerSettings  # noqa: E402
 from voice_server.transports import http_api  # noqa: E402
@@ -36,22 +36,9 @@ ADMIN = "node-loss-admin"
 def cluster():
     """Head (the driver, group a) and two workers that can each host the think group."""
     c = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "num_cpus": 2, "resources": {"node_a": 1}})
-    workers = [c.add_node(**NODE_ARGS, num_cpus=2, resources={"voice_think": 1}) for _ in range(2)]
-    c.wait_for_nodes()
-    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-    c.workers = workers
-    try:
+    c.workers = [c.add_node(**NODE_ARGS, num_cpus=2, resources={"voice_think": 1}) for _ in range(2)]
+    with joined(c):
         yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
-async def _until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def node_alive_to_ray(node_id: str) -> bool:
@@ -104,7 +91,7 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
     doomed = next(w for w in cluster.workers if w.node_id == first["node"])
     other = next(w for w in cluster.workers if w is not doomed)
     if standby:  # its launcher is up on the other worker, holding the room there
-        await _until(lambda: ray.available_resources().get("voice_think", 0) == 0, 30, "the standby placed")
+        await _wait_for(lambda: ray.available_resources().get("voice_think", 0) == 0, 30, "the standby placed")
 
     h = await p.submit({"start": 0, "n": 100_000})
     assert (await h.next_event(timeout=20)).kind == "chunk"

@@ -1,5 +1,9 @@
 """Plain HTTP endpoints on the pipeline: health, model list, OpenAI speech and chat.
 
+Health: ``/health`` (every replica ready), ``/health/ready`` (may take a new
+call) and ``/health/live`` (should not be restarted), from runtime/health.py;
+docs/CLIENTS.md lists the status each gives during a replica restart.
+
 ``routes(pipeline, settings)`` returns Starlette routes; the app mounts them.
 ``pipeline`` is a running :class:`runtime.pipeline.Pipeline` or a zero-argument
 callable returning one (or None while it is not up), so an app that starts the

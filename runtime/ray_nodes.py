@@ -5,13 +5,14 @@ after ``health_check_failure_threshold`` failed checks ``health_check_period_ms`
 apart (5 x 3 s, so about 15 s, with a plain ``ray start``).  Until then Ray
 still schedules onto the node, and a replacement aimed at the node's
 placement-group bundle waits for the verdict.  The node's raylet answers
-sooner: on a node whose raylet died (the machine, its network, or the
-process) a TCP connect to the raylet's port is refused or times out at once,
-while a live raylet accepts it -- every driver must reach that port anyway to
-lease workers there.
+sooner: a live raylet accepts a TCP connection on its port and at once sends
+the first bytes of its gRPC server's HTTP/2 settings; on a node whose raylet
+died (the machine, its network, or the process) the connect is refused or
+times out, and a frozen one sends nothing -- every driver must reach that
+port anyway to lease workers there.
 
 So a node is *lost* when Ray lists it as not alive, or no longer lists it, or
-its raylet does not accept a connection within :data:`PROBE_TIMEOUT_S`.  The
+its raylet does not speak within :data:`PROBE_TIMEOUT_S` of a connect.  The
 supervisor keeps one idle connection open to the raylet of every node that
 hosts a replica (:func:`raylet_hangs_up`): a raylet that dies closes it, and
 the node is known lost within milliseconds, before the stage processes there
@@ -39,13 +40,22 @@ def raylets() -> dict[str, tuple[str, int] | None]:
 
 
 async def raylet_answers(address: tuple[str, int], timeout_s: float = PROBE_TIMEOUT_S) -> bool:
-    """Whether the raylet at ``address`` accepts a TCP connection within ``timeout_s``."""
+    """Whether the raylet at ``address`` speaks within ``timeout_s`` of a TCP connect.
+
+    The raylet's gRPC server sends its HTTP/2 settings frame as soon as it
+    accepts (under a millisecond here), so the first byte is asked for, not
+    just the connection: the kernel of a host whose raylet is frozen (or
+    swapped out, or stopped) still completes the handshake."""
+    writer = None
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(*address), timeout_s)
-    except (OSError, asyncio.TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_connection(*address)
+            return bool(await reader.read(1))
+    except (OSError, TimeoutError):
         return False
-    writer.close()
-    return True
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 async def raylet_hangs_up(address: tuple[str, int]) -> None:

@@ -1,9 +1,9 @@
 """Losing a Ray node with Ray's DEFAULT health checks (issue 34).
 
 A cluster of three nodes on this machine with no ``_system_config`` at all:
-Ray declares a killed node dead only after 5 failed checks 3 s apart.  The
-think-like group may run on either worker; the worker it runs on is killed
-mid-reply.  The replacement must run on the other worker while Ray still
+Ray declares a lost node dead only after 5 failed checks 3 s apart.  The
+think-like group may run on either worker; the worker it runs on is lost
+mid-reply: its raylet killed, or the whole node frozen (a host that vanished).  The replacement must run on the other worker while Ray still
 lists the killed node as alive (so it did not wait for Ray's verdict), no
 view may list a request as held by the dead process, and readiness and
 liveness answer as docs/CLIENTS.md says throughout.
@@ -12,7 +12,9 @@ liveness answer as docs/CLIENTS.md says throughout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import time
 
 import pytest
@@ -75,8 +77,42 @@ class Watcher:
             await asyncio.sleep(0.05)
 
 
-@pytest.mark.parametrize("standby", [False, True], ids=["placed-anew", "standby"])
-async def test_think_node_lost_mid_reply_with_default_health_checks(start, cluster, standby):
+def node_pids(node) -> list[int]:
+    """Every process of a Ray node started by the test cluster, and their descendants."""
+    import psutil
+
+    pids = []
+    for infos in node.all_processes.values():
+        for info in infos:
+            try:
+                proc = psutil.Process(info.process.pid)
+                pids += [proc.pid] + [c.pid for c in proc.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                pass
+    return pids
+
+
+def freeze(node) -> list[int]:
+    """The node's host 'vanishes': every process of it stopped, no socket closed."""
+    pids = node_pids(node)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    return pids
+
+
+def thaw_and_kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.parametrize("loss,standby", [("killed", False), ("killed", True), ("frozen", False)],
+                         ids=["raylet-killed", "raylet-killed-standby", "node-frozen"])
+async def test_think_node_lost_mid_reply_with_default_health_checks(start, cluster, loss, standby):
+    """killed: the node's raylet is SIGKILLed (its connection closes); frozen: every process
+    of the node is SIGSTOPped, as a host that vanished (nothing closes, the raylet is mute)."""
     while len(cluster.workers) < 2:  # the run before lost one
         cluster.workers.append(cluster.add_node(**NODE_ARGS, num_cpus=2, resources={"voice_think": 1}))
         cluster.wait_for_nodes()
@@ -100,7 +136,10 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
     try:
         await asyncio.sleep(0.3)
         t0 = time.monotonic()
-        cluster.remove_node(doomed, allow_graceful=False)
+        if loss == "killed":
+            cluster.remove_node(doomed, allow_graceful=False)
+        else:
+            frozen = freeze(doomed)
         cluster.workers.remove(doomed)
         while (ev := await h.next_event(timeout=30)).kind == "chunk":
             pass
@@ -119,7 +158,7 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
                 break
             await asyncio.sleep(0.02)
         still_alive_to_ray = node_alive_to_ray(doomed.node_id)
-        print(f"standby {standby}: in-band error {error_s * 1000:.0f} ms, think/0 ready on the other node "
+        print(f"{loss}, standby {standby}: in-band error {error_s * 1000:.0f} ms, think/0 ready on the other node "
               f"{(back or float('nan')) * 1000:.0f} ms after the kill; Ray still lists the killed "
               f"node as alive: {still_alive_to_ray}")
         assert back is not None, "think/0 did not come back on the surviving worker"
@@ -134,6 +173,9 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
         watch.stop = True
         await poller
         await watch.http.aclose()
+        if loss == "frozen":
+            thaw_and_kill(frozen)
+            cluster.remove_node(doomed, allow_graceful=False)
 
     assert len(watch.seen) > 10
     assert not [row for row in watch.seen if row["held_by_dead"]], "a dead process was listed as holding a request"

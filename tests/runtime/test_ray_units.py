@@ -103,14 +103,25 @@ def test_node_label_selectors():
 
 
 async def test_a_raylet_that_goes_away_is_seen_at_once():
-    """raylet_hangs_up returns when the far end closes; raylet_answers tells a live port from a closed one."""
+    """raylet_hangs_up returns when the far end closes; raylet_answers tells a speaking raylet
+    from a closed port and from one that accepts but says nothing (a frozen process)."""
     import asyncio
     import time
 
     from runtime.ray_nodes import raylet_answers, raylet_hangs_up
 
     conns = []
-    server = await asyncio.start_server(lambda r, w: conns.append(w), "127.0.0.1", 0)
+
+    def accept(reader, writer, greet: bool = True):
+        if greet:
+            writer.write(b"\x00")  # a gRPC server's settings frame comes first
+        conns.append(writer)
+
+    mute = await asyncio.start_server(lambda r, w: accept(r, w, greet=False), "127.0.0.1", 0)
+    assert not await raylet_answers(mute.sockets[0].getsockname()[:2], timeout_s=0.2)  # frozen
+    mute.close()
+    conns.clear()
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
     address = server.sockets[0].getsockname()[:2]
     assert await raylet_answers(address)
     watch = asyncio.ensure_future(raylet_hangs_up(address))

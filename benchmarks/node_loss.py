@@ -276,10 +276,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "node_loss.json"))
     a = ap.parse_args(argv)
-    from voice_server.testing.audio import flite_pcm
     from voice_server.testing.report import write_json
 
-    speech = {"q": [flite_pcm(QUESTION)]}
+    speech: dict = {}  # the caller types its turns: no speech to play
     rows = []
     for backend in a.backends.split(","):
         rows += asyncio.run(run_backend(backend, a.rounds, speech))

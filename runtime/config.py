@@ -64,6 +64,10 @@ class GroupConfig(_Strict):
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     resources: dict[str, float] = {}
+    # placement.backend 'ray': keep a started launcher for each replica on another node,
+    # holding one more bundle, so a lost replica is re-created without waiting for Ray to
+    # start a worker (runtime/ray_standby.py).
+    standby: bool = False
 
     @field_validator("device")
     @classmethod
@@ -160,6 +164,10 @@ class PipelineConfig(_Strict):
             if s.name not in seen:
                 self.placement.groups.append(GroupConfig(name=s.name, stages=[s.name]))
         ctl = self.control
+        standby = [g.name for g in self.placement.groups if g.standby]
+        if standby and self.placement.backend != "ray":
+            raise ValueError(f"placement.groups {standby}: 'standby' is for backend 'ray' "
+                             "(a local stage process is started again at once)")
         if self.placement.backend == "ray":
             hosted = [g.name for g in self.placement.groups if g.host]
             if hosted:

@@ -301,8 +301,11 @@ class Coordinator:
                                            f"request {rid} passed its deadline (still at {where})"))
 
     def _on_proc_death(self, p: Proc, why: str) -> None:
+        """A stage process died: fail what it held, and take back what it can never release."""
         group = next(g for g in self.cfg.placement.groups if g.name == p.group)
         stages = set(group.stages)
+        mine = [rid for rid in self.pool.lent_request_ids()
+                if rid % group.replicas == p.replica and self._entry_of(rid) in stages]
         for rec in list(self.live.values()):
             if rec.request_id % group.replicas != p.replica:
                 continue
@@ -310,8 +313,15 @@ class Coordinator:
             if pending:
                 self._fail(rec, ErrorInfo.make(
                     ErrorCode.STAGE_UNAVAILABLE, f"stage {pending[0]!r} became unavailable ({why})", pending[0]))
+        for rid in mine:  # input buffers lent to it: no release will ever come
+            self.pool.reclaim(rid)
+        self._credit.set()
         for ticket in list(self.tickets.values()):
             ticket.ack(p.key)
+
+    def _entry_of(self, rid: int) -> str | None:
+        rec = self.live.get(rid) or self.recent.get(rid)
+        return getattr(rec, "entry", None)
 
     def _recent_dead_ids(self) -> list[int]:
         return [rid for rid, rec in self.recent.items()
@@ -435,6 +445,9 @@ class Coordinator:
             st = p.stats
             procs[f"{p.group}/{p.replica}"] = {
                 "pid": p.pid, "ready": p.ready, "restarts": p.restarts, "node": p.node, "node_ip": p.node_ip,
+                # alive: the process (pid) runs; a dead one holds nothing, and down_s says for how long
+                "alive": p.alive, "recreating": p.recreating,
+                "down_s": None if p.down_since is None else round(time.monotonic() - p.down_since, 3),
                 "heartbeat_age_ms": round((time.monotonic() - p.last_heartbeat) * 1000, 1),
                 "stats_reports": p.stats_reports,
                 "held": st.get("held", []), "pool": st.get("pool", {}),

@@ -12,6 +12,7 @@ pipeline made, also when start itself failed half-way.
 from __future__ import annotations
 
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from runtime.config import PipelineConfig, load_config, parse_config
 from runtime.coordinator import AbortTicket, Coordinator
 from runtime.curve import CurveKeys
 from runtime.endpoints import allocate
+from runtime.health import Health, assess
 from runtime.request_lifecycle import RequestHandle
 from runtime.shm import list_segments, remove_segments
 
@@ -73,6 +75,10 @@ class Pipeline:
 
     def snapshot(self) -> dict:
         return self.coordinator.snapshot()
+
+    def health(self, grace_s: float) -> Health:
+        """Readiness and liveness now (runtime/health.py); ``grace_s`` bounds a re-creation."""
+        return assess(self.coordinator.supervisor.procs.values(), time.monotonic(), grace_s)
 
     def kill_stage(self, group: str, replica: int = 0) -> int:
         return self.coordinator.supervisor.kill(group, replica)

@@ -49,15 +49,32 @@ class StageLauncher:
         return {"node": ray.get_runtime_context().get_node_id(), "ip": ip, "port": port,
                 "actor_pid": os.getpid()}
 
+    def prepare(self) -> int:
+        """Start the stage process ahead of its spec (a standby: runtime/ray_standby.py).
+
+        It imports the runtime and then waits on stdin, so a launch later skips
+        the interpreter's start and those imports (about a second on a busy
+        machine); the model is loaded only once the spec has come.
+        """
+        if self.proc is None:
+            self.proc = self._spawn()
+        return self.proc.pid
+
     def launch(self, spec_json: str) -> int:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([x for x in sys.path if x] + [env.get("PYTHONPATH", "")])
-        self.proc = subprocess.Popen([sys.executable, "-m", "runtime.stage_process"],
-                                     stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        """Hand the stage process its spec (starting one unless a prepared one waits)."""
+        if self.proc is None or self.proc.poll() is not None or self.proc.stdin.closed:
+            self.proc = self._spawn()
         self.proc.stdin.write(spec_json.encode())
         self.proc.stdin.close()
-        threading.Thread(target=self._pump, args=(self.proc,), daemon=True).start()
         return self.proc.pid
+
+    def _spawn(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([x for x in sys.path if x] + [env.get("PYTHONPATH", "")])
+        proc = subprocess.Popen([sys.executable, "-m", "runtime.stage_process"],
+                                stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        threading.Thread(target=self._pump, args=(proc,), daemon=True).start()
+        return proc
 
     def _pump(self, proc: subprocess.Popen) -> None:
         for raw in proc.stderr:

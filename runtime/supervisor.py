@@ -4,6 +4,11 @@ Death is noticed two ways: the process exiting (a waiter thread sees it at
 once) and missing heartbeats (a hung process is killed, then treated as
 exited).  Either way the coordinator fails only the requests that process
 held, with ``stage_unavailable``, and the group is started again.
+
+A process that died holds nothing: its last stats report (held requests,
+lent buffers) is dropped at its death, and whatever it still had in flight
+to the coordinator is ignored (:meth:`Supervisor._sender`), so no view ever
+lists a request as held by a dead process.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ from runtime.endpoints import Endpoints
 from runtime.messages import Fatal, Heartbeat, Hello, Message, Ready, Shutdown, Stats
 
 
+# Heartbeats this many periods late make a ready process suspect (Supervisor._suspect).
+SUSPECT_AFTER_HEARTBEATS = 3
+
+
 class StageStartError(RuntimeError):
     """A stage group did not report ready; the message names it and why."""
 
@@ -45,6 +54,17 @@ class Proc:
     stderr_tail: list[str] = field(default_factory=list)
     node: str | None = None     # where it runs: this host's name, or the Ray node id
     node_ip: str | None = None
+    alive: bool = False         # a process was started and has not been seen to die
+    down_since: float | None = None  # monotonic time it died (None: up, or never started)
+    recreating: bool = False    # down, and a replacement is on its way
+
+    def died(self) -> None:
+        """It is gone: not ready, and it holds nothing (its last report is void)."""
+        self.ready = False
+        self.alive = False
+        self.stats = {}
+        if self.down_since is None:
+            self.down_since = time.monotonic()
 
     @property
     def key(self) -> tuple[str, int]:
@@ -85,6 +105,7 @@ class Supervisor:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([x for x in sys.path if x] + [env.get("PYTHONPATH", "")])
         p.ready = False
+        p.alive = True
         p.ready_future = self.loop.create_future()
         p.popen = subprocess.Popen([sys.executable, "-m", "runtime.stage_process"],
                                    stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
@@ -117,15 +138,20 @@ class Supervisor:
         if p.popen is not popen:
             return
         was_ready = p.ready
-        p.ready = False
+        p.died()
         self._not_started(p, f"exited with code {code}")
         if self.stopping:
             return
         self.on_death(p, f"process {p.pid} exited with code {code}")
-        if was_ready and self.cfg.control.restart and p.restarts < self.cfg.control.max_restarts:
+        p.recreating = self._will_restart(p, was_ready)
+        if p.recreating:
             p.restarts += 1
             self._spawn(p)
             asyncio.ensure_future(self._await_restart(p))
+
+    def _will_restart(self, p: Proc, was_ready: bool) -> bool:
+        """Whether a replica that just died is started again (one that never got ready is not)."""
+        return was_ready and self.cfg.control.restart and p.restarts < self.cfg.control.max_restarts
 
     def _not_started(self, p: Proc, why: str) -> None:
         """A process that died before 'ready': its start fails with why and its last stderr lines."""
@@ -139,6 +165,7 @@ class Supervisor:
         try:
             await self._wait_ready(p, self.cfg.control.ready_timeout_s)
         except StageStartError as exc:
+            p.recreating = False
             print(f"restart failed: {exc}", file=sys.stderr, flush=True)
 
     def _stages(self, p: Proc) -> list[str]:
@@ -146,15 +173,18 @@ class Supervisor:
 
     # ---- messages from the processes ---------------------------------------------------------
     def _sender(self, msg: Ready | Fatal | Heartbeat | Stats) -> Proc | None:
-        """The process a message came from, if it is still the current one."""
+        """The process a message came from, if it is still the current one and alive
+        (a dead one's last messages may still be queued: they must not revive its report)."""
         p = self.procs.get((msg.group, msg.replica))
-        return p if p is not None and msg.pid == p.pid else None
+        return p if p is not None and p.alive and msg.pid == p.pid else None
 
     def on_ready(self, msg: Ready) -> None:
         p = self._sender(msg)
         if p is None:
             return
         p.ready = True
+        p.down_since = None
+        p.recreating = False
         p.last_heartbeat = time.monotonic()
         if p.ready_future is not None and not p.ready_future.done():
             p.ready_future.set_result(None)
@@ -205,6 +235,7 @@ class Supervisor:
 
     async def _watch(self) -> None:
         dead_after = self.cfg.control.dead_after_ms / 1000.0
+        suspect_after = min(dead_after, SUSPECT_AFTER_HEARTBEATS * self.cfg.control.heartbeat_ms / 1000.0)
         while not self.stopping:
             if self.starting():
                 self.publish(Hello())  # SUB sockets wait for this before reporting ready
@@ -213,16 +244,25 @@ class Supervisor:
                 await asyncio.sleep(0.05)
             now = time.monotonic()
             for p in self.procs.values():
-                if p.ready and now - p.last_heartbeat > dead_after and self._running(p):
+                late = now - p.last_heartbeat
+                if not (p.ready and late > suspect_after and self._running(p)):
+                    continue
+                if late > dead_after:
                     print(f"stage group {p.group!r} pid {p.pid}: no heartbeat for "
-                          f"{now - p.last_heartbeat:.2f}s, killing it", file=sys.stderr, flush=True)
+                          f"{late:.2f}s, killing it", file=sys.stderr, flush=True)
                     self._kill_hung(p)
+                else:
+                    self._suspect(p)
 
     def _running(self, p: Proc) -> bool:
         return p.popen is not None and p.popen.poll() is None
 
     def _kill_hung(self, p: Proc) -> None:
         p.popen.kill()  # the waiter thread then reports the exit
+
+    def _suspect(self, p: Proc) -> None:
+        """Heartbeats are late but not yet ``dead_after_ms`` late: a backend that can
+        check the process's machine faster than that does so (Ray: its node's raylet)."""
 
     def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
         """(stage, why) when request ``rid`` would need a replica that cannot run now."""

@@ -6,7 +6,9 @@
 
 1. ``draining = True``: :class:`DrainGate` (an ASGI middleware) answers every
    new HTTP request and WebSocket upgrade with 503 (``Retry-After``); only
-   ``/metrics`` still answers.
+   ``/metrics`` and ``/health/live`` still answer (a draining server is alive:
+   its liveness probe must not get it killed before the drain ends, while
+   ``/health/ready`` and ``/health`` say 503 so balancers stop sending calls).
 2. Every session gets an ``error`` event, code ``server_shutting_down``; from
    then on it starts no new response (one the session core asks for fails at
    once with ``stage_unavailable``).
@@ -41,7 +43,7 @@ SHUTDOWN_MESSAGE = "The server is shutting down; this session will be closed."
 class DrainGate:
     """ASGI middleware: while the registry is draining, new requests get 503."""
 
-    def __init__(self, app, pipeline, allow: tuple[str, ...] = ("/metrics",)) -> None:
+    def __init__(self, app, pipeline, allow: tuple[str, ...] = ("/metrics", "/health/live")) -> None:
         self.app = app
         self.registry = registry_for(pipeline)
         self.allow = allow

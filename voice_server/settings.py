@@ -8,6 +8,7 @@ under ``extra.server:``::
         api_keys: []                 # or env VOICE_AGENT_API_KEYS=k1,k2
         admin_keys: []               # /v1/sessions, /v1/requests/{id}; env VOICE_AGENT_ADMIN_KEYS
         drain_grace_s: 10            # SIGTERM: running turns may finish this long
+        readiness_grace_s: 10        # /health/ready stays 200 while a lost replica is re-created this long
         allowed_origins: []          # browser Origins; [] = same host / loopback pages only,
                                      # with or without a key (transports.access)
         max_sessions: 32
@@ -83,6 +84,9 @@ class ServerSettings(BaseModel):
     # admin endpoints (voice_server.admin); none configured: loopback-bound servers only
     admin_keys: list[str] = Field(default_factory=list)
     drain_grace_s: float = Field(10.0, ge=0)  # graceful drain on SIGTERM (voice_server.drain)
+    # /health/ready stays 200 while a lost stage replica is being re-created for up to this long
+    # (runtime/health.py); past it, or with no replacement coming, the server is not ready
+    readiness_grace_s: float = Field(10.0, gt=0)
     allowed_origins: list[str] = Field(default_factory=list)
     max_sessions: int = Field(32, ge=1)
     # session defaults

@@ -279,7 +279,7 @@ async def test_stages_with_requests_hold_the_cpu_wakeup_request(start):
 
 async def test_input_buffer_of_a_killed_stage_comes_back(start):
     """A stage killed while it reads a shared-memory input never releases it; the
-    coordinator takes it back once the request has ended."""
+    coordinator takes it back with the stage's death."""
     p = await start(linear(stage("slow", args={})))
     h = await p.submit(np.ones(1 << 20, np.uint8), params={"hang_s": 30})  # > inline: shm
     await asyncio.sleep(0.5)
@@ -287,8 +287,7 @@ async def test_input_buffer_of_a_killed_stage_comes_back(start):
     p.kill_stage("slow", 0)
     term, _ = await h.result()
     assert term.kind == "error" and term.error.code.value == "stage_unavailable"
-    snap = await settle(p, timeout=6)
-    assert snap["coordinator_pool"]["lent"] == 0, snap["coordinator_pool"]
+    assert p.snapshot()["coordinator_pool"]["lent"] == 0, p.snapshot()["coordinator_pool"]
 
 
 async def test_failed_start_names_the_stage_and_leaves_nothing(start):

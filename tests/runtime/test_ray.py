@@ -8,6 +8,7 @@ them again.  The stages are the runtime's test executors (voice_server/testing/s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 
@@ -29,21 +30,27 @@ HEAD_SYSTEM_CONFIG = {"health_check_period_ms": 300, "health_check_failure_thres
                       "health_check_initial_delay_ms": 0, "health_check_timeout_ms": 300}
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    c = Cluster(initialize_head=True, head_node_args={
-        **NODE_ARGS, "num_cpus": 2, "resources": {"node_a": 1}, "_system_config": HEAD_SYSTEM_CONFIG})
-    nodes = {"a": c.head_node,
-             "b": c.add_node(**NODE_ARGS, num_cpus=2, resources={"node_b": 1}),
-             "c": c.add_node(**NODE_ARGS, num_cpus=2, resources={"node_c": 1, "spare": 1})}
+@contextlib.contextmanager
+def joined(c: Cluster):
+    """This process as the driver of cluster ``c``; the cluster gone afterwards."""
     c.wait_for_nodes()
     ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-    c.named = nodes
     try:
         yield c
     finally:
         ray.shutdown()
         c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args={
+        **NODE_ARGS, "num_cpus": 2, "resources": {"node_a": 1}, "_system_config": HEAD_SYSTEM_CONFIG})
+    c.named = {"a": c.head_node,
+               "b": c.add_node(**NODE_ARGS, num_cpus=2, resources={"node_b": 1}),
+               "c": c.add_node(**NODE_ARGS, num_cpus=2, resources={"node_c": 1, "spare": 1})}
+    with joined(c):
+        yield c
 
 
 def stage(name: str, executor: str = "voice_server.testing.stages:Echo", **kw) -> dict:

@@ -85,3 +85,55 @@ def test_placing_a_replica_again_backs_off():
     waits = [retry_wait_s(a) for a in range(1, 10)]
     assert waits[:5] == [0.5, 1.0, 2.0, 4.0, 8.0]
     assert waits[5:] == [RETRY_PLACE_MAX_S] * 4 and retry_wait_s(10**6) == RETRY_PLACE_MAX_S
+
+
+def test_standby_is_a_ray_setting():
+    c = cfg({"backend": "ray", "groups": [{"name": "b", "stages": ["b"], "standby": True}]})
+    assert c.group_of("b").standby and not c.group_of("a").standby
+    with pytest.raises(ConfigError, match="'standby' is for backend 'ray'"):
+        cfg({"groups": [{"name": "b", "stages": ["b"], "standby": True}]})
+
+
+def test_node_label_selectors():
+    from runtime.ray_nodes import avoiding, pinned_to
+
+    assert avoiding(set()) is None
+    assert avoiding({"bb", "aa"}) == [{"ray.io/node-id": "!in(aa,bb)"}]
+    assert pinned_to("aa") == [{"ray.io/node-id": "aa"}]
+
+
+async def test_a_raylet_that_goes_away_is_seen_at_once():
+    """raylet_hangs_up returns when the far end closes; raylet_answers tells a speaking raylet
+    from a closed port and from one that accepts but says nothing (a frozen process)."""
+    import asyncio
+    import time
+
+    from runtime.ray_nodes import raylet_answers, raylet_hangs_up
+
+    conns = []
+
+    def accept(reader, writer, greet: bool = True):
+        if greet:
+            writer.write(b"\x00")  # a gRPC server's settings frame comes first
+        conns.append(writer)
+
+    mute = await asyncio.start_server(lambda r, w: accept(r, w, greet=False), "127.0.0.1", 0)
+    assert not await raylet_answers(mute.sockets[0].getsockname()[:2], timeout_s=0.2)  # frozen
+    mute.close()
+    conns.clear()
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    address = server.sockets[0].getsockname()[:2]
+    assert await raylet_answers(address)
+    watch = asyncio.ensure_future(raylet_hangs_up(address))
+    while len(conns) < 2:
+        await asyncio.sleep(0.01)
+    assert not watch.done()  # an idle connection stays open
+    t0 = time.monotonic()
+    server.close()
+    for w in conns:
+        w.close()
+    await asyncio.wait_for(watch, 5)
+    print(f"hang-up seen after {(time.monotonic() - t0) * 1000:.1f} ms")
+    await server.wait_closed()
+    assert not await raylet_answers(address)
+    await asyncio.wait_for(raylet_hangs_up(address), 5)  # nothing to connect to: at once

@@ -433,6 +433,10 @@ async def test_graceful_drain_on_sigterm(tmp_path):
         async with httpx.AsyncClient() as h:
             r = await h.get(f"http://127.0.0.1:{port}/health")
             assert r.status_code == 503 and r.json()["error"]["code"] == "server_shutting_down"
+            # a balancer stops sending calls; the orchestrator must not kill it before the drain ends
+            assert (await h.get(f"http://127.0.0.1:{port}/health/ready")).status_code == 503
+            r = await h.get(f"http://127.0.0.1:{port}/health/live")
+            assert r.status_code == 200 and r.json()["status"] == "live", r.text
 
         short_done = await short_c.wait("response.done", timeout=grace + 2)
         assert short_done["response"]["status"] == "completed"

@@ -7,8 +7,8 @@ and back, and nothing else.
   ``/v1/realtime/client_secrets``.
 * :mod:`.twilio` - ``/v1/telephony/twilio``, Twilio Media Streams, and its
   TwiML webhook.
-* :mod:`.http_api` - ``/health``, ``/v1/models``, ``/v1/audio/speech``,
-  ``/v1/chat/completions``.
+* :mod:`.http_api` - ``/health``, ``/health/ready``, ``/health/live``,
+  ``/v1/models``, ``/v1/audio/speech``, ``/v1/chat/completions``.
 
 Every transport lets callers in through :mod:`.access` (keys, Origin policy,
 loopback, client secrets, the one ``max_sessions`` counter).  The session

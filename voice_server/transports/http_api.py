@@ -1,5 +1,9 @@
 """Plain HTTP endpoints on the pipeline: health, model list, OpenAI speech and chat.
 
+Health: ``/health`` (every replica ready), ``/health/ready`` (may take a new
+call) and ``/health/live`` (should not be restarted), from runtime/health.py;
+docs/CLIENTS.md lists the status each gives during a replica restart.
+
 ``routes(pipeline, settings)`` returns Starlette routes; the app mounts them.
 ``pipeline`` is a running :class:`runtime.pipeline.Pipeline` or a zero-argument
 callable returning one (or None while it is not up), so an app that starts the
@@ -91,6 +95,7 @@ DEFAULTS = {
     "max_prompt_chars": 200_000,
     "speech_sample_rate": 24000,
     "response_deadline_s": None,    # None: the pipeline's request_deadline_s
+    "readiness_grace_s": 10.0,      # /health/ready: how long a replica may be re-created
 }
 
 
@@ -397,19 +402,42 @@ class HttpApi:
         return float(v) if v else None
 
     # ---- endpoints ---------------------------------------------------------------------------
-    async def health(self, request: Request) -> Response:
+    def _running(self) -> Any | None:
         p = self.pipeline
-        if p is None or getattr(p, "closed", False):
-            return JSONResponse({"status": "unavailable", "reason": "the pipeline is not running"},
-                                status_code=503)
+        return None if p is None or getattr(p, "closed", False) else p
+
+    _NOT_RUNNING = {"status": "unavailable", "reason": "the pipeline is not running"}
+
+    async def health(self, request: Request) -> Response:
+        """Every replica of every stage ready: 200, else 503 (the original meaning, kept)."""
+        p = self._running()
+        if p is None:
+            return JSONResponse(self._NOT_RUNNING, status_code=503)
         snap = p.snapshot()
         procs = {k: {"ready": v["ready"], "pid": v["pid"], "restarts": v["restarts"],
                      "heartbeat_age_ms": v["heartbeat_age_ms"], "held": len(v.get("held") or ())}
                  for k, v in snap["processes"].items()}
-        ok = bool(procs) and all(v["ready"] for v in procs.values())
-        body = {"status": "ok" if ok else "unavailable", "pipeline": p.cfg.name,
+        h = p.health(float(_setting(self.settings, "readiness_grace_s")))
+        body = {"status": "ok" if h.all_ready else "unavailable", "pipeline": p.cfg.name,
+                "ready": h.ready, "live": h.live,
                 "live_requests": snap["live_requests"], "counters": snap["counters"], "processes": procs}
-        return JSONResponse(body, status_code=200 if ok else 503)
+        return JSONResponse(body, status_code=200 if h.all_ready else 503)
+
+    async def ready(self, request: Request) -> Response:
+        """May this server take a new call (runtime/health.py)?  200 ready, 503 not."""
+        return self._probe(lambda h: h.ready, "ready", "not_ready")
+
+    async def live(self, request: Request) -> Response:
+        """Should this server process be restarted (runtime/health.py)?  200 no, 503 yes."""
+        return self._probe(lambda h: h.live, "live", "dead")
+
+    def _probe(self, answer: Callable[[Any], bool], yes: str, no: str) -> Response:
+        p = self._running()
+        if p is None:
+            return JSONResponse(self._NOT_RUNNING, status_code=503)
+        h = p.health(float(_setting(self.settings, "readiness_grace_s")))
+        ok = answer(h)
+        return JSONResponse({"status": yes if ok else no, **h.to_json()}, status_code=200 if ok else 503)
 
     async def models(self, request: Request) -> Response:
         self._check_auth(request)
@@ -751,10 +779,13 @@ def _wrap(fn):
 
 
 def routes(pipeline: Any, settings: Any = None) -> list[Route]:
-    """GET /health, GET /v1/models[/{model}], POST /v1/audio/speech, POST /v1/chat/completions."""
+    """GET /health, /health/ready, /health/live, GET /v1/models[/{model}], POST /v1/audio/speech,
+    POST /v1/chat/completions."""
     api = HttpApi(pipeline, settings)
     return [
         Route("/health", _wrap(api.health), methods=["GET"]),
+        Route("/health/ready", _wrap(api.ready), methods=["GET"]),
+        Route("/health/live", _wrap(api.live), methods=["GET"]),
         Route("/v1/models", _wrap(api.models), methods=["GET"]),
         Route("/v1/models/{model:path}", _wrap(api.model), methods=["GET"]),
         Route("/v1/audio/speech", _wrap(api.speech), methods=["POST"]),

@@ -7,7 +7,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
     runner = SessionRunner(session, pipeline, send_event,
                            send_audio=None, flush_audio=None, on_close=None,
                            pause_audio=None, resume_audio=None,
-                           transport="websocket")   # label: websocket | webrtc | twilio
+                           transport="websocket")   # label: websocket | webrtc | a phone provider
     await runner.start()                  # session.created, listen stream, timers;
                                           # registers in voice_server.session_registry (+ metrics)
     runner.client_event(text)             # one JSON client event (sync)
@@ -125,7 +125,7 @@ class SessionRunner:
                  options: RunnerOptions | None = None,
                  clock: Callable[[], float] = _now_ms, transport: str = "other") -> None:
         self.session = session
-        self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio
+        self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio | telnyx ...
         self.started_at = time.time()
         self.draining = False
         self.turns = TurnTimer()  # per-turn latency metrics (voice_server.metrics)

@@ -105,7 +105,7 @@ class ServerSettings(BaseModel):
     # buffers a message whole before handing it over.)
     datachannel_max_message_bytes: int = Field(256 * 1024, ge=1024)
     web_demo_dir: Optional[str] = None
-    # telephony (voice_server.transports.twilio): <Stream url> in the TwiML (None: from the Host
+    # telephony (voice_server.transports.phone.twilio): <Stream url> in the TwiML (None: from the Host
     # header) and the account auth token that checks X-Twilio-Signature (None: no check)
     twilio_stream_url: Optional[str] = None
     twilio_auth_token: Optional[str] = None

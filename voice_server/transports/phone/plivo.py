@@ -1,0 +1,106 @@
+"""Plivo audio streams (``<Stream bidirectional="true" keepCallAlive="true">``).
+
+Wire (Plivo "Stream Event Protocol" / "Audio Streaming Protocol Reference"
+pages, the ``playAudio``, ``checkpoint`` and ``clearAudio`` event pages):
+text frames.  Inbound ``start {start: {callId, streamId, tracks,
+mediaFormat {encoding, sampleRate}}, extra_headers}``, ``media {streamId,
+media: {track, timestamp, chunk, payload}}``, ``dtmf {dtmf: {track, digit,
+timestamp}}``, ``playedStream {streamId, name}`` (a checkpoint has played;
+an older page calls it ``played``), ``clearedAudio``.  Outbound
+``playAudio {media: {contentType, sampleRate, payload}}``, ``checkpoint
+{streamId, name}``, ``clearAudio {streamId}``, ``sendDTMF {dtmf: "123"}``.
+A checkpoint is answered only when the audio before it played, so cleared
+checkpoints never come back.  Plivo sends no stop message: the stream ends
+when the socket closes (the status callback is HTTP, not on the stream).
+
+Formats: ``audio/x-mulaw`` 8 kHz, ``audio/x-l16`` 8 or 16 kHz (little-endian).
+``extra_headers`` (``k=v`` pairs separated by ``;`` or ``,``) are the call's
+custom parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .codec import (Bad, DTMF_DIGITS, Inbound, Noted, Outbound, PhoneCodec, Unsupported,
+                    json_message)
+from .line import Encoding, LineFormat, MULAW_8K
+
+_CONTENT_TYPE = {Encoding.MULAW: "audio/x-mulaw", Encoding.L16: "audio/x-l16"}
+
+
+def _line(fmt) -> Optional[LineFormat]:
+    if not isinstance(fmt, dict):
+        return MULAW_8K
+    enc = str(fmt.get("encoding", "audio/x-mulaw")).lower()
+    try:
+        rate = int(fmt.get("sampleRate", 8000))
+    except (TypeError, ValueError):
+        return None
+    if enc == "audio/x-mulaw" and rate == 8000:
+        return MULAW_8K
+    if enc == "audio/x-l16" and rate in (8000, 16000):
+        return LineFormat(Encoding.L16, rate)
+    return None
+
+
+def _headers(extra) -> dict[str, str]:
+    if not isinstance(extra, str):
+        return {}
+    pairs = (p.partition("=") for p in extra.replace(",", ";").split(";"))
+    return {k.strip(): v.strip() for k, sep, v in pairs if sep and k.strip()}
+
+
+class PlivoCodec(PhoneCodec):
+    provider = "plivo"
+    frame_ms = 20
+    marks_echo_on_clear = False
+
+    def parse_text(self, text: str) -> Inbound:
+        msg = self.load(text)
+        if isinstance(msg, Bad):
+            return msg
+        ev = msg.get("event")
+        if ev == "media":
+            m = msg.get("media")
+            if not isinstance(m, dict):
+                return Bad("media without media object")
+            if m.get("track") not in (None, "inbound"):
+                return Noted("audio of another track")
+            return self.audio(m.get("payload"))
+        if ev in ("playedStream", "played"):
+            return self.played(msg.get("name"))
+        if ev == "start":
+            st = msg.get("start")
+            if not isinstance(st, dict):
+                return Bad("start without a start object")
+            line = _line(st.get("mediaFormat"))
+            if line is None:
+                return Unsupported(f"mediaFormat {str(st.get('mediaFormat'))[:120]}")
+            return self.begin(st.get("streamId"), st.get("callId"), line,
+                              _headers(msg.get("extra_headers")))
+        if ev == "dtmf":
+            d = msg.get("dtmf")
+            return self.key(d.get("digit") if isinstance(d, dict) else None)
+        if ev == "clearedAudio":
+            return Noted("clearedAudio")
+        return Bad(f"unknown event {str(ev)[:40]!r}")
+
+    def media(self, payload: bytes) -> Outbound:
+        return json_message({"event": "playAudio", "media": {
+            "contentType": _CONTENT_TYPE[self.line.encoding], "sampleRate": self.line.rate,
+            "payload": self.b64(payload)}})
+
+    def mark(self, name: str) -> Outbound:
+        return json_message({"event": "checkpoint", "streamId": self.stream_id, "name": name})
+
+    def clear(self) -> Outbound:
+        return json_message({"event": "clearAudio", "streamId": self.stream_id})
+
+    def send_digits(self, digits: str) -> Optional[Outbound]:
+        if not digits or any(d not in DTMF_DIGITS for d in digits):
+            return None
+        return json_message({"event": "sendDTMF", "dtmf": digits})
+
+
+__all__ = ["PlivoCodec"]

@@ -148,6 +148,10 @@ class PhoneCodec:
     def clear(self) -> Outbound:
         raise NotImplementedError
 
+    def frame_bytes(self) -> int:
+        """Bytes of line audio per outbound media message."""
+        return self.line.frame_bytes(self.frame_ms)
+
     def send_digits(self, digits: str) -> Optional[Outbound]:
         """Tones played into the call, or None: the provider's stream cannot."""
         return None

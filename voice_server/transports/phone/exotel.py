@@ -8,8 +8,9 @@ and Voicebot Applet" pages): text frames.  Inbound ``connected``, ``start
 ``dtmf {dtmf: {digit, duration}}``, ``mark {mark: {name}}``, ``stop {stop:
 {reason}}``.  Outbound ``media {stream_sid, media: {payload}}``, ``mark
 {stream_sid, mark: {name}}``, ``clear {stream_sid}``.  Exotel asks for
-outbound chunks of at least 100 ms (3.2 kB at 8 kHz) in multiples of 320
-bytes: the bridge sends 100 ms frames.  The stream has no message that plays
+outbound chunks of at least 3.2 kB (the page calls that 100 ms) in multiples
+of 320 bytes: the bridge sends 3.2 kB frames (200 ms at 8 kHz, 100 ms at
+16 kHz) or 100 ms where that is more (24 kHz).  The stream has no message that plays
 tones.  Rates: 8000 (default), 16000 or 24000 (``?sample-rate=`` on the
 applet's URL).
 """
@@ -21,11 +22,12 @@ from .codec import (Bad, CallEnd, Inbound, Noted, Outbound, PhoneCodec, Unsuppor
 from .line import Encoding, LineFormat
 
 _RATES = (8000, 16000, 24000)
+MIN_CHUNK_BYTES = 3200  # Exotel's smallest outbound chunk (a multiple of 320 bytes)
 
 
 class ExotelCodec(PhoneCodec):
     provider = "exotel"
-    frame_ms = 100  # Exotel's minimum outbound chunk
+    frame_ms = 100
     marks_echo_on_clear = True  # not documented either way: echoes after a clear are ignored
 
     def parse_text(self, text: str) -> Inbound:
@@ -69,6 +71,9 @@ class ExotelCodec(PhoneCodec):
             return Unsupported(f"media_format {str(fmt)[:120]} (audio/x-raw, 16 bit)")
         return self.begin(st.get("stream_sid") or msg.get("stream_sid"), st.get("call_sid"),
                           LineFormat(Encoding.L16, rate), st.get("custom_parameters"))
+
+    def frame_bytes(self) -> int:
+        return max(MIN_CHUNK_BYTES, self.line.frame_bytes(self.frame_ms))
 
     def media(self, payload: bytes) -> Outbound:
         return json_message({"event": "media", "stream_sid": self.stream_id,

@@ -109,7 +109,7 @@ class Playout:
         line = self.codec.line
         data = it.rem + (line.encode(it.resampler.flush()) if it.resampler else b"")
         if data:
-            frame = line.frame_bytes(self.codec.frame_ms)
+            frame = self.codec.frame_bytes()
             self._queue_frames(it, data + line.silence((-len(data)) % frame))
         self._queue_mark(it, ":end")
 
@@ -172,7 +172,7 @@ class Playout:
         """Whole frames of ``data`` (returns the bytes used), a mark every
         :data:`MARK_EVERY_MS` and one after the last frame."""
         line = self.codec.line
-        frame = line.frame_bytes(self.codec.frame_ms)
+        frame = self.codec.frame_bytes()
         every = line.frame_bytes(MARK_EVERY_MS)
         n = len(data) // frame
         for k in range(n):

@@ -1,0 +1,211 @@
+"""The phone bridges of Telnyx, Plivo, Exotel and Vonage on the real CPU
+pipeline (the shared server of conftest.py), each driven by a client written
+from the provider's documentation
+(:class:`voice_server.testing.phone_clients.PhoneClient`) over a real
+WebSocket: a spoken turn, a barge-in answered with the provider's clear verb,
+the provider's end of call, and bad input of every kind.  (Twilio's bridge has
+its own tests in test_twilio.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+
+import numpy as np
+import pytest
+import websockets
+
+from voice_server.testing.phone_clients import PhoneClient
+from .conftest import API_KEY
+
+pytestmark = pytest.mark.timeout(120)
+
+PROVIDERS = ["telnyx", "plivo", "exotel", "vonage"]
+CLEAR_VERB = {"telnyx": {"event": "clear"}, "plivo": {"event": "clearAudio"},
+              "exotel": {"event": "clear"}, "vonage": {"action": "clear"}}
+
+
+def base_ws(server) -> str:
+    return f"ws://127.0.0.1:{server.port}"
+
+
+def endpoint(server, provider):
+    return server.app.state.phone[provider]
+
+
+async def wait_call(server, provider, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while not endpoint(server, provider).calls:
+        assert time.monotonic() < deadline, "the call did not start"
+        await asyncio.sleep(0.02)
+    return next(iter(endpoint(server, provider).calls.values()))
+
+
+async def wait_no_calls(server, provider, timeout: float = 10.0) -> None:
+    ep = endpoint(server, provider)
+    deadline = time.monotonic() + timeout
+    while ep.calls or ep.runners:
+        assert time.monotonic() < deadline, f"{provider} call still registered"
+        await asyncio.sleep(0.05)
+
+
+async def settled_clean(server) -> None:
+    snap = await server.settled()
+    assert snap["live_requests"] == 0, snap
+    assert not any(p["held"] for p in snap["processes"].values()), snap
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_spoken_turn_then_the_providers_end_of_call(server, provider):
+    c = await PhoneClient.connect(base_ws(server), provider, {
+        "instructions": "Answer in one short sentence.", "max_output_tokens": "24"})
+    try:
+        call = await wait_call(server, provider)
+        await asyncio.sleep(0.2)
+        assert call.session.settings.instructions == "Answer in one short sentence."
+        t_end = await c.say("what is the capital of france")
+        i, first = await c.wait(lambda m: m.kind == "media" and m.item, timeout=40)
+        item = first.item
+        assert c.marks()[0] == f"{item}:0:start"
+        _, end = await c.wait(lambda m: m.kind == "mark" and m.name.startswith(item)
+                              and m.name.endswith(":end"), i, timeout=40)
+        pcm = c.pcm(item)
+        dur = pcm.size / c.wire.rate
+        rms = float(np.sqrt(np.mean(pcm.astype(np.float64) ** 2)))
+        assert dur > 0.5 and rms > 300, (dur, rms)  # speech, not silence
+        ms = [int(n.split(":")[1]) for n in c.marks() if n.startswith(item)]
+        assert ms == sorted(ms) and ms[-1] == round(dur * 1000), ms
+        # the client answers the end mark once played: the session knows it was heard
+        it = call.session.conversation.get(item)
+        deadline = time.monotonic() + dur + 5
+        while end.name not in c.answered or (it.played_ms or 0) < it.audio_ms - 40:
+            assert time.monotonic() < deadline, (it.played_ms, it.audio_ms)
+            await asyncio.sleep(0.05)
+        assert call.stats["media_in"] > 0 and call.bad_messages == 0, call.stats
+        print(f"{provider}: first audio {(first.t - t_end) * 1000:.0f} ms after end of "
+              f"speech, reply {dur:.2f} s")
+        await c.end()  # stop message, or (Plivo, Vonage) the socket closes
+        await wait_no_calls(server, provider)
+        await settled_clean(server)
+    finally:
+        await c.close()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_barge_in_clears_with_the_providers_verb(server, provider):
+    c = await PhoneClient.connect(base_ws(server), provider, {
+        "instructions": "You tell long, detailed stories of many sentences.",
+        "max_output_tokens": "200"})
+    try:
+        c.say("tell me a long story about a dragon")
+        i, first = await c.wait(lambda m: m.kind == "media" and m.item, timeout=40)
+        old = first.item
+        await asyncio.sleep(0.5)  # the caller hears a bit, then talks over it
+        await c.say("stop and tell me the time")
+        j, clear = await c.wait(lambda m: m.kind == "clear", i, timeout=20)
+        for k, v in CLEAR_VERB[provider].items():
+            assert clear.raw[k] == v, clear.raw
+        await c.wait(lambda m: m.kind == "mark" and m.name.endswith(":start")
+                     and not m.name.startswith(old), j, timeout=40)
+        assert not [m for m in c.msgs[j + 1:] if m.kind == "media" and m.item == old]
+        assert not [n for n in c.marks(j + 1) if n.startswith(old)]
+        call = next(iter(endpoint(server, provider).calls.values()))
+        it = call.session.conversation.get(old)
+        sent_ms = c.pcm(old).size * 1000 / c.wire.rate
+        assert it is not None and it.truncated_at_ms is not None, it
+        assert 0 < it.truncated_at_ms <= sent_ms, (it.truncated_at_ms, sent_ms)
+        assert call.stats["clears"] == 1, call.stats
+        print(f"{provider} barge-in: heard {it.truncated_at_ms:.0f} of {sent_ms:.0f} ms sent")
+    finally:
+        await c.close()  # a socket close ends the call too
+    await wait_no_calls(server, provider)
+    await settled_clean(server)
+
+
+def _garbage(c: PhoneClient) -> list:
+    """Bad input of every kind, in the provider's own framing where it has one."""
+    w = c.wire
+    good = w.media(w.silence_frame())
+    bad = ["not json", "[1,2]", "{}", {"event": "whatever"}, {"event": "dtmf"},
+           {"event": "websocket:dtmf", "digit": "x"}]
+    if isinstance(good, dict):
+        bad.append(b"\x00\x01binary")  # these providers send text frames only
+        for payload in ("!!!not base64", 5, base64.b64encode(b"\x01\x02\x03").decode()
+                        if w.sample_bytes == 2 else "@@@"):
+            m = json.loads(json.dumps(good))
+            m["media"]["payload"] = payload
+            bad.append(m)
+        m = json.loads(json.dumps(good))
+        del m["media"]
+        bad.append(m)
+    else:
+        bad.append(b"\x01\x02\x03")  # Vonage: not whole 16-bit samples
+    return bad
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_bad_input_is_ignored_and_the_server_lives(server, provider):
+    c = await PhoneClient.connect(base_ws(server), provider, start=False)
+    try:
+        # media before the call starts: ignored
+        await c.send(c.wire.media(c.wire.silence_frame()))
+        await c.start({"instructions": "Answer in one short sentence."})
+        call = await wait_call(server, provider)
+        garbage = _garbage(c)
+        for g in garbage:
+            await c.send(g)
+        await asyncio.sleep(0.5)
+        assert call.bad_messages >= len(garbage), (call.bad_messages, len(garbage))
+        assert not c.closed and endpoint(server, provider).calls
+        # the call still works: a turn completes
+        await c.say("what is the capital of france")
+        await c.wait(lambda m: m.kind == "mark" and m.name.endswith(":end"), timeout=40)
+    finally:
+        await c.close()
+    await wait_no_calls(server, provider)
+
+
+WRONG_CODEC = {
+    "telnyx": {"event": "start", "sequence_number": "1", "stream_id": "s1",
+               "start": {"call_control_id": "v3:x",
+                         "media_format": {"encoding": "OPUS", "sample_rate": 16000,
+                                          "channels": 1}}},
+    "plivo": {"event": "start", "sequenceNumber": 1,
+              "start": {"callId": "c", "streamId": "s", "accountId": "MA", "tracks": ["inbound"],
+                        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 16000}}},
+    "exotel": {"event": "start", "stream_sid": "MZ1",
+               "start": {"stream_sid": "MZ1", "call_sid": "CA1",
+                         "media_format": {"encoding": "audio/x-mulaw", "sample_rate": "8000",
+                                          "bit_rate": "8"}}},
+    "vonage": {"event": "websocket:connected", "content-type": "audio/pcmu;rate=8000"},
+}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_wrong_codec_closes_1003_and_oversize_closes_1009(server, provider):
+    url = f"{base_ws(server)}/v1/telephony/{provider}"
+    hdrs = {"Authorization": f"Bearer {API_KEY}"}
+    async with websockets.connect(url, additional_headers=hdrs) as ws:
+        await ws.send(json.dumps(WRONG_CODEC[provider]))
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for _ in ws:
+                pass
+        assert ws.close_code == 1003, ws.close_code
+    # a message over ws_max_message_bytes: the bare 1009 (no Realtime error event)
+    async with websockets.connect(url, additional_headers=hdrs, max_size=None) as ws:
+        with contextlib.suppress(websockets.ConnectionClosed):
+            await ws.send("x" * (server.settings.ws_max_message_bytes + 1))
+        got = []
+        with contextlib.suppress(websockets.ConnectionClosed):
+            async for m in ws:
+                got.append(m)
+        assert ws.close_code == 1009 and got == [], (ws.close_code, got)
+    # no key: refused before the upgrade; the server lives
+    with pytest.raises(websockets.InvalidStatus) as e:
+        await websockets.connect(url)
+    assert e.value.response.status_code == 403
+    await wait_no_calls(server, provider)
+    assert (await server.settled())["live_requests"] == 0

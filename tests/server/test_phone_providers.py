@@ -209,3 +209,31 @@ async def test_wrong_codec_closes_1003_and_oversize_closes_1009(server, provider
     assert e.value.response.status_code == 403
     await wait_no_calls(server, provider)
     assert (await server.settled())["live_requests"] == 0
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_key_presses_reach_the_session_in_order_and_are_answered(server, provider):
+    c = await PhoneClient.connect(base_ws(server), provider, {
+        "instructions": "The caller uses the keypad. Say which keys they pressed.",
+        "max_output_tokens": "16"})
+    try:
+        call = await wait_call(server, provider)
+        seen = []
+        orig = call._session_event
+
+        async def spy(ev):  # what the session emitted (a phone line has no event channel)
+            seen.append(ev)
+            await orig(ev)
+        call.runner._send_event = spy
+        for key in "42#":
+            await c.press(key)
+        await c.wait(lambda m: m.kind == "mark" and m.name.endswith(":end"), timeout=40)
+        assert call.keys_pressed == list("42#")
+        assert [e["event"] for e in seen if e["type"] ==
+                "input_audio_buffer.dtmf_event_received"] == list("42#")
+        texts = [it.content[0].text for it in call.session.conversation.items
+                 if it.role == "user"]
+        assert texts == ["[pressed 4 2 #]"], texts
+    finally:
+        await c.close()
+    await wait_no_calls(server, provider)

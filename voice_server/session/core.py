@@ -53,6 +53,10 @@ interruptions=InterruptionSettings())``
   could not turn into an event (binary WebSocket frame, oversized or
   non-UTF-8 data-channel message): an ``error`` with ``code``, counted as
   traffic and rate limited exactly like ``client_event``.
+* ``key_pressed(key, now_ms, received_at)`` - a phone caller's DTMF key:
+  ``input_audio_buffer.dtmf_event_received`` at once; each entry (keys up to
+  ``#`` or a 1.5 s pause) becomes a user ``input_text`` item
+  ``"[pressed 1 2]"`` that is answered like an utterance (keypad.py).
 * ``disconnect(now_ms)`` - client gone: ``CancelResponse`` for the active
   response and ``StopListen``; afterwards every method returns ``[]``.
 
@@ -162,6 +166,7 @@ from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
 from .interruption import Interruptions
 from .items import Content, Conversation, Item
+from .keypad import Keypad, entry_text
 from .output_pacer import OutputPacer
 from .playback import Playback
 from .responses import Responses, _Response
@@ -234,6 +239,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._paused_item: str | None = None  # item a stream transport holds paused
         self.extension_events = extension_events
         self._idle_deadline: float | None = None
+        self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
         # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
         self._last_traffic_ms: float | None = None
         self._tokens = float(self.limits.client_events_burst)
@@ -372,6 +378,9 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 now_ms - (self._last_traffic_ms or self._start_ms) >= idle_s * 1000.0:
             return self._expire(now_ms, "idle_timeout",
                                 f"No client events or audio for {idle_s:g} seconds.")
+        entry = self._keypad.due(now_ms)
+        if entry:
+            return self._keypad_entry(entry, now_ms)
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or self._idle_deadline is None or \
                 now_ms < self._idle_deadline or self._active is not None or \
@@ -392,6 +401,35 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         if td.create_response:
             out += self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
                                          s.instructions or None, None, True, None)
+        return out
+
+    # ----------------------------------------------------------------- keypad
+    def key_pressed(self, key: str, now_ms: float, received_at: int) -> list[Command]:
+        """A phone caller pressed ``key`` (``0-9 * # A-D``; ``received_at``: Unix
+        seconds).  The key is announced at once; the entry it belongs to
+        reaches the conversation when it ends (keypad.py), as a user text item
+        the model reads, and is answered like an utterance."""
+        if self.closed or len(key) != 1 or key not in "0123456789*#ABCD":
+            return []
+        out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        self._idle_deadline = None  # the caller is there
+        out.append(self._send("input_audio_buffer.dtmf_event_received", event=key,
+                              received_at=int(received_at)))
+        entry = self._keypad.press(key, now_ms)
+        return out + (self._keypad_entry(entry, now_ms) if entry else [])
+
+    def _keypad_entry(self, keys: str, now_ms: float) -> list[Command]:
+        item = Item(self.ids.new("item"), "user", [Content("input_text", text=entry_text(keys))])
+        prev = self.conversation.add(item)
+        self._unanswered = True
+        out: list[Command] = [
+            self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
+            self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
+        out += self._maybe_auto_respond(now_ms)
+        td = self.settings.turn_detection
+        if self._active is None and td is not None and td.idle_timeout_ms:
+            self._idle_deadline = now_ms + td.idle_timeout_ms  # no answer: the silence counts
         return out
 
     def _expire(self, now_ms: float, code: str = "session_expired",

@@ -211,6 +211,8 @@ class PhoneCall:
     def _key(self, digit: str) -> None:
         log.info("%s %s: key %s pressed", self.provider, self.stream_id, digit)
         self.keys_pressed.append(digit)
+        if self.runner is not None:
+            self.runner.key_pressed(digit)
 
     async def _start(self, st: CallStart) -> None:
         s = self.settings

@@ -237,3 +237,36 @@ async def test_key_presses_reach_the_session_in_order_and_are_answered(server, p
     finally:
         await c.close()
     await wait_no_calls(server, provider)
+
+
+async def test_the_application_plays_tones_where_the_provider_can(server):
+    """Plivo's stream has ``sendDTMF``; the others answer 409."""
+    import httpx
+    base = f"http://127.0.0.1:{server.port}"
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    plivo = await PhoneClient.connect(base_ws(server), "plivo")
+    vonage = await PhoneClient.connect(base_ws(server), "vonage")
+    try:
+        p_call, v_call = await wait_call(server, "plivo"), await wait_call(server, "vonage")
+        async with httpx.AsyncClient() as h:
+            url = base + "/v1/telephony/calls/{}/dtmf"
+            r = await h.post(url.format(p_call.session.session_id), json={"digits": "12#"},
+                             headers=auth)
+            assert r.status_code == 202, r.text
+            _, m = await plivo.wait(lambda m: m.kind == "digits", timeout=5)
+            assert m.raw == {"event": "sendDTMF", "dtmf": "12#"}
+            r = await h.post(url.format(v_call.session.session_id), json={"digits": "1"},
+                             headers=auth)
+            assert r.status_code == 409 and r.json()["error"]["code"] == "dtmf_not_supported"
+            for body, status in (({"digits": "1x"}, 400), ({}, 400), ({"digits": ""}, 400)):
+                r = await h.post(url.format(p_call.session.session_id), json=body, headers=auth)
+                assert r.status_code == status, (body, r.text)
+            r = await h.post(url.format("sess_nope"), json={"digits": "1"}, headers=auth)
+            assert r.status_code == 404
+            r = await h.post(url.format(p_call.session.session_id), json={"digits": "1"})
+            assert r.status_code == 401
+    finally:
+        await plivo.close()
+        await vonage.close()
+    await wait_no_calls(server, "plivo")
+    await wait_no_calls(server, "vonage")

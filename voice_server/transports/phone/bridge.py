@@ -237,6 +237,14 @@ class PhoneCall:
             self.runner.client_event({"type": "session.update",
                                       "session": {"type": "realtime", **update}})
 
+    def send_digits(self, digits: str) -> bool:
+        """Play DTMF tones to the caller's line (after what is queued); False:
+        the call has not started or its provider's stream cannot play tones."""
+        if not self.codec.started or not self.playout.digits(digits):
+            return False
+        self._out_ready.set()
+        return True
+
     # ------------------------------------------------------------ session side
     async def _send_audio(self, response_id: str, item_id: str, pcm: np.ndarray,
                           sample_rate: int) -> None:

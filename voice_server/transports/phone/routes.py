@@ -1,5 +1,6 @@
 """Every phone bridge's routes: ``/v1/telephony/<provider>`` for Twilio,
-Telnyx, Plivo, Exotel and Vonage, and Twilio's TwiML webhook."""
+Telnyx, Plivo, Exotel and Vonage, Twilio's TwiML webhook, and the DTMF tones
+an application plays into a call (:mod:`.tones`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .exotel import ExotelCodec
 from .paths import EXOTEL_PATH, PLIVO_PATH, TELNYX_PATH, TWILIO_PATH, VONAGE_PATH
 from .plivo import PlivoCodec
 from .telnyx import TelnyxCodec
+from .tones import tones_route
 from .twilio import TWIML_PATH, TwilioCodec, twilio_upgrade_signed, twiml_endpoint
 from .vonage import VonageCodec
 
@@ -34,6 +36,7 @@ def phone_routes(pipeline, settings: ServerSettings) -> tuple[list, dict[str, Ph
         endpoints[name] = PhoneEndpoint(codec_cls, pipeline, settings, signature)
         routes.append(WebSocketRoute(path, endpoints[name]))
     routes.append(Route(TWIML_PATH, twiml_endpoint(settings), methods=["POST"]))
+    routes.append(tones_route(endpoints, settings))
     return routes, endpoints
 
 

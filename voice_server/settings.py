@@ -22,7 +22,8 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``,
 ``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
-off), and one
+off), ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``, ``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``,
+and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
@@ -53,7 +54,8 @@ from .session.config import ServerLimits, SessionSettings, TurnDetection
 _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
     "api_keys", "ice_hosts", "allowed_origins", "admin_keys", "max_sessions",
     "twilio_auth_token", "drain_grace_s", "ws_max_message_bytes", "output_lead_ms",
-    "extension_events", "turn_detection", "datachannel_max_message_bytes")}
+    "extension_events", "turn_detection", "datachannel_max_message_bytes",
+    "phone_idle_timeout_ms", "phone_idle_hang_up_after")}
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
@@ -109,6 +111,12 @@ class ServerSettings(BaseModel):
     # header) and the account auth token that checks X-Twilio-Signature (None: no check)
     twilio_stream_url: Optional[str] = None
     twilio_auth_token: Optional[str] = None
+    # phone calls (every provider): after this much silence once a reply was
+    # heard the agent checks in (turn_detection.idle_timeout_ms of the call's
+    # session; None: the session default), and after this many unanswered
+    # check-ins it says goodbye and ends the call (0: never)
+    phone_idle_timeout_ms: Optional[int] = Field(8000, ge=500, le=600_000)
+    phone_idle_hang_up_after: int = Field(2, ge=0, le=100)
     # agent audio is released in real time so that the listener (WebSocket
     # client, Twilio, the WebRTC track) holds at most this much it has not
     # played: the server knows what was heard and can pause the reply.
@@ -131,6 +139,16 @@ class ServerSettings(BaseModel):
         extra = {"turn_detection": self.turn_detection} if self.turn_detection else {}
         return SessionSettings(model=(model or self.model)[:256], instructions=self.instructions,
                                voice=self.voice, max_output_tokens=self.max_output_tokens, **extra)
+
+    def phone_session_defaults(self) -> SessionSettings:
+        """What a phone call's session starts with: :meth:`session_defaults`
+        with ``phone_idle_timeout_ms`` as the turn detection's idle timeout."""
+        s = self.session_defaults()
+        td = s.turn_detection
+        if td is None or self.phone_idle_timeout_ms is None:
+            return s
+        return s.model_copy(update={"turn_detection": td.model_copy(
+            update={"idle_timeout_ms": self.phone_idle_timeout_ms})})
 
     @property
     def auth_required(self) -> bool:

@@ -270,3 +270,57 @@ async def test_the_application_plays_tones_where_the_provider_can(server):
         await vonage.close()
     await wait_no_calls(server, "plivo")
     await wait_no_calls(server, "vonage")
+
+
+@contextlib.contextmanager
+def phone_settings(server, provider, **update):
+    """The provider's endpoint settings changed for calls started inside."""
+    ep = endpoint(server, provider)
+    old, ep.settings = ep.settings, ep.settings.model_copy(update=update)
+    try:
+        yield
+    finally:
+        ep.settings = old
+
+
+async def test_a_silent_caller_gets_a_check_in_then_a_goodbye_and_the_call_ends(server):
+    """idle 1.5 s, hang up after 1 check-in: hello -> reply; silence -> check-in;
+    silence -> goodbye, heard, then the server closes the stream (1000)."""
+    provider = "telnyx"
+    with phone_settings(server, provider, phone_idle_timeout_ms=1500,
+                        phone_idle_hang_up_after=1):
+        c = await PhoneClient.connect(base_ws(server), provider, {
+            "instructions": "Answer in one short sentence.", "max_output_tokens": "16"})
+        call = await wait_call(server, provider)
+    seen = []
+    orig = call._session_event
+
+    async def spy(ev):
+        seen.append((time.monotonic(), ev))
+        await orig(ev)
+    call.runner._send_event = spy
+    try:
+        await c.say("hello there")
+        await asyncio.wait_for(c.ws.wait_closed(), 90)  # the server hangs up
+        assert c.ws.close_code == 1000, c.ws.close_code
+        ends = [n for n in c.answered if n.endswith(":end")]
+        items = [n.split(":")[0] for n in ends]
+        assert len(items) == 3, c.answered  # reply, check-in, goodbye: each heard to its end
+        notes = [it.content[0].transcript for it in call.session.conversation.items
+                 if it.role == "user"][1:]
+        assert notes == ["[the caller said nothing for 1.5 s]",
+                         "[the caller said nothing for 1.5 s and did not answer the check-ins;"
+                         " say a short goodbye, the call ends]"], notes
+        fired = [t for t, ev in seen if ev["type"] == "input_audio_buffer.timeout_triggered"]
+        assert len(fired) == 2
+        assert not [t for t, ev in seen if ev["type"] == "input_audio_buffer.speech_started"
+                    and t > fired[0]], "the caller never spoke after the first reply"
+        # each timeout came after the previous reply was heard to its end (order, not time)
+        heard = [c.answered_at[n] for n in ends]
+        assert heard[0] < fired[0] < heard[1] < fired[1] < heard[2]
+        late = [round((f - h) * 1000 - 1500) for f, h in zip(fired, heard)]
+        print(f"timeouts fired {late} ms after their setting once the reply was heard")
+    finally:
+        await c.close()
+    await wait_no_calls(server, provider)
+    await settled_clean(server)

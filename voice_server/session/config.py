@@ -78,9 +78,10 @@ class TurnDetection(BaseModel):
 
     def wire(self) -> dict:
         if self.type == "semantic_vad":
+            extra = {"idle_timeout_ms": self.idle_timeout_ms} if self.idle_timeout_ms else {}
             return {"type": "semantic_vad", "eagerness": self.eagerness,
                     "create_response": self.create_response,
-                    "interrupt_response": self.interrupt_response}
+                    "interrupt_response": self.interrupt_response, **extra}
         return {"type": "server_vad", "threshold": self.threshold,
                 "prefix_padding_ms": self.prefix_padding_ms,
                 "silence_duration_ms": self.silence_duration_ms,

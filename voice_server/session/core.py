@@ -167,6 +167,7 @@ from .input_buffer import InputBuffer
 from .interruption import Interruptions
 from .items import Content, Conversation, Item
 from .keypad import Keypad, entry_text
+from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
 from .output_pacer import OutputPacer
 from .playback import Playback
 from .responses import Responses, _Response
@@ -190,7 +191,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                  audio_out_mode: str = "events", limits: ServerLimits | None = None,
                  dialect: str = "ga", output_lead_ms: float = 0.0,
                  extension_events: bool = True,
-                 interruptions: InterruptionSettings | None = None) -> None:
+                 interruptions: InterruptionSettings | None = None,
+                 hang_up_after: int | None = None) -> None:
         if audio_out_mode not in ("events", "stream"):
             raise ValueError("audio_out_mode must be 'events' or 'stream'")
         self.session_id = session_id
@@ -240,6 +242,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self.extension_events = extension_events
         self._idle_deadline: float | None = None
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
+        self._silence = SilenceWatch(hang_up_after)  # check-ins and the idle hang-up
+        self._noise_held_deadline: float | None = None  # idle deadline kept over a noise turn
         # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
         self._last_traffic_ms: float | None = None
         self._tokens = float(self.limits.client_events_burst)
@@ -381,14 +385,25 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         entry = self._keypad.due(now_ms)
         if entry:
             return self._keypad_entry(entry, now_ms)
+        if self._silence.goodbye_id is not None and self._goodbye_heard(now_ms):
+            return self._hang_up()
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or self._idle_deadline is None or \
                 now_ms < self._idle_deadline or self._active is not None or \
                 self._speech_item is not None or self._awaiting_final:
             return []
+        return self._caller_silent(td, now_ms)
+
+    def _caller_silent(self, td, now_ms: float) -> list[Command]:
+        """``idle_timeout_ms`` passed: an empty user turn whose transcript tells
+        the model about the silence, and its answer (silence.py)."""
         self._idle_deadline = None
+        goodbye = self._silence.timed_out()
+        if goodbye and not td.create_response:
+            return self._hang_up()
         pos = int(self.input_ms)
-        item = Item(self.ids.new("item"), "user", [Content("input_audio", transcript="")])
+        note = silence_note(td.idle_timeout_ms, goodbye)
+        item = Item(self.ids.new("item"), "user", [Content("input_audio", transcript=note)])
         prev = self.conversation.add(item)
         out: list[Command] = [
             self._send("input_audio_buffer.timeout_triggered", audio_start_ms=pos,
@@ -401,6 +416,32 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         if td.create_response:
             out += self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
                                          s.instructions or None, None, True, None)
+            if goodbye and self._active is not None:
+                self._silence.goodbye_id = self._active.id
+        return out
+
+    def _goodbye_heard(self, now_ms: float) -> bool:
+        """The goodbye is done and the caller heard it (or its playback report
+        is overdue by GOODBYE_GRACE_MS)."""
+        r = self._last_audio
+        if self._active is not None:
+            return False
+        if r is None or r.id != self._silence.goodbye_id or r.item is None:
+            return True  # no audio (text only, or it failed)
+        item = r.item
+        if item.played_ms is not None and item.played_ms + 1.0 >= item.audio_ms:
+            return True
+        start = r.first_audio_ms if r.first_audio_ms is not None else now_ms
+        return now_ms >= start + item.audio_ms + GOODBYE_GRACE_MS
+
+    def _hang_up(self) -> list[Command]:
+        """The caller stayed silent through every check-in: end the session."""
+        out: list[Command] = []
+        if self._listening is not None:
+            self._listening = None
+            out.append(StopListen())
+        out.append(Close(1000, "idle_hangup"))
+        self.closed = True
         return out
 
     # ----------------------------------------------------------------- keypad
@@ -423,6 +464,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         item = Item(self.ids.new("item"), "user", [Content("input_text", text=entry_text(keys))])
         prev = self.conversation.add(item)
         self._unanswered = True
+        self._silence.caller_spoke()
         out: list[Command] = [
             self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
             self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]

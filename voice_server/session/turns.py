@@ -177,6 +177,9 @@ class Turns:
             return self._start_deciding(audio_start_ms, now_ms)   # interruption.py
         self._speech_item = self.ids.new("item")
         self._speech_start_ms = audio_start_ms
+        # held, not dropped: if this turns out to be noise (an empty final) the
+        # silence goes on counting from where it was
+        self._noise_held_deadline = self._idle_deadline
         self._idle_deadline = None
         self._paused_for_onset = False   # real speech: the reply is cancelled below
         started = self._send("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms,
@@ -265,6 +268,11 @@ class Turns:
         out += self._complete_transcript(item, 0, text, (end_ms - start_ms) / 1000.0)
         if text:
             self._unanswered = True
+            self._silence.caller_spoke()
+            self._noise_held_deadline = None
+        elif self._noise_held_deadline is not None and self._active is None:
+            self._idle_deadline = self._noise_held_deadline  # noise: not an answer
+            self._noise_held_deadline = None
         out += self._maybe_auto_respond(now_ms)
         return out
 

@@ -316,6 +316,7 @@ class PhoneClient:
         self.play_end = 0.0  # when the audio received so far has played
         self.pending: list[tuple[float, str]] = []  # (due, mark name) to answer
         self.answered: list[str] = []
+        self.answered_at: dict[str, float] = {}  # mark name -> when it was answered (played)
         self.mic_q: asyncio.Queue = asyncio.Queue()
         self.closed = False
         self.failure: Optional[Exception] = None
@@ -405,6 +406,7 @@ class PhoneClient:
             while self.pending and self.pending[0][0] <= now:
                 _, name = self.pending.pop(0)
                 self.answered.append(name)
+                self.answered_at[name] = now
                 with contextlib.suppress(Exception):
                     await self.send(self.wire.mark_played(name))
             await asyncio.sleep(0.01)

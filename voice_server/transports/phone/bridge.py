@@ -27,6 +27,16 @@ format the bridge cannot carry closes the stream (1003); a message over
 ``ws_max_message_bytes`` gets a bare 1009 close (no Realtime ``error``:
 :mod:`voice_server.third_party_patches`).
 
+Silence and keys: a call's session gets ``phone_idle_timeout_ms`` as its idle
+timeout and hangs up after ``phone_idle_hang_up_after`` unanswered check-ins
+(:mod:`voice_server.session.silence`): the session closes (``idle_hangup``)
+once the goodbye was heard and the bridge closes the stream (1000), which
+tells the provider the stream is over (Twilio/Plivo/Exotel go on with the
+call's next instruction, none: hang up; Vonage ends the leg; Telnyx stops
+streaming).  DTMF keys go to ``runner.key_pressed``
+(:mod:`voice_server.session.keypad`); :meth:`PhoneCall.send_digits` plays
+tones where the provider can (:mod:`.tones`).
+
 The call's custom parameters (Twilio ``customParameters``, Telnyx/Exotel
 ``custom_parameters``, Plivo ``extra_headers``, Vonage endpoint headers) may
 set ``instructions``, ``voice`` and ``max_output_tokens``, applied as a
@@ -217,10 +227,11 @@ class PhoneCall:
     async def _start(self, st: CallStart) -> None:
         s = self.settings
         self.call_id = st.call_id
-        self.session = Session("sess_" + secrets.token_hex(10), s.session_defaults(),
+        self.session = Session("sess_" + secrets.token_hex(10), s.phone_session_defaults(),
                                audio_out_mode="stream", limits=s.limits,
                                output_lead_ms=s.output_lead_ms, interruptions=s.interruptions,
-                               extension_events=False)  # no channel for events
+                               extension_events=False,  # no channel for events
+                               hang_up_after=s.phone_idle_hang_up_after or None)
         self.runner = SessionRunner(self.session, self.ep.pipeline, self._session_event,
                                     send_audio=self._send_audio, flush_audio=self._flush_audio,
                                     on_close=self._on_runner_close,

@@ -22,7 +22,7 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``,
 ``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
-off), ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``, ``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``,
+off), ``VOICE_AGENT_NOISE_REDUCTION``, ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``, ``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``,
 and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
@@ -45,7 +45,7 @@ from typing import Any, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from .session.backchannel import InterruptionSettings
-from .session.config import ServerLimits, SessionSettings, TurnDetection
+from .session.config import NoiseReduction, ServerLimits, SessionSettings, TurnDetection
 
 
 # Environment variables naming a field (strings; pydantic converts and checks
@@ -55,7 +55,7 @@ _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
     "api_keys", "ice_hosts", "allowed_origins", "admin_keys", "max_sessions",
     "twilio_auth_token", "drain_grace_s", "ws_max_message_bytes", "output_lead_ms",
     "extension_events", "turn_detection", "datachannel_max_message_bytes",
-    "phone_idle_timeout_ms", "phone_idle_hang_up_after")}
+    "phone_idle_timeout_ms", "phone_idle_hang_up_after", "noise_reduction")}
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
@@ -64,6 +64,8 @@ def _from_env(field: str, value: str) -> Any:
         return [v.strip() for v in value.split(",") if v.strip()]
     if field == "extension_events":
         return value.lower() not in ("0", "false", "no", "off")
+    if field == "noise_reduction":
+        return None if value.strip().lower() in ("", "none", "null", "off") else value.strip()
     if field == "turn_detection":      # server_vad | semantic_vad[:eagerness]
         kind, _, eagerness = value.partition(":")
         return {"type": kind, **({"eagerness": eagerness} if eagerness else {})}
@@ -130,6 +132,10 @@ class ServerSettings(BaseModel):
     # e.g. {type: semantic_vad, eagerness: auto} (env VOICE_AGENT_TURN_DETECTION=
     # server_vad | semantic_vad | semantic_vad:<eagerness>)
     turn_detection: Optional[TurnDetection] = None
+    # noise suppression of a new session's input before VAD and ASR, before any
+    # session.update (audio.input.noise_reduction): near_field | far_field | None
+    # (env VOICE_AGENT_NOISE_REDUCTION; "none" or "" = off)
+    noise_reduction: NoiseReduction = None
     # a reply the caller talks over: backchannel words, when speech is an
     # interruption, the echo guard (voice_server.session.backchannel)
     interruptions: InterruptionSettings = InterruptionSettings()
@@ -138,7 +144,8 @@ class ServerSettings(BaseModel):
         """What a new session starts with, on every transport."""
         extra = {"turn_detection": self.turn_detection} if self.turn_detection else {}
         return SessionSettings(model=(model or self.model)[:256], instructions=self.instructions,
-                               voice=self.voice, max_output_tokens=self.max_output_tokens, **extra)
+                               voice=self.voice, max_output_tokens=self.max_output_tokens,
+                               noise_reduction=self.noise_reduction, **extra)
 
     def phone_session_defaults(self) -> SessionSettings:
         """What a phone call's session starts with: :meth:`session_defaults`

@@ -14,8 +14,11 @@ merging of a client's ``session.update`` into it.
   ``max_response_output_tokens``) and returns a new settings object, or
   raises :class:`ClientError` (the old settings stay in force).
   ``tools`` and ``tool_choice`` are checked (tools.py) and kept.
-  Unsupported optional fields (tracing, noise_reduction, the transcription
-  model, voice names...) are accepted and ignored.
+  ``audio.input.noise_reduction`` (``{"type": "near_field"|"far_field"}`` or
+  null) picks the listen stage's denoiser (runtime/models/listen/denoise.py),
+  applied before VAD and ASR.
+  Unsupported optional fields (tracing, the transcription model, voice
+  names...) are accepted and ignored.
   ``semantic_vad`` (with ``eagerness``) runs the end-of-turn model in the
   listen stage.
 * :func:`session_to_wire` - the effective values as reported in
@@ -53,6 +56,8 @@ class AudioFormat(BaseModel):
 
 
 EAGERNESS = ("low", "medium", "high", "auto")
+NOISE_REDUCTION = ("near_field", "far_field")
+NoiseReduction = Optional[Literal["near_field", "far_field"]]
 
 
 class TurnDetection(BaseModel):
@@ -101,6 +106,7 @@ class SessionSettings(BaseModel):
     input_format: AudioFormat = AudioFormat()
     output_format: AudioFormat = AudioFormat()
     turn_detection: Optional[TurnDetection] = TurnDetection()
+    noise_reduction: NoiseReduction = None  # the listen stage's denoiser (None: off)
     # None = the client turned input transcription events off; the server
     # still transcribes internally (it needs the text to answer).
     transcription_model: Optional[str] = "server-asr"
@@ -332,6 +338,9 @@ def apply_session_update(current: SessionSettings, session: Any,
                 i.turn_detection, td_current, "session.audio.input.turn_detection")
         if "transcription" in i.model_fields_set:
             upd["transcription_model"] = _transcription_model(i.transcription, current)
+        if "noise_reduction" in i.model_fields_set:
+            upd["noise_reduction"] = _noise_reduction(i.noise_reduction,
+                                                      "session.audio.input.noise_reduction")
     if a is not None and a.output is not None:
         o = a.output
         if o.format is not None:
@@ -366,6 +375,17 @@ def _tool_settings(s: _SessionIn, current: SessionSettings, limits: ServerLimits
     return upd
 
 
+def _noise_reduction(value: Any, param: str) -> NoiseReduction:
+    """``{"type": "near_field"|"far_field"}`` or null."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in NOISE_REDUCTION:
+        raise ClientError("invalid_value", f"Invalid value for '{param}': {value!r}. Expected "
+                          "null or {'type': 'near_field' | 'far_field'}.", param)
+    return kind
+
+
 def _transcription_model(value: Any, current: SessionSettings) -> Optional[str]:
     if value is None:
         return None
@@ -398,7 +418,8 @@ def session_to_wire(settings: SessionSettings, session_id: str,
             "input": {
                 "format": settings.input_format.wire(),
                 "transcription": tr,
-                "noise_reduction": None,
+                "noise_reduction": None if settings.noise_reduction is None
+                else {"type": settings.noise_reduction},
                 "turn_detection": None if settings.turn_detection is None
                 else settings.turn_detection.wire(),
             },

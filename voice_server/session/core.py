@@ -312,7 +312,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 self._listening = None
                 return [StopListen()]
             return []
-        params = td.listen_params()
+        params = {**td.listen_params(), "noise_reduction": self.settings.noise_reduction}
         if params != self._listening:
             self._listening = params
             return [ConfigureListen(dict(params))]

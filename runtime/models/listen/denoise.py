@@ -81,8 +81,10 @@ class RnnoiseDenoiser:
 
         self._lib = rnnoise
         self._state = rnnoise.create()
-        self._up = soxr.ResampleStream(RATE, self.RNN_RATE, 1, dtype="float32", quality="MQ")
-        self._down = soxr.ResampleStream(self.RNN_RATE, RATE, 1, dtype="float32", quality="MQ")
+        # soxr's better filters hold back 60+ ms in blocks: live input takes the
+        # low-latency ones (cubic up, nothing to alias; "LQ" down, ~20 ms)
+        self._up = soxr.ResampleStream(RATE, self.RNN_RATE, 1, dtype="float32", quality="QQ")
+        self._down = soxr.ResampleStream(self.RNN_RATE, RATE, 1, dtype="float32", quality="LQ")
         self._blocks = _Blocks(rnnoise.FRAME_SIZE)
 
     def process(self, audio: np.ndarray) -> np.ndarray:

@@ -198,3 +198,22 @@ def test_noise_reduction_is_validated_echoed_and_reaches_the_listen_stage():
         "noise_reduction": None}}}}, 2)
     assert _updated(cmds)["audio"]["input"]["noise_reduction"] is None
     assert of(cmds, ConfigureListen)[0].params["noise_reduction"] is None
+
+
+def test_server_defaults_for_noise_reduction_and_phone_silence():
+    from voice_server.settings import ServerSettings
+
+    env = ServerSettings.from_sources({}, env={"VOICE_AGENT_NOISE_REDUCTION": "near_field",
+                                               "VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS": "5000",
+                                               "VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER": "3"})
+    assert env.session_defaults().noise_reduction == "near_field"
+    s = Session("sess_n", env.session_defaults())
+    [listen] = of(s.start(0), ConfigureListen)
+    assert listen.params["noise_reduction"] == "near_field"
+    assert env.phone_session_defaults().turn_detection.idle_timeout_ms == 5000
+    assert env.session_defaults().turn_detection.idle_timeout_ms is None  # phone calls only
+    assert env.phone_idle_hang_up_after == 3
+    off = ServerSettings.from_sources({}, env={"VOICE_AGENT_NOISE_REDUCTION": "none"})
+    assert off.noise_reduction is None
+    with pytest.raises(pydantic.ValidationError):
+        ServerSettings.from_sources({}, env={"VOICE_AGENT_NOISE_REDUCTION": "studio"})

@@ -201,6 +201,9 @@ def test_noise_reduction_is_validated_echoed_and_reaches_the_listen_stage():
 
 
 def test_server_defaults_for_noise_reduction_and_phone_silence():
+    import pydantic
+    import pytest
+
     from voice_server.settings import ServerSettings
 
     env = ServerSettings.from_sources({}, env={"VOICE_AGENT_NOISE_REDUCTION": "near_field",

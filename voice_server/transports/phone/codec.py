@@ -199,6 +199,26 @@ class PhoneCodec:
         except LineAudioError as exc:
             return Bad(str(exc))
 
+    def media_in(self, msg: dict) -> Inbound:
+        """``{"media": {"track"?, "payload"}}``: the caller's audio (another
+        track's is :class:`Noted`)."""
+        m = msg.get("media")
+        if not isinstance(m, dict):
+            return Bad("media without media object")
+        if m.get("track") not in (None, "inbound"):
+            return Noted("audio of another track")
+        return self.audio(m.get("payload"))
+
+    def mark_in(self, msg: dict) -> Inbound:
+        """``{"mark": {"name"}}``: a mark the provider played."""
+        m = msg.get("mark")
+        return self.played(m.get("name") if isinstance(m, dict) else None)
+
+    def dtmf_in(self, msg: dict) -> Inbound:
+        """``{"dtmf": {"digit"}}``: a key the caller pressed."""
+        d = msg.get("dtmf")
+        return self.key(d.get("digit") if isinstance(d, dict) else None)
+
     @staticmethod
     def key(digit) -> Inbound:
         if isinstance(digit, str) and digit.upper() in DTMF_DIGITS and len(digit) == 1:

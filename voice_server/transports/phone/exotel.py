@@ -36,18 +36,13 @@ class ExotelCodec(PhoneCodec):
             return msg
         ev = msg.get("event")
         if ev == "media":
-            m = msg.get("media")
-            if not isinstance(m, dict):
-                return Bad("media without media object")
-            return self.audio(m.get("payload"))
+            return self.media_in(msg)
         if ev == "mark":
-            m = msg.get("mark")
-            return self.played(m.get("name") if isinstance(m, dict) else None)
+            return self.mark_in(msg)
         if ev == "start":
             return self._start(msg)
         if ev == "dtmf":
-            d = msg.get("dtmf")
-            return self.key(d.get("digit") if isinstance(d, dict) else None)
+            return self.dtmf_in(msg)
         if ev == "stop":
             st = msg.get("stop")
             return CallEnd(str(st.get("reason", "stop"))[:40] if isinstance(st, dict) else "stop")

@@ -62,12 +62,7 @@ class PlivoCodec(PhoneCodec):
             return msg
         ev = msg.get("event")
         if ev == "media":
-            m = msg.get("media")
-            if not isinstance(m, dict):
-                return Bad("media without media object")
-            if m.get("track") not in (None, "inbound"):
-                return Noted("audio of another track")
-            return self.audio(m.get("payload"))
+            return self.media_in(msg)
         if ev in ("playedStream", "played"):
             return self.played(msg.get("name"))
         if ev == "start":
@@ -80,8 +75,7 @@ class PlivoCodec(PhoneCodec):
             return self.begin(st.get("streamId"), st.get("callId"), line,
                               _headers(msg.get("extra_headers")))
         if ev == "dtmf":
-            d = msg.get("dtmf")
-            return self.key(d.get("digit") if isinstance(d, dict) else None)
+            return self.dtmf_in(msg)
         if ev == "clearedAudio":
             return Noted("clearedAudio")
         return Bad(f"unknown event {str(ev)[:40]!r}")

@@ -59,20 +59,13 @@ class TwilioCodec(PhoneCodec):
             return msg
         ev = msg.get("event")
         if ev == "media":
-            m = msg.get("media")
-            if not isinstance(m, dict):
-                return Bad("media without media object")
-            if m.get("track") not in (None, "inbound"):
-                return Noted("audio of another track")
-            return self.audio(m.get("payload"))
+            return self.media_in(msg)
         if ev == "mark":
-            m = msg.get("mark")
-            return self.played(m.get("name") if isinstance(m, dict) else None)
+            return self.mark_in(msg)
         if ev == "start":
             return self._start(msg)
         if ev == "dtmf":
-            d = msg.get("dtmf")
-            return self.key(d.get("digit") if isinstance(d, dict) else None)
+            return self.dtmf_in(msg)
         if ev == "stop":
             return CallEnd("stop")
         if ev == "connected":

@@ -115,10 +115,14 @@ async def test_barge_in_clears_with_the_providers_verb(server, provider):
         call = next(iter(endpoint(server, provider).calls.values()))
         it = call.session.conversation.get(old)
         sent_ms = c.pcm(old).size * 1000 / c.wire.rate
-        assert it is not None and it.truncated_at_ms is not None, it
-        assert 0 < it.truncated_at_ms <= sent_ms, (it.truncated_at_ms, sent_ms)
+        # cut to what was heard; on a starved CPU the caller may have heard all
+        # that was made so far, and then there is nothing to cut
+        assert it is not None and (it.truncated_at_ms is not None
+                                   or it.played_ms >= it.audio_ms - 1), it
+        heard = it.truncated_at_ms if it.truncated_at_ms is not None else it.played_ms
+        assert 0 < heard <= sent_ms, (heard, sent_ms)
         assert call.stats["clears"] == 1, call.stats
-        print(f"{provider} barge-in: heard {it.truncated_at_ms:.0f} of {sent_ms:.0f} ms sent")
+        print(f"{provider} barge-in: heard {heard:.0f} of {sent_ms:.0f} ms sent")
     finally:
         await c.close()  # a socket close ends the call too
     await wait_no_calls(server, provider)

@@ -14,7 +14,7 @@ from voice_server.transports.phone.codec import (Bad, CallAudio, CallEnd, CallSt
                                                  Noted, Played, Unsupported)
 from voice_server.transports.phone.exotel import ExotelCodec
 from voice_server.transports.phone.line import Encoding
-from voice_server.transports.phone.playout import Playout
+from voice_server.transports.phone.playout import Kind, Playout
 from voice_server.transports.phone.plivo import PlivoCodec
 from voice_server.transports.phone.telnyx import TelnyxCodec
 from voice_server.transports.phone.twilio import TwilioCodec
@@ -112,9 +112,9 @@ def test_playout_frames_marks_and_the_clear_verb(provider):
     sent = []
     while (q := p.next()) is not None:
         sent.append(q)
-    media = [q for q in sent if q.kind == "media"]
+    media = [q for q in sent if q.kind is Kind.MEDIA]
     assert media and all(len(_payload(c, q.message)) == c.frame_bytes() for q in media)
-    marks = [q.mark[0] for q in sent if q.kind == "mark"]
+    marks = [q.mark[0] for q in sent if q.kind is Kind.MARK]
     assert marks[0] == "item_1:0:start" and len(marks) >= 2
     # the provider plays the first marks: the played position is known
     assert p.played(marks[1]) == (("item_1", int(marks[1].split(":")[1])), "")
@@ -122,7 +122,7 @@ def test_playout_frames_marks_and_the_clear_verb(provider):
     # barge-in: queued audio goes, the clear goes first
     p.audio("resp_1", "item_1", pcm, 24000)
     p.flush("item_1")
-    assert p.next().kind == "clear" and p.next() is None
+    assert p.next().kind is Kind.CLEAR and p.next() is None
     if c.marks_echo_on_clear:  # a mark dropped by the clear comes back: not heard
         p2 = Playout(c)
         p2.audio("r", "i", pcm, 24000)

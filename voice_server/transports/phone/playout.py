@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass
+from enum import Enum
 from typing import Optional
 
 import numpy as np
@@ -43,14 +44,22 @@ class _Item:
     since_mark: int = 0  # line bytes queued since the last mark
 
 
+class Kind(Enum):
+    """What a queued message is; the value names its counter in :class:`PlayoutStats`."""
+    MEDIA = "media_out"
+    MARK = "marks_out"
+    CLEAR = "clears"
+    DIGITS = "digits_out"
+
+
 @dataclass
 class Queued:
-    """One message waiting to be sent: the item it belongs to (None: a clear)
-    and, for a mark, the position it stands for."""
+    """One message waiting to be sent: the item it belongs to (None: a clear
+    or tones) and, for a mark, the position it stands for."""
     message: Outbound
     item_id: Optional[str] = None
     mark: Optional[tuple[str, str, int]] = None  # (name, item_id, ms)
-    kind: str = "media"  # media | mark | clear | digits (for the counters)
+    kind: Kind = Kind.MEDIA
 
 
 @dataclass
@@ -64,6 +73,9 @@ class PlayoutStats:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+    def sent(self, kind: Kind) -> None:
+        setattr(self, kind.value, getattr(self, kind.value) + 1)
 
 
 class Playout:
@@ -123,14 +135,14 @@ class Playout:
             while len(self.cleared) > MAX_CLEARED_MARKS:
                 self.cleared.popitem(last=False)
         self.outstanding.clear()
-        self.queue.appendleft(Queued(self.codec.clear(), kind="clear"))
+        self.queue.appendleft(Queued(self.codec.clear(), kind=Kind.CLEAR))
 
     def digits(self, digits: str) -> bool:
         """Queue tones for the caller's line; False: the provider cannot play them."""
         msg = self.codec.send_digits(digits)
         if msg is None:
             return False
-        self.queue.append(Queued(msg, kind="digits"))
+        self.queue.append(Queued(msg, kind=Kind.DIGITS))
         return True
 
     # ------------------------------------------------------------ to the socket
@@ -143,7 +155,7 @@ class Playout:
         q = self.queue.popleft()
         if q.mark is not None:
             self.outstanding[q.mark[0]] = (q.mark[1], q.mark[2])
-        setattr(self.stats, _COUNTER[q.kind], getattr(self.stats, _COUNTER[q.kind]) + 1)
+        self.stats.sent(q.kind)
         return q
 
     # ------------------------------------------------------------ from the provider
@@ -166,7 +178,7 @@ class Playout:
         name = f"{it.item_id}:{ms}{suffix}"
         it.since_mark = 0
         self.queue.append(Queued(self.codec.mark(name), it.item_id, (name, it.item_id, ms),
-                                 kind="mark"))
+                                 kind=Kind.MARK))
 
     def _queue_frames(self, it: _Item, data: bytes) -> int:
         """Whole frames of ``data`` (returns the bytes used), a mark every
@@ -187,6 +199,4 @@ class Playout:
         return n * frame
 
 
-_COUNTER = {"media": "media_out", "mark": "marks_out", "clear": "clears", "digits": "digits_out"}
-
-__all__ = ["Playout", "Queued", "PlayoutStats", "MARK_EVERY_MS"]
+__all__ = ["Playout", "Queued", "Kind", "PlayoutStats", "MARK_EVERY_MS"]

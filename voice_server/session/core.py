@@ -10,7 +10,7 @@ Inputs
 ------
 ``Session(session_id, config=SessionSettings(), audio_out_mode="events"|"stream",
 limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events=True,
-interruptions=InterruptionSettings())``
+interruptions=InterruptionSettings(), hang_up_after=None)``
 
 * ``start(now_ms)`` -> ``session.created`` (+ ``ConfigureListen`` with VAD on).
   Calling any other input first starts the session implicitly, so a
@@ -44,7 +44,10 @@ interruptions=InterruptionSettings())``
   ``next_output_ms`` (None: nothing due until another input).
 * ``pause_output(now_ms)`` / ``resume_output(now_ms)`` - hold the active
   reply's audio where it is / release it again from there (below).
-* ``tick(now_ms)`` - timers: server-VAD ``idle_timeout_ms``, the maximum
+* ``tick(now_ms)`` - timers: the turn detection's ``idle_timeout_ms``
+  (``server_vad`` and ``semantic_vad``: a check-in the model is told about,
+  and with ``hang_up_after`` the goodbye and ``Close``: silence.py), the end
+  of a keypad entry, the maximum
   session duration (``ServerLimits.max_session_s``) and the idle limit
   (``ServerLimits.idle_timeout_s``: no client event or audio -> ``error``
   ``idle_timeout`` + ``Close``).  ``client_event`` also enforces
@@ -166,7 +169,7 @@ from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
 from .interruption import Interruptions
 from .items import Content, Conversation, Item
-from .keypad import Keypad, entry_text
+from .keypad import KEYS, Keypad, entry_text
 from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
 from .output_pacer import OutputPacer
 from .playback import Playback
@@ -450,7 +453,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         seconds).  The key is announced at once; the entry it belongs to
         reaches the conversation when it ends (keypad.py), as a user text item
         the model reads, and is answered like an utterance."""
-        if self.closed or len(key) != 1 or key not in "0123456789*#ABCD":
+        if self.closed or key not in KEYS:
             return []
         out = self._ensure_started(now_ms)
         self._last_traffic_ms = now_ms

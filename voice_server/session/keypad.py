@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+KEYS = frozenset("0123456789*#ABCD")  # the keys of a phone keypad (DTMF)
 ENTRY_GAP_MS = 1500.0  # keys further apart than this are separate entries
 END_KEY = "#"
 MAX_ENTRY_KEYS = 32  # a longer entry is ended there (nobody types more on a call)
@@ -47,4 +48,4 @@ class Keypad:
         return keys
 
 
-__all__ = ["Keypad", "entry_text", "ENTRY_GAP_MS", "END_KEY"]
+__all__ = ["Keypad", "entry_text", "KEYS", "ENTRY_GAP_MS", "END_KEY"]

@@ -26,6 +26,7 @@ from typing import ClassVar, Mapping, Optional, Union
 
 import numpy as np
 
+from ...session.keypad import KEYS
 from .line import LineAudioError, LineFormat
 
 MAX_MEDIA_PAYLOAD = 64 * 1024  # base64 chars of one inbound media message (~4 s of mu-law)
@@ -103,7 +104,7 @@ def json_message(body: dict) -> Outbound:
     return Outbound(text=json.dumps(body, separators=(",", ":")))
 
 
-DTMF_DIGITS = frozenset("0123456789*#ABCD")
+DTMF_DIGITS = KEYS  # one rule for what a key is: the session's keypad
 
 
 # ------------------------------------------------------------------ the base

@@ -7,5 +7,6 @@
   signatures), :mod:`.telnyx`, :mod:`.plivo`, :mod:`.exotel`, :mod:`.vonage`;
 * :mod:`.playout` - outbound framing, marks and the played position;
 * :mod:`.line` - a line's audio format; :mod:`.paths` - the endpoints' paths;
+* :mod:`.tones` - ``POST /v1/telephony/calls/{id}/dtmf``: tones into a call;
 * :mod:`.routes` - every route, for the app.
 """

@@ -104,7 +104,7 @@ class RnnoiseDenoiser:
 
 # what each Realtime setting runs (measured: benchmarks/noise_bench.py); the
 # engine names themselves are accepted too, for side-by-side comparisons
-KINDS = {"near_field": "webrtc-2", "far_field": "webrtc-3"}
+KINDS = {"near_field": "webrtc-1", "far_field": "webrtc-2"}
 ENGINES = ("webrtc-1", "webrtc-2", "webrtc-3", "webrtc-4", "rnnoise")
 
 

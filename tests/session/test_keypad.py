@@ -43,3 +43,19 @@ def test_without_create_response_the_entry_is_only_added():
     s = new_session(turn_detection={"type": "server_vad", "create_response": False})
     cmds = s.key_pressed("9", 0, received_at=0) + s.key_pressed("#", 10, received_at=0)
     assert "conversation.item.done" in types(cmds) and not of(cmds, StartResponse)
+
+
+def test_an_entry_typed_over_a_reply_interrupts_it_and_is_answered():
+    from session_helpers import spoken_turn
+    from voice_server.session import CancelResponse
+
+    s = new_session()
+    old = of(spoken_turn(s, "what are my options"), StartResponse)[0].response_id
+    cmds = s.key_pressed("1", 100, received_at=0) + s.key_pressed("#", 110, received_at=0)
+    assert [c.response_id for c in of(cmds, CancelResponse)] == [old]
+    done = one(cmds, "response.done")["response"]
+    assert (done["id"], done["status"]) == (old, "cancelled")
+    new = of(cmds, StartResponse)[0]
+    assert new.response_id != old and new.messages[-1]["content"] == "[pressed 1 #]"
+    t = types(cmds)
+    assert t.index("response.done") < t.index("conversation.item.added")

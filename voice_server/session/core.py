@@ -59,7 +59,8 @@ interruptions=InterruptionSettings(), hang_up_after=None)``
 * ``key_pressed(key, now_ms, received_at)`` - a phone caller's DTMF key:
   ``input_audio_buffer.dtmf_event_received`` at once; each entry (keys up to
   ``#`` or a 1.5 s pause) becomes a user ``input_text`` item
-  ``"[pressed 1 2]"`` that is answered like an utterance (keypad.py).
+  ``"[pressed 1 2]"`` that interrupts a reply and is answered like an
+  utterance (keypad.py).
 * ``disconnect(now_ms)`` - client gone: ``CancelResponse`` for the active
   response and ``StopListen``; afterwards every method returns ``[]``.
 
@@ -464,15 +465,21 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         return out + (self._keypad_entry(entry, now_ms) if entry else [])
 
     def _keypad_entry(self, keys: str, now_ms: float) -> list[Command]:
+        """An entry the caller finished typing: like words spoken over a reply,
+        it interrupts it (``interrupt_response``), goes into the conversation
+        and gets the answer ("press 1 for sales" is answered by a key)."""
+        td = self.settings.turn_detection
+        out: list[Command] = []
+        if td is not None and td.interrupt_response:
+            out += self._cancel_active("turn_detected", now_ms, flush=True) \
+                if self._active is not None else self._interrupt_playback()
         item = Item(self.ids.new("item"), "user", [Content("input_text", text=entry_text(keys))])
         prev = self.conversation.add(item)
         self._unanswered = True
         self._silence.caller_spoke()
-        out: list[Command] = [
-            self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
-            self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
+        out += [self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
+                self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
         out += self._maybe_auto_respond(now_ms)
-        td = self.settings.turn_detection
         if self._active is None and td is not None and td.idle_timeout_ms:
             self._idle_deadline = now_ms + td.idle_timeout_ms  # no answer: the silence counts
         return out

@@ -232,7 +232,7 @@ async def test_key_presses_reach_the_session_in_order_and_are_answered(server, p
         for key in "42#":
             await c.press(key)
         await c.wait(lambda m: m.kind == "mark" and m.name.endswith(":end"), timeout=40)
-        assert call.keys_pressed == list("42#")
+        assert list(call.keys_pressed) == list("42#")
         assert [e["event"] for e in seen if e["type"] ==
                 "input_audio_buffer.dtmf_event_received"] == list("42#")
         texts = [it.content[0].text for it in call.session.conversation.items

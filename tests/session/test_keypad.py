@@ -59,3 +59,15 @@ def test_an_entry_typed_over_a_reply_interrupts_it_and_is_answered():
     assert new.response_id != old and new.messages[-1]["content"] == "[pressed 1 #]"
     t = types(cmds)
     assert t.index("response.done") < t.index("conversation.item.added")
+
+
+def test_a_flood_of_keys_is_rate_limited_like_client_events():
+    from voice_server.session import Session, SessionSettings
+    from voice_server.session.config import ServerLimits
+
+    s = Session("s", SessionSettings(), limits=ServerLimits(max_client_events_per_s=5,
+                                                            client_events_burst=5))
+    events(s.start(0))
+    got = [t for i in range(20) for t in types(s.key_pressed("1", 0, received_at=0))]
+    assert got.count("input_audio_buffer.dtmf_event_received") == 5
+    assert got.count("error") == 15

@@ -458,6 +458,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             return []
         out = self._ensure_started(now_ms)
         self._last_traffic_ms = now_ms
+        if not self._take_token(now_ms):  # a key is a client event: the same rate limit
+            return out + [self._rate_limited(None)]
         self._idle_deadline = None  # the caller is there
         out.append(self._send("input_audio_buffer.dtmf_event_received", event=key,
                               received_at=int(received_at)))

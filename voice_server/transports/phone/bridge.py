@@ -61,6 +61,7 @@ import binascii
 import contextlib
 import logging
 import secrets
+from collections import deque
 from typing import Callable, Mapping, Optional
 
 import numpy as np
@@ -143,7 +144,7 @@ class PhoneCall:
         self.runner: Optional[SessionRunner] = None  # made on the start message
         self.ended = asyncio.Event()  # the provider ended the stream, or the socket is gone
         self.media_in = 0  # caller audio messages handed to the session
-        self.keys_pressed: list[str] = []  # DTMF digits, in order
+        self.keys_pressed: deque[str] = deque(maxlen=256)  # the last DTMF keys, in order
         self._bad_log = ThrottledLog()  # malformed provider messages
         self._error_log = ThrottledLog()  # session error events (nowhere to send them)
         self._out_ready = asyncio.Event()  # the playout has something to send

@@ -29,7 +29,7 @@ import numpy as np
 from ...session.keypad import KEYS
 from .line import LineAudioError, LineFormat
 
-MAX_MEDIA_PAYLOAD = 64 * 1024  # base64 chars of one inbound media message (~4 s of mu-law)
+MAX_MEDIA_PAYLOAD = 64 * 1024  # base64 chars of one media message: 48 KB, 6 s of mu-law
 MAX_ID_CHARS = 128  # stream / call ids kept (and logged) at most this long
 MAX_PARAMS = 16  # custom parameters taken from a start message
 MAX_PARAM_CHARS = 1024

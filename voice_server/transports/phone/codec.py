@@ -22,7 +22,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping, Optional, Union
+from typing import Callable, ClassVar, Mapping, Optional, Union
 
 import numpy as np
 
@@ -127,6 +127,7 @@ class PhoneCodec:
     def __init__(self) -> None:
         self.stream_id: Optional[str] = None  # set by the start message
         self.line: Optional[LineFormat] = None  # set by the start message
+        self._handlers: Optional[dict] = None  # events(), built on the first message
 
     @property
     def started(self) -> bool:
@@ -134,6 +135,20 @@ class PhoneCodec:
 
     # -- inbound: the provider's wire -> Inbound (never raises)
     def parse_text(self, text: str) -> Inbound:
+        """One JSON message, through the provider's :meth:`events` table."""
+        msg = self.load(text)
+        if isinstance(msg, Bad):
+            return msg
+        if self._handlers is None:
+            self._handlers = self.events()
+        ev = msg.get("event")
+        handler = self._handlers.get(ev) if isinstance(ev, str) else None
+        if handler is None:
+            return Bad(f"unknown event {str(ev)[:40]!r}")
+        return handler(msg)
+
+    def events(self) -> dict[str, Callable[[dict], Inbound]]:
+        """The provider's ``event`` names and what each message means."""
         raise NotImplementedError
 
     def parse_binary(self, data: bytes) -> Inbound:

@@ -30,25 +30,15 @@ class ExotelCodec(PhoneCodec):
     frame_ms = 100
     marks_echo_on_clear = True  # not documented either way: echoes after a clear are ignored
 
-    def parse_text(self, text: str) -> Inbound:
-        msg = self.load(text)
-        if isinstance(msg, Bad):
-            return msg
-        ev = msg.get("event")
-        if ev == "media":
-            return self.media_in(msg)
-        if ev == "mark":
-            return self.mark_in(msg)
-        if ev == "start":
-            return self._start(msg)
-        if ev == "dtmf":
-            return self.dtmf_in(msg)
-        if ev == "stop":
-            st = msg.get("stop")
-            return CallEnd(str(st.get("reason", "stop"))[:40] if isinstance(st, dict) else "stop")
-        if ev == "connected":
-            return Noted("connected")
-        return Bad(f"unknown event {str(ev)[:40]!r}")
+    def events(self):
+        return {"media": self.media_in, "mark": self.mark_in, "start": self._start,
+                "dtmf": self.dtmf_in, "stop": self._stop,
+                "connected": lambda _: Noted("connected")}
+
+    @staticmethod
+    def _stop(msg: dict) -> Inbound:
+        st = msg.get("stop")
+        return CallEnd(str(st.get("reason", "stop"))[:40] if isinstance(st, dict) else "stop")
 
     def _start(self, msg: dict) -> Inbound:
         st = msg.get("start")

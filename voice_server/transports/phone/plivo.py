@@ -56,29 +56,23 @@ class PlivoCodec(PhoneCodec):
     frame_ms = 20
     marks_echo_on_clear = False
 
-    def parse_text(self, text: str) -> Inbound:
-        msg = self.load(text)
-        if isinstance(msg, Bad):
-            return msg
-        ev = msg.get("event")
-        if ev == "media":
-            return self.media_in(msg)
-        if ev in ("playedStream", "played"):
-            return self.played(msg.get("name"))
-        if ev == "start":
-            st = msg.get("start")
-            if not isinstance(st, dict):
-                return Bad("start without a start object")
-            line = _line(st.get("mediaFormat"))
-            if line is None:
-                return Unsupported(f"mediaFormat {str(st.get('mediaFormat'))[:120]}")
-            return self.begin(st.get("streamId"), st.get("callId"), line,
-                              _headers(msg.get("extra_headers")))
-        if ev == "dtmf":
-            return self.dtmf_in(msg)
-        if ev == "clearedAudio":
-            return Noted("clearedAudio")
-        return Bad(f"unknown event {str(ev)[:40]!r}")
+    def events(self):
+        return {"media": self.media_in, "playedStream": self._played, "played": self._played,
+                "start": self._start, "dtmf": self.dtmf_in,
+                "clearedAudio": lambda _: Noted("clearedAudio")}
+
+    def _played(self, msg: dict) -> Inbound:
+        return self.played(msg.get("name"))
+
+    def _start(self, msg: dict) -> Inbound:
+        st = msg.get("start")
+        if not isinstance(st, dict):
+            return Bad("start without a start object")
+        line = _line(st.get("mediaFormat"))
+        if line is None:
+            return Unsupported(f"mediaFormat {str(st.get('mediaFormat'))[:120]}")
+        return self.begin(st.get("streamId"), st.get("callId"), line,
+                          _headers(msg.get("extra_headers")))
 
     def media(self, payload: bytes) -> Outbound:
         return json_message({"event": "playAudio", "media": {

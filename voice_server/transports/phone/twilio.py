@@ -53,24 +53,10 @@ class TwilioCodec(PhoneCodec):
     frame_ms = 20  # 160 bytes of mu-law per media message
     marks_echo_on_clear = True
 
-    def parse_text(self, text: str) -> Inbound:
-        msg = self.load(text)
-        if isinstance(msg, Bad):
-            return msg
-        ev = msg.get("event")
-        if ev == "media":
-            return self.media_in(msg)
-        if ev == "mark":
-            return self.mark_in(msg)
-        if ev == "start":
-            return self._start(msg)
-        if ev == "dtmf":
-            return self.dtmf_in(msg)
-        if ev == "stop":
-            return CallEnd("stop")
-        if ev == "connected":
-            return Noted(f"connected {str(msg.get('protocol'))[:20]}")
-        return Bad(f"unknown event {str(ev)[:40]!r}")
+    def events(self):
+        return {"media": self.media_in, "mark": self.mark_in, "start": self._start,
+                "dtmf": self.dtmf_in, "stop": lambda _: CallEnd("stop"),
+                "connected": lambda m: Noted(f"connected {str(m.get('protocol'))[:20]}")}
 
     def _start(self, msg: dict) -> Inbound:
         st = msg.get("start")

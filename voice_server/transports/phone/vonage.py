@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import secrets
 
-from .codec import Bad, Inbound, Noted, Outbound, PhoneCodec, Unsupported, json_message
+from .codec import Inbound, Noted, Outbound, PhoneCodec, Unsupported, json_message
 from .line import Encoding, LineFormat
 
 _RATES = (8000, 16000, 24000)
@@ -44,28 +44,24 @@ class VonageCodec(PhoneCodec):
     frame_ms = 20  # Vonage wants exactly 20 ms per binary frame
     marks_echo_on_clear = True  # not documented either way: echoes after a clear are ignored
 
-    def parse_text(self, text: str) -> Inbound:
-        msg = self.load(text)
-        if isinstance(msg, Bad):
-            return msg
-        ev = msg.get("event")
-        if ev == "websocket:notify":
-            p = msg.get("payload")
-            return self.played(p.get("name") if isinstance(p, dict) else None)
-        if ev == "websocket:connected":
-            rate = _rate(msg.get("content-type"))
-            if rate not in _RATES:
-                return Unsupported(f"content-type {str(msg.get('content-type'))[:60]!r} "
-                                   "(audio/l16;rate=8000|16000|24000)")
-            params = {k: v for k, v in msg.items() if k not in _NOT_PARAMS}
-            call = params.get("uuid") or params.get("call_uuid")
-            return self.begin("vonage-" + secrets.token_hex(8), call,
-                              LineFormat(Encoding.L16, rate), params)
-        if ev == "websocket:dtmf":
-            return self.key(msg.get("digit"))
-        if ev == "websocket:cleared":
-            return Noted("websocket:cleared")
-        return Bad(f"unknown event {str(ev)[:40]!r}")
+    def events(self):
+        return {"websocket:notify": self._notify, "websocket:connected": self._connected,
+                "websocket:dtmf": lambda m: self.key(m.get("digit")),
+                "websocket:cleared": lambda _: Noted("websocket:cleared")}
+
+    def _notify(self, msg: dict) -> Inbound:
+        p = msg.get("payload")
+        return self.played(p.get("name") if isinstance(p, dict) else None)
+
+    def _connected(self, msg: dict) -> Inbound:
+        rate = _rate(msg.get("content-type"))
+        if rate not in _RATES:
+            return Unsupported(f"content-type {str(msg.get('content-type'))[:60]!r} "
+                               "(audio/l16;rate=8000|16000|24000)")
+        params = {k: v for k, v in msg.items() if k not in _NOT_PARAMS}
+        call = params.get("uuid") or params.get("call_uuid")
+        return self.begin("vonage-" + secrets.token_hex(8), call,
+                          LineFormat(Encoding.L16, rate), params)
 
     def parse_binary(self, data: bytes) -> Inbound:
         return self.raw_audio(data)

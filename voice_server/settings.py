@@ -22,8 +22,9 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``,
 ``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
-off), ``VOICE_AGENT_NOISE_REDUCTION``, ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``, ``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``,
-and one
+off), ``VOICE_AGENT_NOISE_REDUCTION``, ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``,
+``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``, ``VOICE_AGENT_PHONE_ANSWERING_MACHINE``
+(a boolean like the extension events), and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
@@ -55,14 +56,15 @@ _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
     "api_keys", "ice_hosts", "allowed_origins", "admin_keys", "max_sessions",
     "twilio_auth_token", "drain_grace_s", "ws_max_message_bytes", "output_lead_ms",
     "extension_events", "turn_detection", "datachannel_max_message_bytes",
-    "phone_idle_timeout_ms", "phone_idle_hang_up_after", "noise_reduction")}
+    "phone_idle_timeout_ms", "phone_idle_hang_up_after", "noise_reduction",
+    "phone_answering_machine")}
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
 def _from_env(field: str, value: str) -> Any:
     if field in _ENV_LISTS:
         return [v.strip() for v in value.split(",") if v.strip()]
-    if field == "extension_events":
+    if field in ("extension_events", "phone_answering_machine"):
         return value.lower() not in ("0", "false", "no", "off")
     if field == "noise_reduction":
         return None if value.strip().lower() in ("", "none", "null", "off") else value.strip()
@@ -119,6 +121,11 @@ class ServerSettings(BaseModel):
     # check-ins it says goodbye and ends the call (0: never)
     phone_idle_timeout_ms: Optional[int] = Field(8000, ge=500, le=600_000)
     phone_idle_hang_up_after: int = Field(2, ge=0, le=100)
+    # outbound phone calls: tell a person from an answering machine before the
+    # first reply, and leave the message after a machine's beep
+    # (voice_server.session.answering_machine); a call's custom parameter
+    # answering_machine=true turns it on for that call alone
+    phone_answering_machine: bool = False
     # agent audio is released in real time so that the listener (WebSocket
     # client, Twilio, the WebRTC track) holds at most this much it has not
     # played: the server knows what was heard and can pause the reply.

@@ -170,6 +170,7 @@ from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
 from .interruption import Interruptions
 from .items import Content, Conversation, Item
+from .answering_machine import AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
 from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
 from .output_pacer import OutputPacer
@@ -196,7 +197,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                  dialect: str = "ga", output_lead_ms: float = 0.0,
                  extension_events: bool = True,
                  interruptions: InterruptionSettings | None = None,
-                 hang_up_after: int | None = None) -> None:
+                 hang_up_after: int | None = None, answering_machine: bool = False) -> None:
         if audio_out_mode not in ("events", "stream"):
             raise ValueError("audio_out_mode must be 'events' or 'stream'")
         self.session_id = session_id
@@ -248,6 +249,9 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
         self._silence = SilenceWatch(hang_up_after)  # check-ins and the idle hang-up
         self._noise_held_deadline: float | None = None  # idle deadline kept over a noise turn
+        # outbound calls: who answered (answering_machine.py); None: not asked
+        self._machine = AnsweringMachineDetector() if answering_machine else None
+        self._message_left = False  # the message for a machine was asked for
         # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
         self._last_traffic_ms: float | None = None
         self._tokens = float(self.limits.client_events_burst)
@@ -439,13 +443,58 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         return now_ms >= start + item.audio_ms + GOODBYE_GRACE_MS
 
     def _hang_up(self) -> list[Command]:
-        """The caller stayed silent through every check-in: end the session."""
+        """The goodbye (or the message left on a machine) was heard, or the
+        caller stayed silent through every check-in: end the session."""
         out: list[Command] = []
         if self._listening is not None:
             self._listening = None
             out.append(StopListen())
-        out.append(Close(1000, "idle_hangup"))
+        out.append(Close(1000, "machine_message_left" if self._message_left else "idle_hangup"))
         self.closed = True
+        return out
+
+    # ------------------------------------------------------- answering machine
+    @property
+    def _holding_for_machine(self) -> bool:
+        """No reply yet: who answered is not known, or a machine's greeting plays."""
+        m = self._machine
+        return m is not None and (m.verdict is None or m.verdict is Verdict.MACHINE)
+
+    def _machine_heard(self, pcm16, now_ms: float) -> list[Command]:
+        """Input audio reached the detector: a verdict, or the moment to speak
+        to a machine."""
+        m = self._machine
+        pos = self.input_ms
+        m.audio(pcm16, pos)
+        verdict = m.advance(pos)
+        out: list[Command] = []
+        if verdict is not None:
+            if self.extension_events:
+                out.append(SendEvent(self._ev.make("voice_agent.answering_machine.detected",
+                                                   result=verdict.value,
+                                                   audio_end_ms=int(pos))))
+            if verdict is not Verdict.MACHINE:
+                out += self._maybe_auto_respond(now_ms)  # a person: answer their hello
+        if m.verdict is Verdict.MACHINE and not self._message_left and m.greeting_over(pos):
+            out += self._leave_message(now_ms)
+        return out
+
+    def _leave_message(self, now_ms: float) -> list[Command]:
+        """After the beep: the model is told it speaks to a recording; once
+        that reply has been heard the call ends (the goodbye path)."""
+        self._message_left = True
+        self._unanswered = False  # the greeting is not a question to answer
+        note = "[an answering machine is recording: leave a short message, then say goodbye]"
+        item = Item(self.ids.new("item"), "user", [Content("input_text", text=note)])
+        prev = self.conversation.add(item)
+        s = self.settings
+        out: list[Command] = [
+            self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
+            self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
+        out += self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
+                                     s.instructions or None, None, True, None)
+        if self._active is not None:
+            self._silence.goodbye_id = self._active.id
         return out
 
     # ----------------------------------------------------------------- keypad

@@ -40,7 +40,11 @@ tones where the provider can (:mod:`.tones`).
 The call's custom parameters (Twilio ``customParameters``, Telnyx/Exotel
 ``custom_parameters``, Plivo ``extra_headers``, Vonage endpoint headers) may
 set ``instructions``, ``voice`` and ``max_output_tokens``, applied as a
-``session.update`` so the usual limits hold.
+``session.update`` so the usual limits hold, and ``answering_machine=true``
+(or ``phone_answering_machine``): an outbound call whose session first tells
+a person from a machine (:mod:`voice_server.session.answering_machine`),
+answers a person's hello, and leaves a machine the message after its beep,
+then ends the call.
 
 Access (every provider the same): a valid API key - ``Authorization: Bearer
 KEY``, either half of ``Authorization: Basic`` (Exotel's
@@ -80,6 +84,7 @@ from .playout import Playout
 log = logging.getLogger("voice_server.transports.phone")
 
 PARAM_KEYS = ("instructions", "voice", "max_output_tokens")  # custom parameters -> session
+_YES = ("1", "true", "yes", "on")
 TELNYX_TOKEN_HEADER = "x-telnyx-streaming-auth-token"
 
 # (headers, scope, settings) -> True/False: the provider's signature verdict, None: no opinion
@@ -232,7 +237,9 @@ class PhoneCall:
                                audio_out_mode="stream", limits=s.limits,
                                output_lead_ms=s.output_lead_ms, interruptions=s.interruptions,
                                extension_events=False,  # no channel for events
-                               hang_up_after=s.phone_idle_hang_up_after or None)
+                               hang_up_after=s.phone_idle_hang_up_after or None,
+                               answering_machine=s.phone_answering_machine or
+                               st.params.get("answering_machine", "").lower() in _YES)
         self.runner = SessionRunner(self.session, self.ep.pipeline, self._session_event,
                                     send_audio=self._send_audio, flush_audio=self._flush_audio,
                                     on_close=self._on_runner_close,

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import websockets
 
+from voice_server.testing.audio import flite_pcm
 from voice_server.testing.phone_clients import PhoneClient
 from .conftest import API_KEY
 
@@ -324,6 +325,39 @@ async def test_a_silent_caller_gets_a_check_in_then_a_goodbye_and_the_call_ends(
         assert heard[0] < fired[0] < heard[1] < fired[1] < heard[2]
         late = [round((f - h) * 1000 - 1500) for f, h in zip(fired, heard)]
         print(f"timeouts fired {late} ms after their setting once the reply was heard")
+    finally:
+        await c.close()
+    await wait_no_calls(server, provider)
+    await settled_clean(server)
+
+
+async def test_an_answering_machine_gets_the_message_after_its_beep_then_the_call_ends(server):
+    """Outbound call with answering_machine=true: the greeting is not answered;
+    after the beep the agent leaves its message, and once that was heard the
+    server ends the stream (1000)."""
+    provider = "exotel"
+    c = await PhoneClient.connect(base_ws(server), provider, {
+        "answering_machine": "true", "max_output_tokens": "16",
+        "instructions": "You call to remind Jane of her appointment."})
+    try:
+        call = await wait_call(server, provider)
+        rate = c.wire.rate
+        greeting = flite_pcm("Hi, you have reached Jane. I can not take your call right now. "
+                             "Please leave a message after the tone.", rate)
+        t = np.arange(int(rate * 0.4)) / rate
+        beep = (9000 * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
+        fut = asyncio.get_running_loop().create_future()
+        c.mic_q.put_nowait((c.wire.encode(np.concatenate(
+            [greeting, np.zeros(rate // 2, np.int16), beep])), fut))
+        beep_end = await fut
+        await asyncio.wait_for(c.ws.wait_closed(), 60)  # the server hangs up
+        assert c.ws.close_code == 1000
+        media = [m for m in c.msgs if m.kind == "media"]
+        assert media and media[0].t > beep_end - 0.05, "spoke over the greeting"
+        notes = [it.content[0].text for it in call.session.conversation.items
+                 if it.role == "user" and it.content[0].type == "input_text"]
+        assert notes and "answering machine" in notes[0]
+        print(f"message began {(media[0].t - beep_end) * 1000:.0f} ms after the beep ended")
     finally:
         await c.close()
     await wait_no_calls(server, provider)

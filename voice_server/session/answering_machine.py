@@ -125,5 +125,5 @@ class AnsweringMachineDetector:
         self._pending = buf[n * _FRAME:].copy()
 
 
-__all__ = ["AnsweringMachineDetector", "Verdict", "is_tone", "MACHINE_SPEECH_MS",
+__all__ = ["AnsweringMachineDetector", "Verdict", "is_tone", "MACHINE_SPEECH_MS", "NO_ANSWER_MS",
            "ANSWER_PAUSE_MS"]

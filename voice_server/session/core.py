@@ -170,7 +170,7 @@ from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
 from .interruption import Interruptions
 from .items import Content, Conversation, Item
-from .answering_machine import AnsweringMachineDetector, Verdict
+from .answering_machine import NO_ANSWER_MS, AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
 from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
 from .output_pacer import OutputPacer
@@ -473,8 +473,10 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 out.append(SendEvent(self._ev.make("voice_agent.answering_machine.detected",
                                                    result=verdict.value,
                                                    audio_end_ms=int(pos))))
+            if verdict is Verdict.SILENCE:
+                out += self._user_note(silence_note(NO_ANSWER_MS, goodbye=False), now_ms)
             if verdict is not Verdict.MACHINE:
-                out += self._maybe_auto_respond(now_ms)  # a person: answer their hello
+                out += self._maybe_auto_respond(now_ms)  # a person (or nobody yet): speak
         if m.verdict is Verdict.MACHINE and not self._message_left and m.greeting_over(pos):
             out += self._leave_message(now_ms)
         return out
@@ -483,19 +485,22 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         """After the beep: the model is told it speaks to a recording; once
         that reply has been heard the call ends (the goodbye path)."""
         self._message_left = True
-        self._unanswered = False  # the greeting is not a question to answer
-        note = "[an answering machine is recording: leave a short message, then say goodbye]"
-        item = Item(self.ids.new("item"), "user", [Content("input_text", text=note)])
-        prev = self.conversation.add(item)
+        out = self._user_note("[an answering machine is recording: leave a short message, "
+                              "then say goodbye]", now_ms)
         s = self.settings
-        out: list[Command] = [
-            self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
-            self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
         out += self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
                                      s.instructions or None, None, True, None)
         if self._active is not None:
             self._silence.goodbye_id = self._active.id
         return out
+
+    def _user_note(self, note: str, now_ms: float) -> list[Command]:
+        """A user text item the model reads: what the server knows about the call."""
+        item = Item(self.ids.new("item"), "user", [Content("input_text", text=note)])
+        prev = self.conversation.add(item)
+        self._unanswered = True
+        return [self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
+                self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
 
     # ----------------------------------------------------------------- keypad
     def key_pressed(self, key: str, now_ms: float, received_at: int) -> list[Command]:
@@ -524,12 +529,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         if td is not None and td.interrupt_response:
             out += self._cancel_active("turn_detected", now_ms, flush=True) \
                 if self._active is not None else self._interrupt_playback()
-        item = Item(self.ids.new("item"), "user", [Content("input_text", text=entry_text(keys))])
-        prev = self.conversation.add(item)
-        self._unanswered = True
         self._silence.caller_spoke()
-        out += [self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
-                self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
+        out += self._user_note(entry_text(keys), now_ms)
         out += self._maybe_auto_respond(now_ms)
         if self._active is None and td is not None and td.idle_timeout_ms:
             self._idle_deadline = now_ms + td.idle_timeout_ms  # no answer: the silence counts

@@ -18,7 +18,9 @@ chunk):
   16 kHz natively, levels 1 (mild) to 4 (strongest), no gain control here.
 * :class:`RnnoiseDenoiser` - RNNoise (``pyrnnoise``'s bundled ``librnnoise``,
   called through its ctypes module only): a small recurrent network at
-  48 kHz, so the audio is resampled up and back (soxr, streaming).
+  48 kHz, so the audio is resampled up and back (soxr, streaming).  Measured
+  worse and 40x dearer here, so no Realtime setting uses it; ``pyrnnoise``
+  comes with the ``test`` extra, for the benchmark's comparison.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from voice_server.audio_codec import (alaw_decode, alaw_encode, mulaw_decode, mu
 
 from . import TEST_API_KEY
 from .audio import flite_pcm
-from .events import NoMatch, next_match
+from .stream_peer import StreamPeer
 
 
 @dataclass
@@ -301,16 +301,14 @@ class VonageWire(Wire):
 WIRES = {"telnyx": TelnyxWire, "plivo": PlivoWire, "exotel": ExotelWire, "vonage": VonageWire}
 
 
-class PhoneClient:
+class PhoneClient(StreamPeer):
     """One provider's side of a call (module docstring).  ``msgs``: every
     message received, as :class:`Heard` with ``t`` (arrival) and ``item`` (the
     reply item of the last mark)."""
 
     def __init__(self, ws, wire: Wire) -> None:
-        self.ws = ws
+        super().__init__(ws)
         self.wire = wire
-        self.msgs: list[Heard] = []
-        self.new = asyncio.Event()
         self.cur_item: Optional[str] = None
         self.audio: dict[str, list[bytes]] = {}
         self.play_end = 0.0  # when the audio received so far has played
@@ -318,9 +316,6 @@ class PhoneClient:
         self.answered: list[str] = []
         self.answered_at: dict[str, float] = {}  # mark name -> when it was answered (played)
         self.mic_q: asyncio.Queue = asyncio.Queue()
-        self.closed = False
-        self.failure: Optional[Exception] = None
-        self._tasks: list[asyncio.Task] = []
 
     @classmethod
     async def connect(cls, base_ws: str, provider: str, params: dict | None = None,
@@ -411,15 +406,8 @@ class PhoneClient:
                     await self.send(self.wire.mark_played(name))
             await asyncio.sleep(0.01)
 
-    async def wait(self, pred, start: int = 0, timeout: float = 30.0) -> tuple[int, Heard]:
-        try:
-            return await next_match(self.msgs, self.new, pred, start, timeout,
-                                    closed=lambda: self.closed)
-        except NoMatch as e:
-            self._raise_failure()
-            if e.closed:
-                raise AssertionError("stream closed while waiting") from None
-            raise AssertionError(f"timeout; last: {[m.kind for m in self.msgs[-8:]]}") from None
+    def kind_of(self, msg: Heard) -> str:
+        return msg.kind
 
     def marks(self, start: int = 0) -> list[str]:
         return [m.name for m in self.msgs[start:] if m.kind == "mark"]
@@ -435,18 +423,6 @@ class PhoneClient:
         else:
             await self.send(msg)
 
-    async def close(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self.ws.close()
-        self._raise_failure()
-
-    def _raise_failure(self) -> None:
-        if self.failure is not None:
-            raise AssertionError(f"bad message from the server: {self.failure!r}") \
-                from self.failure
 
 
 __all__ = ["PhoneClient", "Wire", "Heard", "WIRES", "TelnyxWire", "PlivoWire", "ExotelWire",

@@ -85,11 +85,13 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def transcribe(ex: ListenExecutor, audio: np.ndarray, rate: int, rid: int) -> str:
-    """One clip as a caller's stream (20 ms chunks, faster than real time) -> its finals."""
+def transcribe(ex: ListenExecutor, audio: np.ndarray, rate: int, rid: int,
+               params: dict | None = None) -> str:
+    """One clip as a caller's stream (20 ms chunks, faster than real time) -> its finals
+    (``params``: more listen parameters, e.g. ``noise_reduction``)."""
     lead, tail = np.zeros(rate // 2, np.float32), np.zeros(rate, np.float32)
     audio = np.concatenate([lead, audio, tail])
-    ex.open(rid, {"sample_rate": rate})
+    ex.open(rid, {"sample_rate": rate, **(params or {})})
     texts: list[str] = []
     step = rate // 50
 

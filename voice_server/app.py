@@ -44,7 +44,7 @@ from .transports import http_api
 from .transports.access import is_loopback
 from .transports.client_secrets import ClientSecretStore
 from .transports.realtime_ws import realtime_route
-from .transports.twilio import twilio_routes
+from .transports.phone.routes import phone_routes
 from .transports.webrtc import webrtc_routes
 
 log = logging.getLogger("voice_server.app")
@@ -82,8 +82,8 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     ws_route, endpoint = realtime_route(pipeline, settings)
     endpoint.secrets = client_secrets
     routes: list[Any] = [ws_route]
-    tw_routes, tw_endpoint = twilio_routes(pipeline, settings)
-    routes += tw_routes
+    ph_routes, phone = phone_routes(pipeline, settings)
+    routes += ph_routes
     routes += list(http_api.routes(pipeline, settings))
     routes += metrics.routes(pipeline, settings, places=lambda p: registry_for(p).places)
     routes += admin.routes(pipeline, settings)
@@ -102,7 +102,8 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
         finally:
             await rtc_endpoint.close_all()
             await endpoint.close_all()
-            await tw_endpoint.close_all()
+            for ep in phone.values():
+                await ep.close_all()
             if close_pipeline:
                 await pipeline.close()
 
@@ -115,7 +116,8 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     app.state.client_secrets = client_secrets
     app.state.settings = settings
     app.state.realtime = endpoint
-    app.state.twilio = tw_endpoint
+    app.state.phone = phone  # provider name -> PhoneEndpoint
+    app.state.twilio = phone["twilio"]
     return app
 
 

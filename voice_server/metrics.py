@@ -64,7 +64,8 @@ Two sources, so the hot path pays (almost) nothing:
   ========================================== ==============================================
 
 Sessions per transport.  The label ``transport`` is ``"websocket"``,
-``"webrtc"`` or ``"twilio"``.  A transport that drives a
+``"webrtc"`` or a phone provider (``"twilio"``, ``"telnyx"``, ``"plivo"``,
+``"exotel"``, ``"vonage"``).  A transport that drives a
 :class:`voice_server.runner.SessionRunner` only passes
 ``SessionRunner(..., transport="webrtc")``: the runner registers the session
 (:mod:`voice_server.session_registry`) which calls :func:`session_opened` /
@@ -100,7 +101,7 @@ from runtime.models.voice_contract import FINAL, SPEECH_STARTED, SPEECH_STOPPED,
 
 from .load import Load, load_of
 
-TRANSPORTS = ("websocket", "webrtc", "twilio")
+TRANSPORTS = ("websocket", "webrtc", "twilio", "telnyx", "plivo", "exotel", "vonage")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0,
                    3.0, 5.0, 10.0, 30.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -7,7 +7,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
     runner = SessionRunner(session, pipeline, send_event,
                            send_audio=None, flush_audio=None, on_close=None,
                            pause_audio=None, resume_audio=None,
-                           transport="websocket")   # label: websocket | webrtc | twilio
+                           transport="websocket")   # label: websocket | webrtc | a phone provider
     await runner.start()                  # session.created, listen stream, timers;
                                           # registers in voice_server.session_registry (+ metrics)
     runner.client_event(text)             # one JSON client event (sync)
@@ -15,6 +15,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
                                           # (binary, oversized): error, rate limited
     runner.input_audio(pcm, rate)         # non-JSON transports (sync)
     runner.playback_progress(item, ms)    # what the listener heard (sync)
+    runner.key_pressed(key)               # a phone caller's DTMF key (sync)
     runner.pause_output() / resume_output()  # hold / release the active reply's audio
     await runner.close()                  # client gone: abort everything, stop tasks
     runner.begin_drain(code, msg)         # server drain: error event, no new responses
@@ -106,7 +107,7 @@ class SessionRunner:
                  options: RunnerOptions | None = None,
                  clock: Callable[[], float] = _now_ms, transport: str = "other") -> None:
         self.session = session
-        self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio
+        self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio | telnyx ...
         self.started_at = time.time()
         self.draining = False
         self.turns = TurnTimer()  # per-turn latency metrics (voice_server.metrics)
@@ -161,6 +162,11 @@ class SessionRunner:
     def playback_progress(self, item_id: str, played_ms: float) -> None:
         if not self.closed:
             self.dispatch(self.session.playback_progress(item_id, played_ms, self.clock()))
+
+    def key_pressed(self, key: str) -> None:
+        """A phone caller's DTMF key (``Session.key_pressed``)."""
+        if not self.closed:
+            self.dispatch(self.session.key_pressed(key, self.clock(), int(time.time())))
 
     def pause_output(self) -> None:
         """Hold the active reply's audio where it is (``Session.pause_output``)."""

@@ -27,7 +27,9 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``,
 ``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
-off), and one
+off), ``VOICE_AGENT_NOISE_REDUCTION``, ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``,
+``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``, ``VOICE_AGENT_PHONE_ANSWERING_MACHINE``
+(a boolean like the extension events), and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
@@ -52,7 +54,7 @@ from runtime.models.think.context_window import context_window
 from runtime.models.voice_contract import THINK
 
 from .session.backchannel import InterruptionSettings
-from .session.config import ServerLimits, SessionSettings, TurnDetection
+from .session.config import NoiseReduction, ServerLimits, SessionSettings, TurnDetection
 from .session.truncation import ThinkContext
 
 
@@ -62,15 +64,19 @@ from .session.truncation import ThinkContext
 _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
     "api_keys", "ice_hosts", "allowed_origins", "admin_keys", "max_sessions",
     "twilio_auth_token", "drain_grace_s", "ws_max_message_bytes", "output_lead_ms",
-    "extension_events", "turn_detection", "datachannel_max_message_bytes")}
+    "extension_events", "turn_detection", "datachannel_max_message_bytes",
+    "phone_idle_timeout_ms", "phone_idle_hang_up_after", "noise_reduction",
+    "phone_answering_machine")}
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
 def _from_env(field: str, value: str) -> Any:
     if field in _ENV_LISTS:
         return [v.strip() for v in value.split(",") if v.strip()]
-    if field == "extension_events":
+    if field in ("extension_events", "phone_answering_machine"):
         return value.lower() not in ("0", "false", "no", "off")
+    if field == "noise_reduction":
+        return None if value.strip().lower() in ("", "none", "null", "off") else value.strip()
     if field == "turn_detection":      # server_vad | semantic_vad[:eagerness]
         kind, _, eagerness = value.partition(":")
         return {"type": kind, **({"eagerness": eagerness} if eagerness else {})}
@@ -117,10 +123,21 @@ class ServerSettings(BaseModel):
     # buffers a message whole before handing it over.)
     datachannel_max_message_bytes: int = Field(256 * 1024, ge=1024)
     web_demo_dir: Optional[str] = None
-    # telephony (voice_server.transports.twilio): <Stream url> in the TwiML (None: from the Host
+    # telephony (voice_server.transports.phone.twilio): <Stream url> in the TwiML (None: from the Host
     # header) and the account auth token that checks X-Twilio-Signature (None: no check)
     twilio_stream_url: Optional[str] = None
     twilio_auth_token: Optional[str] = None
+    # phone calls (every provider): after this much silence once a reply was
+    # heard the agent checks in (turn_detection.idle_timeout_ms of the call's
+    # session; None: the session default), and after this many unanswered
+    # check-ins it says goodbye and ends the call (0: never)
+    phone_idle_timeout_ms: Optional[int] = Field(8000, ge=500, le=600_000)
+    phone_idle_hang_up_after: int = Field(2, ge=0, le=100)
+    # outbound phone calls: tell a person from an answering machine before the
+    # first reply, and leave the message after a machine's beep
+    # (voice_server.session.answering_machine); a call's custom parameter
+    # answering_machine=true turns it on for that call alone
+    phone_answering_machine: bool = False
     # agent audio is released in real time so that the listener (WebSocket
     # client, Twilio, the WebRTC track) holds at most this much it has not
     # played: the server knows what was heard and can pause the reply.
@@ -134,6 +151,10 @@ class ServerSettings(BaseModel):
     # e.g. {type: semantic_vad, eagerness: auto} (env VOICE_AGENT_TURN_DETECTION=
     # server_vad | semantic_vad | semantic_vad:<eagerness>)
     turn_detection: Optional[TurnDetection] = None
+    # noise suppression of a new session's input before VAD and ASR, before any
+    # session.update (audio.input.noise_reduction): near_field | far_field | None
+    # (env VOICE_AGENT_NOISE_REDUCTION; "none" or "" = off)
+    noise_reduction: NoiseReduction = None
     # a reply the caller talks over: backchannel words, when speech is an
     # interruption, the echo guard (voice_server.session.backchannel)
     interruptions: InterruptionSettings = InterruptionSettings()
@@ -152,7 +173,8 @@ class ServerSettings(BaseModel):
         extra = {"turn_detection": self.turn_detection} if self.turn_detection else {}
         return SessionSettings(model=(model or self.model)[:256], instructions=self.instructions,
                                voice=self.voice, max_output_tokens=self.max_output_tokens,
-                               context=self.think_context, **extra)
+                               context=self.think_context,
+                               noise_reduction=self.noise_reduction, **extra)
 
     def think_context_of(self, cfg: Any) -> ThinkContext:
         """The think stage of pipeline config ``cfg`` as sessions see it
@@ -169,6 +191,16 @@ class ServerSettings(BaseModel):
             ctx = ctx.model_copy(update={"tokens": self.context_tokens or None,
                                          "prompt_chars": None})
         return ctx
+
+    def phone_session_defaults(self) -> SessionSettings:
+        """What a phone call's session starts with: :meth:`session_defaults`
+        with ``phone_idle_timeout_ms`` as the turn detection's idle timeout."""
+        s = self.session_defaults()
+        td = s.turn_detection
+        if td is None or self.phone_idle_timeout_ms is None:
+            return s
+        return s.model_copy(update={"turn_detection": td.model_copy(
+            update={"idle_timeout_ms": self.phone_idle_timeout_ms})})
 
     @property
     def auth_required(self) -> bool:

@@ -45,10 +45,10 @@ far).  :class:`ExplainingWebSocketProtocol` is uvicorn's sans-I/O protocol
 (what ``ws="auto"`` picks when websockets is installed) using it; pass it as
 ``uvicorn.Config(ws=...)`` (:func:`voice_server.app.uvicorn_config` does).
 
-Not on the Twilio media stream (:data:`voice_server.transports.twilio.STREAM_PATH`):
-Media Streams has no error message, and a JSON message of an unknown kind is
-at best logged by Twilio as a protocol warning - the bare 1009 is all a
-telephony peer can use.
+Not on the phone bridges (:data:`voice_server.transports.phone.paths.PHONE_PATHS`):
+no phone provider's stream has an error message, and a JSON message of an
+unknown kind is at best logged by the provider as a protocol warning - the
+bare 1009 is all a telephony peer can use.
 
 aioice: the offered host addresses
 ----------------------------------
@@ -81,14 +81,14 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from .session.server_events import IdFactory, error_body
-from .transports.twilio import STREAM_PATH as TWILIO_STREAM_PATH
+from .transports.phone.paths import PHONE_PATHS
 from .transports.webrtc_ice import parse_hosts
 
 log = logging.getLogger("voice_server.third_party_patches")
 
 
 # ------------------------------------------------------------------ uvicorn / websockets
-NO_ERROR_EVENT_PATHS = (TWILIO_STREAM_PATH,)  # protocols without an ``error`` event
+NO_ERROR_EVENT_PATHS = PHONE_PATHS  # protocols without an ``error`` event
 
 
 def message_too_large_event(limit: int | None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import psutil
 import pytest
 import websockets
 
+from voice_server.testing.phone_clients import WIRES
 from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY
 from .test_realtime_ws import text_turn
@@ -43,6 +44,7 @@ N_WS = 320          # Realtime events (bad and good) per run
 N_RTC = 60          # WebRTC signalling requests
 N_HTTP = 80         # HTTP API requests
 N_TWILIO = 150      # Twilio Media Streams messages
+N_PHONE = 40        # messages to each other phone provider (Telnyx, Plivo, Exotel, Vonage)
 EVENTS_PER_S = 120  # under the default rate limit (200/s): no rate_limit_exceeded here
 RSS_TOLERANCE = 0.10
 
@@ -349,6 +351,58 @@ async def fuzz_twilio(server, rng: random.Random, n: int) -> None:
         await ws.close()
 
 
+# ---------------------------------------------------------------- other phone providers
+async def fuzz_phone(server, rng: random.Random, n: int, provider: str) -> None:
+    """Junk in each provider's framing around a started call with real (silent)
+    media; the call stays up, then the socket closes and the call ends."""
+    url = f"ws://127.0.0.1:{server.port}/v1/telephony/{provider}"
+    ep = server.app.state.phone[provider]
+    wire = WIRES[provider]()
+    ws = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {API_KEY}"})
+
+    def send(m):
+        return ws.send(m if isinstance(m, (str, bytes)) else json.dumps(m))
+
+    def bad():
+        k = rng.randrange(6)
+        if k == 0:
+            return junk(rng)
+        if k == 1:
+            return rng.randbytes(rng.randint(1, 51))  # binary: Vonage's odd-length audio too
+        if k == 2:
+            return {"event": rng.choice(["nope", 5, None, "", "x" * 500, "start", "media"])}
+        if k == 3:
+            return {"event": "media", "media": {"payload": rng.choice(
+                ["@@@", 5, None, "A" * 70_000, "abc"])}}
+        if k == 4:
+            return {"event": rng.choice(["dtmf", "websocket:dtmf"]),
+                    "dtmf": {"digit": rng.choice(["x", "", 5, "12"])}, "digit": "zz"}
+        return wire.opening({})[-1]  # a second start
+
+    try:
+        for _ in range(n // 4):  # before the start
+            await send(bad())
+        for m in wire.opening({}):
+            await send(m)
+        end = time.monotonic() + 5
+        while not ep.calls and time.monotonic() < end:
+            await asyncio.sleep(0.02)
+        assert len(ep.calls) == 1, provider
+        call = next(iter(ep.calls.values()))
+        for i in range(n - n // 4):
+            await send(wire.media(wire.silence_frame()) if i % 3 == 0 else bad())
+            await asyncio.sleep(1 / EVENTS_PER_S)
+        await asyncio.sleep(0.3)
+        assert ws.close_code is None, (provider, ws.close_code)  # still connected
+        assert call.stats["media_in"] >= 1 and call.bad_messages > 0, call.stats
+    finally:
+        await ws.close()
+    end = time.monotonic() + 10
+    while ep.calls and time.monotonic() < end:
+        await asyncio.sleep(0.05)
+    assert not ep.calls, provider
+
+
 # ---------------------------------------------------------------- memory
 def rss_now(server) -> dict[str, int]:
     out = {"server": psutil.Process().memory_info().rss}
@@ -367,8 +421,9 @@ async def settled_rss(server, settle_s: float = 1.0) -> dict[str, int]:
 
 async def quiet(server) -> dict:
     end = time.monotonic() + 15
-    while (server.app.state.realtime.runners or server.app.state.twilio.calls
-           or server.app.state.webrtc.calls) and time.monotonic() < end:
+    while (server.app.state.realtime.runners or server.app.state.webrtc.calls
+           or any(ep.calls for ep in server.app.state.phone.values())) \
+            and time.monotonic() < end:
         await asyncio.sleep(0.05)
     snap = await server.settled(15)
     assert snap["live_requests"] == 0, snap
@@ -393,6 +448,8 @@ async def test_fuzz_every_transport_server_survives_and_returns_to_baseline(serv
         await fuzz_webrtc(server, rng, 8)
         await fuzz_http(server, rng, 10)
         await fuzz_twilio(server, rng, 30)
+        for provider in ("telnyx", "plivo", "exotel", "vonage"):
+            await fuzz_phone(server, rng, 12, provider)
         await quiet(server)
     base = await settled_rss(server)
 
@@ -422,6 +479,9 @@ async def test_fuzz_every_transport_server_survives_and_returns_to_baseline(serv
             await fuzz_http(server, rng, N_HTTP)
         with seeded("twilio") as rng:
             await fuzz_twilio(server, rng, N_TWILIO)
+        for provider in ("telnyx", "plivo", "exotel", "vonage"):
+            with seeded(provider) as rng:
+                await fuzz_phone(server, rng, N_PHONE, provider)
     finally:
         stop.set()
         with seeded("good-traffic"):

@@ -68,7 +68,7 @@ async def test_twilio_turn_bad_payloads_and_stop(server):
                     {"event": "mark", "streamSid": c.sid, "mark": {"name": "nope:12"}},
                     {"event": "mark", "streamSid": c.sid},
                     {"event": "dtmf", "streamSid": c.sid, "dtmf": {"track": "inbound_track",
-                                                                    "digit": "1"}},
+                                                                    "digit": "x"}},
                     {"event": "whatever"}, {"event": "start", "start": {}}]:
             await c.send(bad)
         await asyncio.sleep(0.3)

@@ -16,6 +16,8 @@ from voice_server.session.backchannel import InterruptionSettings
 # The Realtime API's own barge-in: speech_started cancels the reply in the same call.
 PLAIN_BARGE_IN = InterruptionSettings(resume_backchannels=False, echo_guard=False)
 EXTENSION_KEYS = {"type", "event_id", "response_id", "item_id", "audio_end_ms"}
+EXTENSION_KEYS_BY_TYPE = {  # extension events with keys of their own
+    "voice_agent.answering_machine.detected": {"type", "event_id", "result", "audio_end_ms"}}
 
 _SERVER_CLASSES = {}
 for _cls in typing.get_args(typing.get_args(_rse.RealtimeServerEvent)[0]):
@@ -29,7 +31,7 @@ def validate_event(ev: dict) -> None:
     """Validate one server event against the official SDK model (GA); an
     extension event (``voice_agent.*``) against its documented keys."""
     if ev["type"].startswith("voice_agent."):
-        assert set(ev) == EXTENSION_KEYS, ev
+        assert set(ev) == EXTENSION_KEYS_BY_TYPE.get(ev["type"], EXTENSION_KEYS), ev
         assert _SEEN_IDS.setdefault(ev["event_id"], id(ev)) == id(ev), "event_id reused"
         return
     adapter = _SERVER_CLASSES.get(ev["type"])

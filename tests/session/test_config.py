@@ -40,7 +40,7 @@ def test_ga_update_with_unsupported_fields_is_applied_and_reported():
         "type": "semantic_vad", "eagerness": "high", "create_response": True,
         "interrupt_response": True}
     assert sess["audio"]["input"]["transcription"] == {"model": "gpt-4o-transcribe"}
-    assert sess["audio"]["input"]["noise_reduction"] is None
+    assert sess["audio"]["input"]["noise_reduction"] == {"type": "near_field"}  # applied
     assert sess["audio"]["output"]["voice"] == "marin"
     assert sess["audio"]["output"]["speed"] == 1.2
     assert sess["tools"] == [{"type": "function", "name": "f",     # kept: function calling
@@ -50,6 +50,7 @@ def test_ga_update_with_unsupported_fields_is_applied_and_reported():
     assert s.settings.input_format.sample_rate == 8000
     [listen] = of(cmds, ConfigureListen)   # semantic end of turn goes to the listen stage
     assert listen.params["turn_mode"] == "semantic" and listen.params["eagerness"] == "high"
+    assert listen.params["noise_reduction"] == "near_field"  # denoised before VAD and ASR
 
 
 def test_semantic_vad_eagerness_is_validated_and_server_vad_restores_the_window():
@@ -93,7 +94,7 @@ def test_turn_detection_merge_null_and_back():
     assert of(cmds, ConfigureListen)[0].params == {"threshold": 0.7, "silence_duration_ms": 500,
                                                    "prefix_padding_ms": 200,
                                                    "min_speech_ms": 120, "turn_mode": "silence",
-                                                   "eagerness": "auto"}
+                                                   "eagerness": "auto", "noise_reduction": None}
     cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
         "turn_detection": {"type": "server_vad", "idle_timeout_ms": 6000}}}}}, 0)
     td = _updated(cmds)["audio"]["input"]["turn_detection"]
@@ -180,3 +181,42 @@ def test_the_shipped_configs_start_sessions_on_semantic_vad():
         cfg = load_config(root / name, check_imports=False)
         td = ServerSettings.from_sources(cfg.extra, env={}).session_defaults().turn_detection
         assert (td.type, td.eagerness) == ("semantic_vad", "auto"), name
+
+
+def test_noise_reduction_is_validated_echoed_and_reaches_the_listen_stage():
+    s = new_session()
+    cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
+        "noise_reduction": {"type": "far_field"}}}}}, 0)
+    assert _updated(cmds)["audio"]["input"]["noise_reduction"] == {"type": "far_field"}
+    assert of(cmds, ConfigureListen)[0].params["noise_reduction"] == "far_field"
+    cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
+        "noise_reduction": {"type": "studio"}}}}}, 1)
+    [err] = [c.event for c in cmds if getattr(c, "event", {}).get("type") == "error"]
+    assert err["error"]["param"] == "session.audio.input.noise_reduction"
+    assert s.settings.noise_reduction == "far_field"  # the bad update changed nothing
+    cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
+        "noise_reduction": None}}}}, 2)
+    assert _updated(cmds)["audio"]["input"]["noise_reduction"] is None
+    assert of(cmds, ConfigureListen)[0].params["noise_reduction"] is None
+
+
+def test_server_defaults_for_noise_reduction_and_phone_silence():
+    import pydantic
+    import pytest
+
+    from voice_server.settings import ServerSettings
+
+    env = ServerSettings.from_sources({}, env={"VOICE_AGENT_NOISE_REDUCTION": "near_field",
+                                               "VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS": "5000",
+                                               "VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER": "3"})
+    assert env.session_defaults().noise_reduction == "near_field"
+    s = Session("sess_n", env.session_defaults())
+    [listen] = of(s.start(0), ConfigureListen)
+    assert listen.params["noise_reduction"] == "near_field"
+    assert env.phone_session_defaults().turn_detection.idle_timeout_ms == 5000
+    assert env.session_defaults().turn_detection.idle_timeout_ms is None  # phone calls only
+    assert env.phone_idle_hang_up_after == 3
+    off = ServerSettings.from_sources({}, env={"VOICE_AGENT_NOISE_REDUCTION": "none"})
+    assert off.noise_reduction is None
+    with pytest.raises(pydantic.ValidationError):
+        ServerSettings.from_sources({}, env={"VOICE_AGENT_NOISE_REDUCTION": "studio"})

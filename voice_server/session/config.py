@@ -19,8 +19,11 @@ merging of a client's ``session.update`` into it.
   ``tools`` and ``tool_choice`` are checked (tools.py) and kept; the choice
   only for its form, as clients set it before the tools it names.
   ``truncation`` is checked and kept (truncation.py).
-  Unsupported optional fields (tracing, noise_reduction, the transcription
-  model, voice names...) are accepted and ignored.
+  ``audio.input.noise_reduction`` (``{"type": "near_field"|"far_field"}`` or
+  null) picks the listen stage's denoiser (runtime/models/listen/denoise.py),
+  applied before VAD and ASR.
+  Unsupported optional fields (tracing, the transcription model, voice
+  names...) are accepted and ignored.
   ``semantic_vad`` (with ``eagerness``) runs the end-of-turn model in the
   listen stage.
 * :func:`session_to_wire` - the effective values as reported in
@@ -59,6 +62,8 @@ class AudioFormat(BaseModel):
 
 
 EAGERNESS = ("low", "medium", "high", "auto")
+NOISE_REDUCTION = ("near_field", "far_field")
+NoiseReduction = Optional[Literal["near_field", "far_field"]]
 
 
 class TurnDetection(BaseModel):
@@ -84,9 +89,10 @@ class TurnDetection(BaseModel):
 
     def wire(self) -> dict:
         if self.type == "semantic_vad":
+            extra = {"idle_timeout_ms": self.idle_timeout_ms} if self.idle_timeout_ms else {}
             return {"type": "semantic_vad", "eagerness": self.eagerness,
                     "create_response": self.create_response,
-                    "interrupt_response": self.interrupt_response}
+                    "interrupt_response": self.interrupt_response, **extra}
         return {"type": "server_vad", "threshold": self.threshold,
                 "prefix_padding_ms": self.prefix_padding_ms,
                 "silence_duration_ms": self.silence_duration_ms,
@@ -106,6 +112,7 @@ class SessionSettings(BaseModel):
     input_format: AudioFormat = AudioFormat()
     output_format: AudioFormat = AudioFormat()
     turn_detection: Optional[TurnDetection] = TurnDetection()
+    noise_reduction: NoiseReduction = None  # the listen stage's denoiser (None: off)
     # None = the client turned input transcription events off; the server
     # still transcribes internally (it needs the text to answer).
     transcription_model: Optional[str] = "server-asr"
@@ -357,6 +364,9 @@ def merge_session_update(current: SessionSettings, session: Any,
                 "session.audio.input.turn_detection")
         if "transcription" in i.model_fields_set:
             upd["transcription_model"] = _transcription_model(i.transcription, current)
+        if "noise_reduction" in i.model_fields_set:
+            put("noise_reduction", _noise_reduction, i.noise_reduction,
+                "session.audio.input.noise_reduction")
     if a is not None and a.output is not None:
         o = a.output
         if o.format is not None:
@@ -429,6 +439,17 @@ def _remove(data: dict, loc: tuple) -> bool:
     return True
 
 
+def _noise_reduction(value: Any, param: str) -> NoiseReduction:
+    """``{"type": "near_field"|"far_field"}`` or null."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind not in NOISE_REDUCTION:
+        raise ClientError("invalid_value", f"Invalid value for '{param}': {value!r}. Expected "
+                          "null or {'type': 'near_field' | 'far_field'}.", param)
+    return kind
+
+
 def _transcription_model(value: Any, current: SessionSettings) -> Optional[str]:
     if value is None:
         return None
@@ -461,7 +482,8 @@ def session_to_wire(settings: SessionSettings, session_id: str,
             "input": {
                 "format": settings.input_format.wire(),
                 "transcription": tr,
-                "noise_reduction": None,
+                "noise_reduction": None if settings.noise_reduction is None
+                else {"type": settings.noise_reduction},
                 "turn_detection": None if settings.turn_detection is None
                 else settings.turn_detection.wire(),
             },

@@ -10,7 +10,7 @@ Inputs
 ------
 ``Session(session_id, config=SessionSettings(), audio_out_mode="events"|"stream",
 limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events=True,
-interruptions=InterruptionSettings())``
+interruptions=InterruptionSettings(), hang_up_after=None)``
 
 * ``start(now_ms)`` -> ``session.created`` (+ ``ConfigureListen`` with VAD on).
   Calling any other input first starts the session implicitly, so a
@@ -44,7 +44,10 @@ interruptions=InterruptionSettings())``
   ``next_output_ms`` (None: nothing due until another input).
 * ``pause_output(now_ms)`` / ``resume_output(now_ms)`` - hold the active
   reply's audio where it is / release it again from there (below).
-* ``tick(now_ms)`` - timers: server-VAD ``idle_timeout_ms``, the maximum
+* ``tick(now_ms)`` - timers: the turn detection's ``idle_timeout_ms``
+  (``server_vad`` and ``semantic_vad``: a check-in the model is told about,
+  and with ``hang_up_after`` the goodbye and ``Close``: silence.py), the end
+  of a keypad entry, the maximum
   session duration (``ServerLimits.max_session_s``) and the idle limit
   (``ServerLimits.idle_timeout_s``: no client event or audio -> ``error``
   ``idle_timeout`` + ``Close``).  ``client_event`` also enforces
@@ -53,6 +56,11 @@ interruptions=InterruptionSettings())``
   could not turn into an event (binary WebSocket frame, oversized or
   non-UTF-8 data-channel message): an ``error`` with ``code``, counted as
   traffic and rate limited exactly like ``client_event``.
+* ``key_pressed(key, now_ms, received_at)`` - a phone caller's DTMF key:
+  ``input_audio_buffer.dtmf_event_received`` at once; each entry (keys up to
+  ``#`` or a 1.5 s pause) becomes a user ``input_text`` item
+  ``"[pressed 1 2]"`` that interrupts a reply and is answered like an
+  utterance (keypad.py).
 * ``disconnect(now_ms)`` - client gone: ``CancelResponse`` for the active
   response and ``StopListen``; afterwards every method returns ``[]``.
 
@@ -162,6 +170,9 @@ from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
 from .interruption import Interruptions
 from .items import Content, Conversation, Item
+from .answering_machine import NO_ANSWER_MS, AnsweringMachineDetector, Verdict
+from .keypad import KEYS, Keypad, entry_text
+from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
 from .output_pacer import OutputPacer
 from .playback import Playback
 from .prompt import Prompt
@@ -188,7 +199,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                  audio_out_mode: str = "events", limits: ServerLimits | None = None,
                  dialect: str = "ga", output_lead_ms: float = 0.0,
                  extension_events: bool = True,
-                 interruptions: InterruptionSettings | None = None) -> None:
+                 interruptions: InterruptionSettings | None = None,
+                 hang_up_after: int | None = None, answering_machine: bool = False) -> None:
         if audio_out_mode not in ("events", "stream"):
             raise ValueError("audio_out_mode must be 'events' or 'stream'")
         self.session_id = session_id
@@ -238,6 +250,12 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._paused_item: str | None = None  # item a stream transport holds paused
         self.extension_events = extension_events
         self._idle_deadline: float | None = None
+        self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
+        self._silence = SilenceWatch(hang_up_after)  # check-ins and the idle hang-up
+        self._noise_held_deadline: float | None = None  # idle deadline kept over a noise turn
+        # outbound calls: who answered (answering_machine.py); None: not asked
+        self._machine = AnsweringMachineDetector() if answering_machine else None
+        self._message_left = False  # the message for a machine was asked for
         # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
         self._last_traffic_ms: float | None = None
         self._tokens = float(self.limits.client_events_burst)
@@ -306,7 +324,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 self._listening = None
                 return [StopListen()]
             return []
-        params = td.listen_params()
+        params = {**td.listen_params(), "noise_reduction": self.settings.noise_reduction}
         if params != self._listening:
             self._listening = params
             return [ConfigureListen(dict(params))]
@@ -376,14 +394,28 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 now_ms - (self._last_traffic_ms or self._start_ms) >= idle_s * 1000.0:
             return self._expire(now_ms, "idle_timeout",
                                 f"No client events or audio for {idle_s:g} seconds.")
+        entry = self._keypad.due(now_ms)
+        if entry:
+            return self._keypad_entry(entry, now_ms)
+        if self._silence.goodbye_id is not None and self._goodbye_heard(now_ms):
+            return self._hang_up()
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or self._idle_deadline is None or \
                 now_ms < self._idle_deadline or self._active is not None or \
                 self._speech_item is not None or self._awaiting_final:
             return []
+        return self._caller_silent(td, now_ms)
+
+    def _caller_silent(self, td, now_ms: float) -> list[Command]:
+        """``idle_timeout_ms`` passed: an empty user turn whose transcript tells
+        the model about the silence, and its answer (silence.py)."""
         self._idle_deadline = None
+        goodbye = self._silence.timed_out()
+        if goodbye and not td.create_response:
+            return self._hang_up()
         pos = int(self.input_ms)
-        item = Item(self.ids.new("item"), "user", [Content("input_audio", transcript="")])
+        note = silence_note(td.idle_timeout_ms, goodbye)
+        item = Item(self.ids.new("item"), "user", [Content("input_audio", transcript=note)])
         prev = self.conversation.add(item)
         out: list[Command] = [
             self._send("input_audio_buffer.timeout_triggered", audio_start_ms=pos,
@@ -396,6 +428,116 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         if td.create_response:
             out += self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
                                          s.instructions or None, None, True, None)
+            if goodbye and self._active is not None:
+                self._silence.goodbye_id = self._active.id
+        return out
+
+    def _goodbye_heard(self, now_ms: float) -> bool:
+        """The goodbye is done and the caller heard it (or its playback report
+        is overdue by GOODBYE_GRACE_MS)."""
+        r = self._last_audio
+        if self._active is not None:
+            return False
+        if r is None or r.id != self._silence.goodbye_id or r.item is None:
+            return True  # no audio (text only, or it failed)
+        item = r.item
+        if item.played_ms is not None and item.played_ms + 1.0 >= item.audio_ms:
+            return True
+        start = r.first_audio_ms if r.first_audio_ms is not None else now_ms
+        return now_ms >= start + item.audio_ms + GOODBYE_GRACE_MS
+
+    def _hang_up(self) -> list[Command]:
+        """The goodbye (or the message left on a machine) was heard, or the
+        caller stayed silent through every check-in: end the session."""
+        out: list[Command] = []
+        if self._listening is not None:
+            self._listening = None
+            out.append(StopListen())
+        out.append(Close(1000, "machine_message_left" if self._message_left else "idle_hangup"))
+        self.closed = True
+        return out
+
+    # ------------------------------------------------------- answering machine
+    @property
+    def _holding_for_machine(self) -> bool:
+        """No reply yet: who answered is not known, or a machine's greeting plays."""
+        m = self._machine
+        return m is not None and (m.verdict is None or m.verdict is Verdict.MACHINE)
+
+    def _machine_heard(self, pcm16, now_ms: float) -> list[Command]:
+        """Input audio reached the detector: a verdict, or the moment to speak
+        to a machine."""
+        m = self._machine
+        pos = self.input_ms
+        m.audio(pcm16, pos)
+        verdict = m.advance(pos)
+        out: list[Command] = []
+        if verdict is not None:
+            if self.extension_events:
+                out.append(SendEvent(self._ev.make("voice_agent.answering_machine.detected",
+                                                   result=verdict.value,
+                                                   audio_end_ms=int(pos))))
+            if verdict is Verdict.SILENCE:
+                out += self._user_note(silence_note(NO_ANSWER_MS, goodbye=False), now_ms)
+            if verdict is not Verdict.MACHINE:
+                out += self._maybe_auto_respond(now_ms)  # a person (or nobody yet): speak
+        if m.verdict is Verdict.MACHINE and not self._message_left and m.greeting_over(pos):
+            out += self._leave_message(now_ms)
+        return out
+
+    def _leave_message(self, now_ms: float) -> list[Command]:
+        """After the beep: the model is told it speaks to a recording; once
+        that reply has been heard the call ends (the goodbye path)."""
+        self._message_left = True
+        out = self._user_note("[an answering machine is recording: leave a short message, "
+                              "then say goodbye]", now_ms)
+        s = self.settings
+        out += self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
+                                     s.instructions or None, None, True, None)
+        if self._active is not None:
+            self._silence.goodbye_id = self._active.id
+        return out
+
+    def _user_note(self, note: str, now_ms: float) -> list[Command]:
+        """A user text item the model reads: what the server knows about the call."""
+        item = Item(self.ids.new("item"), "user", [Content("input_text", text=note)])
+        prev = self.conversation.add(item)
+        self._unanswered = True
+        return [self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
+                self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
+
+    # ----------------------------------------------------------------- keypad
+    def key_pressed(self, key: str, now_ms: float, received_at: int) -> list[Command]:
+        """A phone caller pressed ``key`` (``0-9 * # A-D``; ``received_at``: Unix
+        seconds).  The key is announced at once; the entry it belongs to
+        reaches the conversation when it ends (keypad.py), as a user text item
+        the model reads, and is answered like an utterance."""
+        if self.closed or key not in KEYS:
+            return []
+        out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        if not self._take_token(now_ms):  # a key is a client event: the same rate limit
+            return out + [self._rate_limited(None)]
+        self._idle_deadline = None  # the caller is there
+        out.append(self._send("input_audio_buffer.dtmf_event_received", event=key,
+                              received_at=int(received_at)))
+        entry = self._keypad.press(key, now_ms)
+        return out + (self._keypad_entry(entry, now_ms) if entry else [])
+
+    def _keypad_entry(self, keys: str, now_ms: float) -> list[Command]:
+        """An entry the caller finished typing: like words spoken over a reply,
+        it interrupts it (``interrupt_response``), goes into the conversation
+        and gets the answer ("press 1 for sales" is answered by a key)."""
+        td = self.settings.turn_detection
+        out: list[Command] = []
+        if td is not None and td.interrupt_response:
+            out += self._cancel_active("turn_detected", now_ms, flush=True) \
+                if self._active is not None else self._interrupt_playback()
+        self._silence.caller_spoke()
+        out += self._user_note(entry_text(keys), now_ms)
+        out += self._maybe_auto_respond(now_ms)
+        if self._active is None and td is not None and td.idle_timeout_ms:
+            self._idle_deadline = now_ms + td.idle_timeout_ms  # no answer: the silence counts
         return out
 
     def _expire(self, now_ms: float, code: str = "session_expired",

@@ -53,6 +53,8 @@ class Turns:
             return []
         self._in_samples += pcm16.size
         out: list[Command] = []
+        if self._machine is not None:
+            out += self._machine_heard(pcm16, now_ms)
         if self.settings.turn_detection is not None:
             if self._echo is not None:
                 pcm16 = self._echo.process(pcm16, now_ms)   # the reply's own voice is not the caller
@@ -81,6 +83,11 @@ class Turns:
         out = self._ensure_started(now_ms)
         t = ev.get("type")
         vad = self.settings.turn_detection is not None
+        if self._machine is not None and t in (SPEECH_STARTED, SPEECH_STOPPED):
+            if t == SPEECH_STARTED:
+                self._machine.speech_started(float(ev.get("audio_start_ms", 0)))
+            else:
+                self._machine.speech_stopped(float(ev.get("audio_end_ms", 0)))
         if t == SPEECH_STARTED and vad:
             out += self._speech_started(int(ev.get("audio_start_ms", 0)), now_ms)
         elif t == PARTIAL and vad:
@@ -142,7 +149,8 @@ class Turns:
         silence window is still deciding; the runner holds it (see PrepareReply)."""
         td = self.settings.turn_detection
         if not text or td is None or not td.create_response or self._active is not None \
-                or self._speech_item is None or self._awaiting_final or self._pending_transcripts:
+                or self._speech_item is None or self._awaiting_final or self._pending_transcripts \
+                or self._holding_for_machine:
             return []
         s = self.settings
         self._prepared = True
@@ -179,6 +187,9 @@ class Turns:
             return self._start_deciding(audio_start_ms, now_ms)   # interruption.py
         self._speech_item = self.ids.new("item")
         self._speech_start_ms = audio_start_ms
+        # held, not dropped: if this turns out to be noise (an empty final) the
+        # silence goes on counting from where it was
+        self._noise_held_deadline = self._idle_deadline
         self._idle_deadline = None
         self._paused_for_onset = False   # real speech: the reply is cancelled below
         started = self._send("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms,
@@ -272,6 +283,11 @@ class Turns:
         out += self._complete_transcript(item, 0, text, (end_ms - start_ms) / 1000.0)
         if text:
             self._unanswered = True
+            self._silence.caller_spoke()
+            self._noise_held_deadline = None
+        elif self._noise_held_deadline is not None and self._active is None:
+            self._idle_deadline = self._noise_held_deadline  # noise: not an answer
+            self._noise_held_deadline = None
         out += self._maybe_auto_respond(now_ms)
         return out
 
@@ -306,7 +322,7 @@ class Turns:
         td = self.settings.turn_detection
         if td is None or not td.create_response or not self._unanswered or \
                 self._speech_item is not None or self._awaiting_final or \
-                self._active is not None:
+                self._active is not None or self._holding_for_machine:
             return []
         s = self.settings
         return self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,

@@ -10,7 +10,9 @@ Servers
 Callers
     :class:`~voice_server.testing.realtime_client.RTClient` (Realtime
     WebSocket, collects events), :class:`~voice_server.testing.rtc_client.RTCClient`
-    (WebRTC on aiortc), and the real-time simulated callers of
+    (WebRTC on aiortc), :mod:`.twilio_client` and :mod:`.phone_clients` (the
+    phone providers' side of a call, written from their documentation), and
+    the real-time simulated callers of
     :mod:`voice_server.testing.callers` (one ``Caller`` over a WebSocket,
     Twilio Media Streams or WebRTC transport).  :mod:`.audio`: flite speech
     and real-time streaming.

@@ -21,28 +21,25 @@ from voice_server.audio_codec import mulaw_decode, mulaw_encode
 
 from . import TEST_API_KEY
 from .audio import flite_pcm
-from .events import NoMatch, next_match
+from .stream_peer import StreamPeer
 
 RATE = 8000
 FRAME = 160  # bytes = samples = 20 ms
 
 
-class TwilioClient:
-    """Plays Twilio's part of a bidirectional Media Stream."""
+class TwilioClient(StreamPeer):
+    """Plays Twilio's part of a bidirectional Media Stream.  ``msgs``: everything
+    received, with ``"_t"`` and ``"_item"`` (media)."""
 
     def __init__(self, ws, stream_sid: str) -> None:
-        self.ws = ws
+        super().__init__(ws)
         self.sid = stream_sid
-        self.msgs: list[dict] = []  # everything received, with "_t" and "_item" (media)
-        self.new = asyncio.Event()
         self.cur_item: str | None = None  # media belongs to the item of the last mark
         self.audio: dict[str, list[bytes]] = {}
         self.play_end = 0.0  # when the audio received so far has played
         self.pending: list[tuple[float, str]] = []  # (due, mark name) to echo
         self.echoed: list[str] = []
         self.mic_q: asyncio.Queue = asyncio.Queue()
-        self.closed = False
-        self.failure: Exception | None = None  # a bad message from the server: fails the test
         self.chunk = 0
         self._tasks = [asyncio.ensure_future(self._read()), asyncio.ensure_future(self._player()),
                        asyncio.ensure_future(self._mic())]
@@ -136,16 +133,8 @@ class TwilioClient:
                                      "mark": {"name": name}})
             await asyncio.sleep(0.01)
 
-    async def wait(self, pred, start: int = 0, timeout: float = 30.0) -> tuple[int, dict]:
-        try:
-            return await next_match(self.msgs, self.new, pred, start, timeout,
-                                    closed=lambda: self.closed)
-        except NoMatch as e:
-            self._raise_failure()
-            if e.closed:
-                raise AssertionError("stream closed while waiting") from None
-            raise AssertionError(f"timeout; last: {[m['event'] for m in self.msgs[-8:]]}") \
-                from None
+    def kind_of(self, msg: dict) -> str:
+        return msg["event"]
 
     def marks(self, start: int = 0) -> list[str]:
         return [m["mark"]["name"] for m in self.msgs[start:] if m["event"] == "mark"]
@@ -156,18 +145,6 @@ class TwilioClient:
     async def stop(self) -> None:
         await self.send({"event": "stop", "sequenceNumber": "9999", "streamSid": self.sid,
                          "stop": {"accountSid": "AC" + "0" * 32, "callSid": "CA" + "1" * 32}})
-
-    async def close(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await self.ws.close()
-        self._raise_failure()
-
-    def _raise_failure(self) -> None:
-        if self.failure is not None:
-            raise AssertionError(f"bad message from the server: {self.failure!r}") from self.failure
 
 
 __all__ = ["TwilioClient"]

@@ -5,8 +5,9 @@ and back, and nothing else.
 * :mod:`.webrtc` (+ :mod:`.webrtc_audio`, :mod:`.webrtc_ice`) -
   ``/v1/realtime/calls``, OpenAI-style WebRTC on aiortc, and
   ``/v1/realtime/client_secrets``.
-* :mod:`.twilio` - ``/v1/telephony/twilio``, Twilio Media Streams, and its
-  TwiML webhook.
+* :mod:`.phone` - ``/v1/telephony/<provider>``: phone calls from Twilio,
+  Telnyx, Plivo, Exotel and Vonage on one bridge with a small codec per
+  provider, and Twilio's TwiML webhook.
 * :mod:`.http_api` - ``/health``, ``/health/ready``, ``/health/live``,
   ``/v1/models``, ``/v1/audio/speech``, ``/v1/chat/completions``.
 

@@ -1,9 +1,10 @@
 """The one receive loop of the server's WebSocket transports.
 
-``/v1/realtime`` (:mod:`voice_server.transports.realtime_ws`) and the Twilio media
-stream (:mod:`voice_server.transports.twilio`) read their socket the same way: receive,
-a disconnect ends the loop, a text frame goes to the transport's handler, a
-binary frame is rejected (neither protocol has binary messages).  Keeping
+``/v1/realtime`` (:mod:`voice_server.transports.realtime_ws`) and the phone
+bridges (:mod:`voice_server.transports.phone`) read their socket the same way: receive,
+a disconnect ends the loop, a text frame goes to the transport's text handler, a
+binary frame to its binary handler (which rejects it, except on Vonage's
+binary audio).  Keeping
 that loop in one place keeps the two from drifting apart - e.g. one of them
 forgetting to route binary frames through the session's rate limit, or
 letting a handler bug end the connection.

@@ -59,6 +59,8 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.heap import trim_heap
 from runtime.models.listen.asr_thread import RecognitionThread
+from runtime.models.listen.denoise import ENGINES as DENOISE_ENGINES
+from runtime.models.listen.denoise import NOISE_REDUCTION_TYPES, make_denoiser
 from runtime.models.listen.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.whisper_asr import ALT_PROMPT
@@ -154,6 +156,7 @@ class VadParams:
     max_utterance_s: float
     turn_mode: str = "silence"      # "semantic": the end-of-turn model sets the wait
     eagerness: str = "auto"
+    noise_reduction: str | None = None  # denoise.py: near_field | far_field | an engine | None
 
     @property
     def semantic(self) -> bool:
@@ -237,6 +240,10 @@ class VadParams:
         merged_str = {**{k: v for k, v in defaults.items() if k in ("turn_mode", "eagerness")},
                       **{k: v for k, v in (params or {}).items()
                          if k in ("turn_mode", "eagerness") and v is not None}}
+        noise = (params or {}).get("noise_reduction", defaults.get("noise_reduction"))
+        if noise is not None and noise not in NOISE_REDUCTION_TYPES + DENOISE_ENGINES:
+            raise StageError(ErrorCode.BAD_INPUT, "listen: noise_reduction must be one of "
+                             f"{NOISE_REDUCTION_TYPES + DENOISE_ENGINES} or null, got {noise!r}")
         mode = str(merged_str.get("turn_mode", "silence"))
         eagerness = str(merged_str.get("eagerness", "auto"))
         if mode not in TURN_MODES:
@@ -245,7 +252,8 @@ class VadParams:
         if eagerness not in EAGERNESS_WAIT_MS:
             raise StageError(ErrorCode.BAD_INPUT, "listen: eagerness must be one of "
                              f"{tuple(EAGERNESS_WAIT_MS)}, got {eagerness!r}")
-        return cls(sample_rate=int(rate_f), turn_mode=mode, eagerness=eagerness, **vals)
+        return cls(sample_rate=int(rate_f), turn_mode=mode, eagerness=eagerness,
+                   noise_reduction=noise, **vals)
 
 
 def to_mono_float32(payload: Any) -> np.ndarray:
@@ -328,6 +336,7 @@ class _Stream:
         self.utt = utt
         self.resampler = (soxr.ResampleStream(p.sample_rate, LISTEN_RATE_HZ, 1, dtype="float32")
                           if p.sample_rate != LISTEN_RATE_HZ else None)
+        self.denoiser = make_denoiser(p.noise_reduction)  # before VAD and ASR (None: off)
         self.pad_samples = int(p.prefix_padding_ms * LISTEN_RATE_HZ / 1000)
         self.neg_threshold = max(0.01, p.threshold - HYSTERESIS)
         self.pending = np.zeros(0, dtype=np.float32)   # 16 kHz samples short of a frame
@@ -618,6 +627,8 @@ class _Stream:
         """Resample and cut into whole VAD frames; the remainder waits for the next chunk."""
         if self.resampler is not None and (audio.size or final):
             audio = self.resampler.resample_chunk(audio, last=final)
+        if self.denoiser is not None and audio.size:
+            audio = self.denoiser.process(audio)
         if not audio.size:
             return []
         buf = np.concatenate([self.pending, audio]) if self.pending.size else audio

@@ -12,7 +12,7 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import WorkItem
 from runtime.models.think.openai_thinker import OpenAICompatThinker, ToolCallAssembler
 from runtime.models.voice_contract import TOOL_CALL_DELTA, TOOL_CALL_DONE, think_events, validate_think_chunk
-from tests.models.test_thinker_openai import collect_chunks, start_llama_server
+from tests.models.think.test_thinker_openai import collect_chunks, start_llama_server
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city.",
@@ -187,6 +187,27 @@ def test_usage_of_a_whole_reply_and_of_a_stream(server):
         assert text.strip() and not events
     finally:
         t.close()
+
+
+def test_a_reply_cut_by_max_tokens_says_length(server):
+    """The server's finish_reason ``length`` (max_tokens reached) becomes the
+    usage event's (a whole reply: this server counts only those)."""
+    _, url = server
+    t = _thinker(url, stream_tool_calls=False)
+    try:
+        _, _, events = _collect(t, 40, {
+            "messages": [{"role": "user", "content": "Count from one to twenty in words."}],
+            "max_tokens": 3, "tools": TOOLS, "tool_choice": "none", "include_usage": True})
+    finally:
+        t.close()
+    [usage] = [e for e in events if e["type"] == "usage"]
+    assert usage["finish_reason"] == "length" and usage["output_tokens"] == 3, usage
+
+
+def test_finish_reason_read_from_the_servers_object():
+    assert OpenAICompatThinker._cut_by_length({"choices": [{"finish_reason": "length"}]})
+    assert not OpenAICompatThinker._cut_by_length({"choices": [{"finish_reason": "stop"}]})
+    assert not OpenAICompatThinker._cut_by_length({"choices": []})
 
 
 def test_usage_read_from_the_servers_object():

@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import ERROR_CODES, SPEAK, THINK, USAGE, SpeakChunk, think_events
+from runtime.models.voice_contract import (ERROR_CODES, LENGTH, SPEAK, THINK, USAGE, SpeakChunk,
+                                           think_events)
 
 from ..audio_codec import StreamResampler, encode_wire_audio
 from .commands import AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, StartResponse
@@ -248,7 +249,11 @@ class Responses:
 
     def _done_events(self, r: _Response, status: str, details: dict | None,
                      usage: dict | None) -> list[Command]:
-        """Close every open part of ``r`` and emit response.done (exactly once)."""
+        """Close every open part of ``r`` and emit response.done (exactly once).
+        A reply the thinker's token budget cut (its usage event says ``length``)
+        ends ``incomplete`` with reason ``max_output_tokens``, as the API's does."""
+        if status == "completed" and r.tokens is not None and r.tokens.get("finish_reason") == LENGTH:
+            status, details = "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
         r.done = True
         if self._active is r:
             self._active = None
@@ -262,9 +267,22 @@ class Responses:
             t = r.tokens
             usage = token_usage(*(int(t.get(k) or 0) for k in
                                   ("input_tokens", "cached_tokens", "output_tokens")))
+        usage = usage if usage is not None else zero_usage()
+        if self.extension_events:
+            usage = {**usage, "voice_agent": self._audio_usage(r)}
         out.append(self._send("response.done", response=self._response_wire(
-            r, status, details, usage if usage is not None else zero_usage())))
+            r, status, details, usage)))
         return out
+
+    def _audio_usage(self, r: _Response) -> dict:
+        """usage's extension: the caller's audio the server took in since the
+        previous response.done (what this turn listened to) and the reply's
+        audio made, in seconds (speech is recognised and synthesised, not
+        tokenised, so the API's audio token counts stay 0)."""
+        heard_ms, self._usage_input_ms = self.input_ms - self._usage_input_ms, self.input_ms
+        spoken_ms = r.item.audio_ms if r.item is not None and r.audio else 0.0
+        return {"input_audio_seconds": round(heard_ms / 1000.0, 3),
+                "output_audio_seconds": round(spoken_ms / 1000.0, 3)}
 
     def _message_done_events(self, r: _Response, status: str) -> list[Command]:
         item = r.item

@@ -484,7 +484,7 @@ def test_gpu_extra_pins_the_supported_release():
     import tomllib
     from pathlib import Path
 
-    extra = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())[
+    extra = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())[
         "project"]["optional-dependencies"]["gpu"]
     assert [f"sglang=={v}" for v in SUPPORTED_RELEASES] == [d for d in extra if d.startswith("sglang")]
 

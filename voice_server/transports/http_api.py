@@ -56,8 +56,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import (SPEAK, TEXT_REPLY_ROUTE, THINK, TOOL_CALL_DELTA, TOOL_CALL_DONE,
-                                           think_events, think_request, validate_tools)
+from runtime.models.voice_contract import (LENGTH, SPEAK, TEXT_REPLY_ROUTE, THINK, TOOL_CALL_DELTA,
+                                           TOOL_CALL_DONE, USAGE, think_events, think_request,
+                                           validate_tools)
 
 from .access import bearer_token, key_matches, origin_allowed
 
@@ -606,7 +607,9 @@ class HttpApi:
             except ValueError as e:
                 raise ApiError(400, str(e), param="tool_choice" if "tool_choice" in str(e) else "tools",
                                code="invalid_value") from None
-        payload: dict = think_request(out, tools=tools or None, tool_choice=tool_choice)
+        # usage always: its finish_reason says whether the budget cut the reply
+        payload: dict = think_request(out, tools=tools or None, tool_choice=tool_choice,
+                                      include_usage=True)
         if data.get("parallel_tool_calls") is not None:
             payload["parallel_tool_calls"] = data["parallel_tool_calls"]
         max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
@@ -639,11 +642,28 @@ class HttpApi:
         headers = {"X-Request-Id": str(turn.rid), "Cache-Control": "no-cache"}
 
         calls = _Calls()
+        end: dict = {}   # the thinker's usage event: token counts and why the reply ended
 
         def finish_reason(n_chunks: int) -> str:
             if calls.done:
                 return "tool_calls"
-            return "length" if n_chunks >= max_tokens or calls.started else "stop"
+            cut = end["finish_reason"] == LENGTH if "finish_reason" in end else n_chunks >= max_tokens
+            return "length" if cut or calls.started else "stop"
+
+        def usage(n_chunks: int) -> dict:
+            """The thinker's counts; a thinker that does not count: the chunks only."""
+            if "input_tokens" not in end:
+                return {"prompt_tokens": None, "completion_tokens": n_chunks, "total_tokens": None}
+            return {"prompt_tokens": end["input_tokens"], "completion_tokens": end["output_tokens"],
+                    "total_tokens": end["input_tokens"] + end["output_tokens"],
+                    "prompt_tokens_details": {"cached_tokens": end["cached_tokens"]}}
+
+        def note(e: dict) -> dict | None:
+            """One think event: the usage kept, a call's piece returned."""
+            if e.get("type") == USAGE:
+                end.update(e)
+                return None
+            return calls.add(e)
 
         if not stream:
             parts: list[str] = []
@@ -656,7 +676,7 @@ class HttpApi:
                         if isinstance(e, str):
                             parts.append(e)
                         else:
-                            calls.add(e)
+                            note(e)
                     ev = await self._first_event(request, turn)
             except BaseException:
                 turn.abort("client_disconnected")
@@ -670,7 +690,7 @@ class HttpApi:
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
                 "choices": [{"index": 0, "message": message,
                              "finish_reason": finish_reason(n), "logprobs": None}],
-                "usage": {"prompt_tokens": None, "completion_tokens": n, "total_tokens": None},
+                "usage": usage(n),
             }, headers=headers)
 
         def chunk(delta: dict, finish: str | None = None) -> bytes:
@@ -688,15 +708,13 @@ class HttpApi:
                         for e in think_events(ev.payload):
                             if isinstance(e, str):
                                 yield chunk({"content": e})
-                            elif (piece := calls.add(e)) is not None:
+                            elif (piece := note(e)) is not None:
                                 yield chunk({"tool_calls": [piece]})
                     elif ev.kind == "done":
                         yield chunk({}, finish_reason(n))
                         if include_usage:
                             yield sse({"id": cid, "object": "chat.completion.chunk", "created": created,
-                                       "model": model, "choices": [],
-                                       "usage": {"prompt_tokens": None, "completion_tokens": n,
-                                                 "total_tokens": None}})
+                                       "model": model, "choices": [], "usage": usage(n)})
                         yield SSE_DONE
                         return
                     else:

@@ -16,7 +16,8 @@ from runtime.models.voice_contract import (ERROR_CODES, LENGTH, SPEAK, THINK, US
                                            think_events)
 
 from ..audio_codec import StreamResampler, encode_wire_audio
-from .commands import AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, StartResponse
+from .commands import (AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, SendEvent,
+                       StartResponse)
 from .items import Content, Item, Segment
 from .server_events import content_part, response_object, token_usage, zero_usage
 from .tools import chat_tool_choice, chat_tools, choice_still_valid
@@ -84,10 +85,30 @@ class Responses:
         self._unanswered = False
         self._idle_deadline = None
         out: list[Command] = [self._send("response.created",
-                                         response=self._response_wire(r, "in_progress"))]
+                                         response=self._response_wire(r, "in_progress")),
+                              self._rate_limits(r, now_ms)]
         if not (self._pending_transcripts and input_messages is None):
             out.append(self._start_cmd(r))
         return out
+
+    def _rate_limits(self, r: _Response, now_ms: float) -> SendEvent:
+        """``rate_limits.updated`` after response.created, as the API sends it,
+        with this server's own limits: ``requests``, the client-event bucket
+        (``max_client_events_per_s`` / ``client_events_burst``: what is left
+        and how long until it is full again; left out when unlimited), and
+        ``tokens``, the output tokens this response may use of the operator's
+        ``max_output_tokens_cap`` (a per-response cap: nothing to reset)."""
+        limits = []
+        rate = self.limits.max_client_events_per_s
+        if rate > 0:
+            self._refill_tokens(now_ms)
+            burst = max(self.limits.client_events_burst, 1)
+            limits.append({"name": "requests", "limit": burst, "remaining": int(self._tokens),
+                           "reset_seconds": round((burst - self._tokens) / rate, 3)})
+        cap = self.limits.max_output_tokens_cap
+        limits.append({"name": "tokens", "limit": cap, "remaining": min(r.max_tokens or cap, cap),
+                       "reset_seconds": 0})
+        return self._send("rate_limits.updated", rate_limits=limits)
 
     def _tool_params(self, tools: list | None = None, tool_choice=None) -> tuple:
         """The tools and tool choice a response takes to the thinker, in the

@@ -6,6 +6,7 @@
                                              # voice_server.transports.http_api routes,
                                              # /metrics (voice_server.metrics),
                                              # /v1/sessions, /v1/requests/{id} (.admin),
+                                             # /v1/calls (.transports.calls_api),
                                              # web_demo/ as static files at /
     await serve("configs/voice-cpu.yaml", "127.0.0.1", 8000)
 
@@ -38,9 +39,12 @@ from starlette.staticfiles import StaticFiles
 
 from . import admin, metrics
 from .drain import DrainGate, install_signal_drain
+from .records.store import CallStore
+from .session_registry import registry_for
 from .settings import ServerSettings
 from .transports import http_api
 from .transports.access import is_loopback
+from .transports.calls_api import calls_routes
 from .transports.client_secrets import ClientSecretStore
 from .transports.realtime_ws import realtime_route
 from .transports.twilio import twilio_routes
@@ -85,6 +89,10 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     routes += metrics.routes(pipeline, settings) + admin.routes(pipeline, settings)
     rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, client_secrets)
     routes += rtc_routes
+    # call records (voice_server.records): every runner of this pipeline records into it
+    records = CallStore(settings.records) if settings.records.enabled else None
+    registry_for(pipeline).records = records
+    routes += calls_routes(pipeline, settings)
     demo = _demo_dir(settings)
     if (demo / "index.html").exists():
         routes.append(Mount("/", app=StaticFiles(directory=str(demo), html=True), name="web"))
@@ -99,6 +107,9 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
             await rtc_endpoint.close_all()
             await endpoint.close_all()
             await tw_endpoint.close_all()
+            if records is not None:   # after the sessions: their last writes go in first
+                registry_for(pipeline).records = None
+                await asyncio.get_running_loop().run_in_executor(None, records.close)
             if close_pipeline:
                 await pipeline.close()
 

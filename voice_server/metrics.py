@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
@@ -141,16 +141,27 @@ def session_closed(transport: str) -> None:
 class TurnTimer:
     """Per-session turn timing; the runner feeds it, it observes the histograms.
 
-    Every method is O(1) and does not allocate on the common path.
+    Every method is O(1) and does not allocate on the common path.  With an
+    ``observer`` (call records, :mod:`voice_server.records.recorder`), each
+    ``response.done`` sent also hands it the turn's moments, in
+    ``time.monotonic()`` seconds (None where the turn had no such moment):
+    ``trigger`` (speech | client), ``speech_stopped``, ``transcript`` (the final
+    transcript), ``response_started`` (the end of the turn decided: the reply
+    submitted), ``first_token``, ``first_audio``, ``done`` and
+    ``barge_in_speech`` (the speech that cancelled it, for a barge-in).
     """
 
-    __slots__ = ("speech_started_t", "stops", "unanswered_stop", "responses")
+    __slots__ = ("speech_started_t", "stops", "unanswered_stop", "last_final_t", "responses",
+                 "observer")
 
-    def __init__(self) -> None:
+    def __init__(self, observer: Callable[[str, dict], None] | None = None) -> None:
         self.speech_started_t: float | None = None
         self.stops: deque = deque(maxlen=8)      # speech_stopped times awaiting a final
         self.unanswered_stop: float | None = None  # end of user speech not yet answered
-        self.responses: dict[str, list] = {}     # response id -> [t0, ref, trigger, token?, audio?]
+        self.last_final_t: float | None = None   # the last final transcript's arrival
+        # response id -> [t0, ref, trigger, first token t, first audio t, final t]
+        self.responses: dict[str, list] = {}
+        self.observer = observer
 
     def listen_event(self, ev: dict) -> None:
         t = ev.get("type")
@@ -161,30 +172,31 @@ class TurnTimer:
             self.stops.append(now)
             self.unanswered_stop = now
         elif t == FINAL and self.stops:
-            EOU.observe(time.monotonic() - self.stops.popleft())
+            self.last_final_t = time.monotonic()
+            EOU.observe(self.last_final_t - self.stops.popleft())
 
     def response_started(self, response_id: str) -> None:
         now = time.monotonic()
         if self.unanswered_stop is not None:
-            ref, trigger = self.unanswered_stop, "speech"
+            ref, trigger, final = self.unanswered_stop, "speech", self.last_final_t
             self.unanswered_stop = None
         else:
-            ref, trigger = now, "client"
+            ref, trigger, final = now, "client", None
         if len(self.responses) > 32:  # responses whose done never went out (closed session)
             self.responses.clear()
-        self.responses[response_id] = [now, ref, trigger, False, False]
+        self.responses[response_id] = [now, ref, trigger, None, None, final]
 
     def chunk(self, response_id: str, stage: str) -> None:
         r = self.responses.get(response_id)
-        if r is not None and not r[3] and stage == THINK:
-            r[3] = True
-            FIRST_TOKEN.observe(time.monotonic() - r[0])
+        if r is not None and r[3] is None and stage == THINK:
+            r[3] = time.monotonic()
+            FIRST_TOKEN.observe(r[3] - r[0])
 
     def audio_sent(self, response_id: str) -> None:
         r = self.responses.get(response_id)
-        if r is not None and not r[4]:
-            r[4] = True
-            FIRST_AUDIO.labels(r[2]).observe(time.monotonic() - r[1])
+        if r is not None and r[4] is None:
+            r[4] = time.monotonic()
+            FIRST_AUDIO.labels(r[2]).observe(r[4] - r[1])
 
     def event_sent(self, ev: dict) -> None:
         t = ev.get("type")
@@ -196,11 +208,18 @@ class TurnTimer:
             resp = ev.get("response") or {}
             status = resp.get("status") or "unknown"
             RESPONSES.labels(status).inc()
-            self.responses.pop(resp.get("id"), None)
+            r = self.responses.pop(resp.get("id"), None)
             details = resp.get("status_details") or {}
-            if status == "cancelled" and details.get("reason") == "turn_detected" \
-                    and self.speech_started_t is not None:
+            barge_in = status == "cancelled" and details.get("reason") == "turn_detected" \
+                and self.speech_started_t is not None
+            if barge_in:
                 BARGE_IN.observe(time.monotonic() - self.speech_started_t)
+            if self.observer is not None and r is not None:
+                self.observer(resp.get("id"), {
+                    "trigger": r[2], "speech_stopped": r[1] if r[2] == "speech" else None,
+                    "transcript": r[5], "response_started": r[0], "first_token": r[3],
+                    "first_audio": r[4], "done": time.monotonic(),
+                    "barge_in_speech": self.speech_started_t if barge_in else None})
 
 
 # --------------------------------------------------------------------- scrape-time view

@@ -36,6 +36,8 @@ class SessionRegistry:
         self.runners: dict[str, Any] = {}
         self.draining = False
         self.pending = 0  # places held by sessions being opened (transports.access.admit)
+        # the call store every runner records into (voice_server.records); None: off
+        self.records: Any = None
 
     def register(self, runner) -> None:
         sid = runner.session.session_id

@@ -15,6 +15,8 @@ under ``extra.server:``::
         voice: alloy
         max_output_tokens: null
         limits: {max_session_s: 3600, max_append_b64_bytes: 15728640}
+        records: {enabled: false, folder: call-records, recording: false,
+                  max_age_days: 30, max_total_mb: 1024}   # voice_server.records
 
 Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
@@ -22,7 +24,8 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``,
 ``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
-off), and one
+off), ``VOICE_AGENT_RECORDS_DIR`` (call records on, in that folder) and
+``VOICE_AGENT_RECORDS_AUDIO`` (``1``: record the audio too; voice_server.records), and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
@@ -43,6 +46,7 @@ from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .records.settings import RecordSettings
 from .session.backchannel import InterruptionSettings
 from .session.config import ServerLimits, SessionSettings, TurnDetection
 
@@ -125,6 +129,9 @@ class ServerSettings(BaseModel):
     # a reply the caller talks over: backchannel words, when speech is an
     # interruption, the echo guard (voice_server.session.backchannel)
     interruptions: InterruptionSettings = InterruptionSettings()
+    # call records: transcripts, turn timings, recordings (voice_server.records); off by
+    # default, recordings off even when records are on
+    records: RecordSettings = RecordSettings()
 
     def session_defaults(self, model: str | None = None) -> SessionSettings:
         """What a new session starts with, on every transport."""
@@ -161,6 +168,15 @@ class ServerSettings(BaseModel):
             base = data.get("limits")
             base = base.model_dump() if isinstance(base, ServerLimits) else dict(base or {})
             data["limits"] = {**base, **lim}
+        rec = {}
+        if env.get("VOICE_AGENT_RECORDS_DIR", "").strip():   # records on, in this folder
+            rec = {"enabled": True, "folder": env["VOICE_AGENT_RECORDS_DIR"].strip()}
+        if env.get("VOICE_AGENT_RECORDS_AUDIO", "").strip():
+            rec["recording"] = _from_env("extension_events", env["VOICE_AGENT_RECORDS_AUDIO"].strip())
+        if rec:
+            base = data.get("records")
+            base = base.model_dump() if isinstance(base, RecordSettings) else dict(base or {})
+            data["records"] = {**base, **rec}
         data.update(overrides)
         return cls.model_validate(data)
 

@@ -60,7 +60,7 @@ from runtime.models.voice_contract import (LENGTH, SPEAK, TEXT_REPLY_ROUTE, THIN
                                            TOOL_CALL_DONE, USAGE, think_events, think_request,
                                            validate_tools)
 
-from .access import bearer_token, key_matches, origin_allowed
+from .access import http_refusal
 
 log = logging.getLogger(__name__)
 
@@ -302,19 +302,11 @@ class HttpApi:
         """The Origin policy and the key, as on every transport
         (:mod:`voice_server.transports.access`); ``api-key`` is accepted as
         well as ``Authorization: Bearer`` (Azure-style clients)."""
-        origins = _setting(self.settings, "allowed_origins") or []
-        if not origin_allowed(request.headers.get("origin"), request.headers.get("host"), origins):
-            raise ApiError(403, "this Origin may not use the server (VOICE_AGENT_ALLOWED_ORIGINS)",
-                           code="origin_not_allowed")
-        keys = _api_keys(self.settings)
-        if not keys:
-            return
-        token = bearer_token(request.headers) or request.headers.get("api-key", "").strip()
-        if not token:
-            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
-                           "authentication_error", "missing_api_key")
-        if not key_matches(token, keys):
-            raise ApiError(401, "invalid API key", "authentication_error", "invalid_api_key")
+        refusal = http_refusal(request.headers, _setting(self.settings, "allowed_origins") or [],
+                               _api_keys(self.settings))
+        if refusal is not None:
+            raise ApiError(refusal.status, refusal.message, refusal.type, refusal.code,
+                           headers=refusal.headers)
 
     async def _json(self, request: Request) -> dict:
         limit = int(_setting(self.settings, "max_body_bytes"))

@@ -104,8 +104,10 @@ class CallRecorder:
         elif t in ITEM_EVENTS:
             item = ev.get("item") or {}
             if item.get("id"):
+                fields = _item_fields(item)
+                fields["response_id"] = fields["response_id"] or ev.get("response_id")
                 self.store.submit(self.store.put_item, self.call_id, item["id"],
-                                  now_ms - self.start_ms, _item_fields(item))
+                                  now_ms - self.start_ms, fields)
         elif t in TRANSCRIPTS:
             self.store.submit(self.store.put_item, self.call_id, ev["item_id"],
                               now_ms - self.start_ms, {"type": "message", "role": "user",

@@ -92,6 +92,12 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     # call records (voice_server.records): every runner of this pipeline records into it
     records = CallStore(settings.records) if settings.records.enabled else None
     registry_for(pipeline).records = records
+    # turn traces (voice_server.traces): the SDK is imported only when an endpoint is set
+    tracing = None
+    if settings.traces.enabled:
+        from .traces.turn_traces import Tracing
+        tracing = Tracing(settings.traces)
+    registry_for(pipeline).traces = tracing
     routes += calls_routes(pipeline, settings)
     demo = _demo_dir(settings)
     if (demo / "index.html").exists():
@@ -110,6 +116,9 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
             if records is not None:   # after the sessions: their last writes go in first
                 registry_for(pipeline).records = None
                 await asyncio.get_running_loop().run_in_executor(None, records.close)
+            if tracing is not None:
+                registry_for(pipeline).traces = None
+                await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)
             if close_pipeline:
                 await pipeline.close()
 

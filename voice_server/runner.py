@@ -139,6 +139,7 @@ class SessionRunner:
                       "prepared_used": 0, "prepared_wasted": 0, "think_tokens": 0,
                       "think_tokens_wasted": 0, "prefills": 0}
         self.record: CallRecorder | None = None   # the call record, when the server keeps them
+        self.trace = None   # voice_server.traces.turn_traces.SessionTraces, when tracing is on
         self.listening = Listening(self)   # listen requests (voice_server/listening.py)
         self.replies = Replies(self)       # think requests (voice_server/replies.py)
 
@@ -149,7 +150,11 @@ class SessionRunner:
         store = _registry.registry_for(self.pipeline).records
         if store is not None:   # call records on (voice_server.records)
             self.record = CallRecorder(store, self.session, self.transport, self.clock())
-            self.turns.observer = self.record.turn_times
+            self.turns.observers.append(self.record.turn_times)
+        tracing = _registry.registry_for(self.pipeline).traces
+        if tracing is not None:   # OpenTelemetry turn traces (voice_server.traces)
+            self.trace = tracing.session(self.session.session_id)
+            self.turns.observers.append(self.trace.turn)
         self.spawn(self._writer(), "writer")
         self.spawn(self.listening.write(), "listen-writer")
         self.spawn(self._ticker(), "ticker")
@@ -333,6 +338,8 @@ class SessionRunner:
             log.warning("abort %s failed: %r", rid, exc)
             return
         self._tickets.append(ticket)
+        if self.trace is not None and self.live.get(rid) is RequestKind.RESPONSE:
+            self.trace.response_aborted(ticket, reason)
         if len(self._tickets) > 64:
             self._tickets = [t for t in self._tickets if not _ticket_done(t)]
 

@@ -17,6 +17,7 @@ under ``extra.server:``::
         limits: {max_session_s: 3600, max_append_b64_bytes: 15728640}
         records: {enabled: false, folder: call-records, recording: false,
                   max_age_days: 30, max_total_mb: 1024}   # voice_server.records
+        traces: {otlp_endpoint: null}   # e.g. http://127.0.0.1:4318/v1/traces (voice_server.traces)
 
 Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
@@ -25,7 +26,9 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
 off), ``VOICE_AGENT_RECORDS_DIR`` (call records on, in that folder) and
-``VOICE_AGENT_RECORDS_AUDIO`` (``1``: record the audio too; voice_server.records), and one
+``VOICE_AGENT_RECORDS_AUDIO`` (``1``: record the audio too; voice_server.records),
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (turn traces on, to that OTLP/HTTP URL;
+voice_server.traces), and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
@@ -49,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .records.settings import RecordSettings
 from .session.backchannel import InterruptionSettings
 from .session.config import ServerLimits, SessionSettings, TurnDetection
+from .traces.settings import TraceSettings
 
 
 # Environment variables naming a field (strings; pydantic converts and checks
@@ -132,6 +136,8 @@ class ServerSettings(BaseModel):
     # call records: transcripts, turn timings, recordings (voice_server.records); off by
     # default, recordings off even when records are on
     records: RecordSettings = RecordSettings()
+    # OpenTelemetry traces of each turn over OTLP/HTTP (voice_server.traces); no endpoint: off
+    traces: TraceSettings = TraceSettings()
 
     def session_defaults(self, model: str | None = None) -> SessionSettings:
         """What a new session starts with, on every transport."""
@@ -173,6 +179,11 @@ class ServerSettings(BaseModel):
             rec = {"enabled": True, "folder": env["VOICE_AGENT_RECORDS_DIR"].strip()}
         if env.get("VOICE_AGENT_RECORDS_AUDIO", "").strip():
             rec["recording"] = _from_env("extension_events", env["VOICE_AGENT_RECORDS_AUDIO"].strip())
+        otlp = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        if otlp:   # the standard OpenTelemetry variable
+            base = data.get("traces")
+            base = base.model_dump() if isinstance(base, TraceSettings) else dict(base or {})
+            data["traces"] = {**base, "otlp_endpoint": otlp}
         if rec:
             base = data.get("records")
             base = base.model_dump() if isinstance(base, RecordSettings) else dict(base or {})

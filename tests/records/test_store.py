@@ -67,7 +67,7 @@ def test_the_recorder_writes_items_turns_and_a_two_channel_recording(tmp_path):
     session = Session("sess_rec", SessionSettings())
     timer = TurnTimer()
     rec = CallRecorder(store, session, "websocket", clock_ms=1000.0)
-    timer.observer = rec.turn_times
+    timer.observers.append(rec.turn_times)
     rec.event({"type": "conversation.item.added", "item": {
         "id": "item_u", "type": "message", "role": "user", "status": "completed",
         "content": [{"type": "input_audio", "transcript": None}]}}, 1100.0)

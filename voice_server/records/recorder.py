@@ -5,7 +5,7 @@ server heard, on the event loop; it keeps nothing but two small audio
 buffers, and queues each write on the store's worker thread::
 
     rec = CallRecorder(store, session, transport, clock_ms=runner.clock())
-    runner.turns.observer = rec.turn_times   # per-turn moments (metrics.TurnTimer)
+    runner.turns.observers.append(rec.turn_times)   # per-turn moments (metrics.TurnTimer)
     rec.event(ev, now_ms)                    # every event sent to the client
     rec.caller_audio(pcm16k, now_ms)         # what the listen stage is fed
     rec.agent_audio(pcm, rate, now_ms)       # agent audio handed to the transport

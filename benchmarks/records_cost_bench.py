@@ -12,7 +12,11 @@ record (calls in ``GET /v1/calls``) and did export (posts at the sink).
     .venv/bin/python -m benchmarks.records_cost_bench                  # N=4, 1 round each
     .venv/bin/python -m benchmarks.records_cost_bench --rounds 2 --turns 3
 
-Target: first audio p95 with records+traces at most 5% above without.
+Target: first audio p95 with records+traces at most 5% above without.  As
+latency on a shared machine is noisy, it also measures (first, in-process)
+the CPU the record and trace hooks take on the event loop, and on the
+store's and exporter's threads, for one minute of a simulated call
+(``--hooks-only``: just that).
 Prints a table; writes benchmarks/results/records_cost.json.
 """
 
@@ -29,6 +33,81 @@ from voice_server.testing.callers.caller import load_speech
 from voice_server.testing.otlp_sink import OtlpSink
 from voice_server.testing.report import pct, write_json
 from voice_server.testing.server_process import ServerProcess
+
+def hook_cost(turns: int = 6, sink_url: str | None = None) -> dict:
+    """The event loop's CPU time in the record and trace hooks for one minute of
+    call (``turns`` turns of 4 s of caller speech in 20 ms frames and a 6 s
+    reply in 40 ms 24 kHz audio deltas, plus each turn's item events), and the
+    store's worker thread CPU for it: deterministic where latency is noise."""
+    import base64
+    import time
+
+    import numpy as np
+
+    from voice_server.metrics import TurnTimer
+    from voice_server.records.recorder import CallRecorder
+    from voice_server.records.settings import RecordSettings
+    from voice_server.records.store import CallStore
+    from voice_server.session import Session, SessionSettings
+    from voice_server.traces.settings import TraceSettings
+    from voice_server.traces.turn_traces import Tracing
+
+    rng = np.random.default_rng(0)
+    frame = (rng.standard_normal(320) * 3000).astype(np.int16)
+    delta = base64.b64encode((rng.standard_normal(960) * 3000).astype("<i2").tobytes()).decode()
+    with tempfile.TemporaryDirectory(prefix="records-hooks-") as folder:
+        store = CallStore(RecordSettings(enabled=True, folder=folder, recording=True))
+        tracing = Tracing(TraceSettings(otlp_endpoint=sink_url)) if sink_url else None
+        process0 = time.process_time()
+        loop_s = 0.0
+        timer = TurnTimer()
+        t0 = time.thread_time()
+        rec = CallRecorder(store, Session("bench", SessionSettings()), "websocket", 0.0)
+        timer.observers.append(rec.turn_times)
+        if tracing is not None:
+            timer.observers.append(tracing.session("bench").turn)
+        loop_s += time.thread_time() - t0
+        now = 0.0
+        for k in range(turns):
+            rid, item = f"resp_{k}", f"item_{k}"
+            for _ in range(200):                    # 4 s of the caller
+                now += 20.0
+                t0 = time.thread_time()
+                rec.caller_audio(frame, now)
+                loop_s += time.thread_time() - t0
+            events = [{"type": "conversation.item.added", "item": {
+                "id": f"u{k}", "type": "message", "role": "user",
+                "content": [{"type": "input_audio", "transcript": None}]}},
+                {"type": "conversation.item.input_audio_transcription.completed",
+                 "item_id": f"u{k}", "content_index": 0, "transcript": "what is the time"}]
+            events += [{"type": "response.output_audio.delta", "response_id": rid,
+                        "item_id": item, "delta": delta}] * 150      # 6 s of reply
+            events += [{"type": "conversation.item.done", "item": {
+                "id": item, "type": "message", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_audio", "transcript": "It is noon. " * 8}]}},
+                {"type": "response.done", "response": {"id": rid, "status": "completed",
+                                                       "status_details": None,
+                                                       "usage": {"output_tokens": 24}}}]
+            timer.listen_event({"type": "speech_started"})
+            timer.listen_event({"type": "speech_stopped"})
+            timer.response_started(rid)
+            timer.chunk(rid, "think")
+            for ev in events:
+                now += 40.0 if ev["type"] == "response.output_audio.delta" else 1.0
+                t0 = time.thread_time()
+                timer.event_sent(ev)
+                rec.event(ev, now)
+                loop_s += time.thread_time() - t0
+        t0 = time.thread_time()
+        rec.close(now)
+        loop_s += time.thread_time() - t0
+        store.close()
+        if tracing is not None:
+            tracing.shutdown()
+        total_s = time.process_time() - process0
+    return {"call_minutes": turns * 10 / 60, "loop_ms": round(loop_s * 1000, 1),
+            "other_threads_ms": round((total_s - loop_s) * 1000, 1)}
+
 
 OFF = {"VOICE_AGENT_RECORDS_DIR": None, "VOICE_AGENT_RECORDS_AUDIO": None,
        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": None, "VOICE_AGENT_API_KEYS": None}
@@ -53,6 +132,12 @@ async def main_async(a) -> dict:
     speech = {k: [trim(p) for p in v] if isinstance(v, list) else trim(v) for k, v in speech.items()}
     out: dict = {"off": [], "on": []}
     with OtlpSink() as sink, tempfile.TemporaryDirectory(prefix="records-bench-") as folder:
+        out["hooks"] = hook_cost(sink_url=sink.url)
+        print(f"hooks: {out['hooks']['loop_ms']} ms of event loop and "
+              f"{out['hooks']['other_threads_ms']} ms on other threads per "
+              f"{out['hooks']['call_minutes']:g} min of call", flush=True)
+        if a.hooks_only:
+            return out
         on = {**OFF, "VOICE_AGENT_RECORDS_DIR": folder, "VOICE_AGENT_RECORDS_AUDIO": "1",
               "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink.url}
         for k in range(a.rounds):
@@ -76,8 +161,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--config", default="configs/voice-cpu.yaml")
     ap.add_argument("--out", default="benchmarks/results/records_cost.json")
+    ap.add_argument("--hooks-only", action="store_true",
+                    help="only the hooks' CPU for one call-minute (no servers, no callers)")
     a = ap.parse_args()
     runs = asyncio.run(main_async(a))
+    hooks = runs.pop("hooks")
+    if a.hooks_only:
+        write_json(a.out, {"hooks": hooks})
+        return 0
     # the rounds' samples pooled per variant: p95 of every first audio measured
     summary = {}
     for name, rs in runs.items():
@@ -101,7 +192,7 @@ def main() -> int:
     ok = growth is not None and growth <= 5.0
     print(f"first audio p95 growth with records+traces: {growth} % (target <= 5 %: "
           f"{'met' if ok else 'MISSED'})")
-    write_json(a.out, {"callers": a.callers, "rounds": a.rounds, "turns": a.turns,
+    write_json(a.out, {"hooks": hooks, "callers": a.callers, "rounds": a.rounds, "turns": a.turns,
                        "variants": summary, "runs": runs, "first_audio_p95_growth_pct": growth,
                        "target_met": ok})
     return 0

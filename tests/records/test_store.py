@@ -116,3 +116,24 @@ def test_the_recorder_writes_items_turns_and_a_two_channel_recording(tmp_path):
     assert not agent_ch[:15900].any()                      # the reply starts at 1.0 s
     assert np.median(agent_ch[16400:17400]) < -800         # (after the resampler's onset)
     store.close()
+
+
+def test_tool_calls_and_their_outputs_are_transcript_items(tmp_path):
+    store = _store(tmp_path)
+    rec = CallRecorder(store, Session("sess_tools", SessionSettings()), "webrtc", clock_ms=0.0)
+    rec.event({"type": "response.output_item.done", "response_id": "resp_1", "item": {
+        "id": "item_c", "type": "function_call", "status": "completed", "call_id": "call_1",
+        "name": "get_weather", "arguments": '{"city": "Paris"}'}}, 100.0)
+    rec.event({"type": "conversation.item.added", "item": {
+        "id": "item_o", "type": "function_call_output", "call_id": "call_1",
+        "output": '{"sky": "clear"}'}}, 200.0)
+    rec.close(300.0)
+    store.close()
+    store = _store(tmp_path)
+    call, o = store._pool.submit(store.get_call, "sess_tools").result()["items"]
+    assert call == {"id": "item_c", "t_ms": 100.0, "type": "function_call", "status": "completed",
+                    "response_id": "resp_1", "name": "get_weather", "call_ref": "call_1",
+                    "arguments": '{"city": "Paris"}'}
+    assert (o["type"], o["call_ref"], o["output"]) == ("function_call_output", "call_1",
+                                                       '{"sky": "clear"}')
+    store.close()

@@ -23,11 +23,11 @@ def _store(tmp_path, **kw) -> CallStore:
 
 
 def _call(store: CallStore, call_id: str, started_at: float, text: str) -> None:
-    store._pool.submit(store.begin_call, call_id, "websocket", "m", started_at, False).result()
-    store._pool.submit(store.put_item, call_id, "item_1", 10.0,
-                       {"type": "message", "role": "user", "text": text}).result()
-    store._pool.submit(store._db.execute, "UPDATE calls SET state = 'ended' WHERE id = ?",
-                       (call_id,)).result()
+    store.call(store.begin_call, call_id, "websocket", "m", started_at, False)
+    store.call(store.put_item, call_id, "item_1", 10.0,
+               {"type": "message", "role": "user", "text": text})
+    # ended, without end_call's retention pass (the test runs its own)
+    store.call(store._db.execute, "UPDATE calls SET state = 'ended' WHERE id = ?", (call_id,))
 
 
 def test_retention_deletes_the_oldest_past_the_size_then_the_age(tmp_path):
@@ -35,26 +35,26 @@ def test_retention_deletes_the_oldest_past_the_size_then_the_age(tmp_path):
     now = time.time()
     for i in range(4):   # ~1064 bytes each (1000 of text + a row's 64)
         _call(store, f"c{i}", now - 3600 * (4 - i), "x" * 1000)
-    gone = store._pool.submit(store.enforce_retention, now).result()
+    gone = store.call(store.enforce_retention, now)
     assert gone == ["c0", "c1"]          # the two oldest: the other two fit in 3000 bytes
-    assert [c["id"] for c in store._pool.submit(store.list_calls).result()] == ["c3", "c2"]
-    gone = store._pool.submit(store.enforce_retention, now + 86400 - 3600 * 1.5).result()
+    assert [c["id"] for c in store.call(store.list_calls)] == ["c3", "c2"]
+    gone = store.call(store.enforce_retention, now + 86400 - 3600 * 1.5)
     assert gone == ["c2"]                # now older than a day; c3 is not yet
     store.close()
 
 
 def test_a_call_left_live_by_a_killed_server_is_kept_as_interrupted(tmp_path):
     store = _store(tmp_path, recording=True)
-    store._pool.submit(store.begin_call, "c1", "webrtc", None, time.time(), True).result()
-    store._pool.submit(store.put_item, "c1", "item_1", 1500.0,
-                       {"type": "message", "role": "user", "text": "hello"}).result()
-    store._pool.submit(store.append_audio, "c1", "caller", np.ones(1600, "<i2").tobytes()).result()
+    store.call(store.begin_call, "c1", "webrtc", None, time.time(), True)
+    store.call(store.put_item, "c1", "item_1", 1500.0,
+               {"type": "message", "role": "user", "text": "hello"})
+    store.call(store.append_audio, "c1", "caller", np.ones(1600, "<i2").tobytes())
     store.close()         # as a kill leaves it: no end_call, raw audio on disk
     db = sqlite3.connect(tmp_path / DB_NAME)
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     db.close()
     again = _store(tmp_path, recording=True)
-    call = again._pool.submit(again.get_call, "c1").result()
+    call = again.call(again.get_call, "c1")
     assert call["state"] == "interrupted" and call["items"][0]["text"] == "hello"
     assert call["ended_at"] >= call["started_at"] + 1.5 - 1e-6
     with wave.open(str(again.recording_file("c1"))) as w:
@@ -97,7 +97,7 @@ def test_the_recorder_writes_items_turns_and_a_two_channel_recording(tmp_path):
     rec.close(2300.0)
     store.close()
     store = _store(tmp_path, recording=True)
-    call = store._pool.submit(store.get_call, "sess_rec").result()
+    call = store.call(store.get_call, "sess_rec")
     assert call["state"] == "ended" and call["transport"] == "websocket"
     user, agent = call["items"]
     assert (user["id"], user["role"], user["text"]) == ("item_u", "user", "hi there")
@@ -130,7 +130,7 @@ def test_tool_calls_and_their_outputs_are_transcript_items(tmp_path):
     rec.close(300.0)
     store.close()
     store = _store(tmp_path)
-    call, o = store._pool.submit(store.get_call, "sess_tools").result()["items"]
+    call, o = store.call(store.get_call, "sess_tools")["items"]
     assert call == {"id": "item_c", "t_ms": 100.0, "type": "function_call", "status": "completed",
                     "response_id": "resp_1", "name": "get_weather", "call_ref": "call_1",
                     "arguments": '{"city": "Paris"}'}

@@ -226,7 +226,7 @@ async def test_a_server_killed_mid_call_leaves_a_readable_record(tmp_path):
     db.close()
     store = CallStore(RecordSettings(enabled=True, folder=str(tmp_path), recording=True))
     try:
-        call = store._pool.submit(store.get_call, created["session"]["id"]).result()
+        call = store.call(store.get_call, created["session"]["id"])
         assert call["state"] == "interrupted", call
         assert any(i.get("role") == "user" and "capital" in (i.get("text") or "")
                    for i in call["items"]), call["items"]

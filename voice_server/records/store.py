@@ -118,6 +118,11 @@ class CallStore:
         """``fn(*args)`` on the worker thread, awaited (reads)."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on the worker thread, waited for: off the event loop
+        only (tools, tests)."""
+        return self._pool.submit(fn, *args).result()
+
     def close(self) -> None:
         """Finish the writes queued so far and close the database."""
         self._pool.submit(self._close).result()
@@ -319,8 +324,8 @@ def _call_summary(r: sqlite3.Row) -> dict:
 
 def _item(r: sqlite3.Row) -> dict:
     out = {"id": r["item_id"], "t_ms": r["t_ms"], "type": r["type"]}
-    for k in (*_ITEM_FIELDS[:1], *_ITEM_FIELDS[2:], "truncated_ms"):
-        if r[k] is not None:
+    for k in (*_ITEM_FIELDS, "truncated_ms"):
+        if k != "type" and r[k] is not None:
             out[k] = r[k]
     return out
 

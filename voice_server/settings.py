@@ -65,11 +65,15 @@ _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
+def _env_bool(value: str) -> bool:
+    return value.lower() not in ("0", "false", "no", "off")
+
+
 def _from_env(field: str, value: str) -> Any:
     if field in _ENV_LISTS:
         return [v.strip() for v in value.split(",") if v.strip()]
     if field == "extension_events":
-        return value.lower() not in ("0", "false", "no", "off")
+        return _env_bool(value)
     if field == "turn_detection":      # server_vad | semantic_vad[:eagerness]
         kind, _, eagerness = value.partition(":")
         return {"type": kind, **({"eagerness": eagerness} if eagerness else {})}
@@ -178,7 +182,7 @@ class ServerSettings(BaseModel):
         if env.get("VOICE_AGENT_RECORDS_DIR", "").strip():   # records on, in this folder
             rec = {"enabled": True, "folder": env["VOICE_AGENT_RECORDS_DIR"].strip()}
         if env.get("VOICE_AGENT_RECORDS_AUDIO", "").strip():
-            rec["recording"] = _from_env("extension_events", env["VOICE_AGENT_RECORDS_AUDIO"].strip())
+            rec["recording"] = _env_bool(env["VOICE_AGENT_RECORDS_AUDIO"].strip())
         otlp = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
         if otlp:   # the standard OpenTelemetry variable
             base = data.get("traces")

@@ -180,3 +180,15 @@ def test_the_shipped_configs_start_sessions_on_semantic_vad():
         cfg = load_config(root / name, check_imports=False)
         td = ServerSettings.from_sources(cfg.extra, env={}).session_defaults().turn_detection
         assert (td.type, td.eagerness) == ("semantic_vad", "auto"), name
+
+
+def test_records_and_traces_from_the_environment():
+    from voice_server.settings import ServerSettings
+    s = ServerSettings.from_sources({"server": {"records": {"max_age_days": 7}}}, env={
+        "VOICE_AGENT_RECORDS_DIR": "/tmp/calls", "VOICE_AGENT_RECORDS_AUDIO": "1",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"})
+    assert (s.records.enabled, s.records.folder, s.records.recording, s.records.max_age_days) == \
+        (True, "/tmp/calls", True, 7)
+    assert s.traces.enabled and s.traces.otlp_endpoint.endswith("/v1/traces")
+    off = ServerSettings.from_sources({}, env={})
+    assert not off.records.enabled and not off.records.recording and not off.traces.enabled

@@ -264,6 +264,8 @@ class SessionRunner:
                 self.replies.drop_prepared()
             elif isinstance(c, TranscribeBuffer):
                 self.spawn(self.listening.transcribe(c.item_id, c.pcm16k), "transcribe")
+                if self.record is not None:   # push-to-talk: the caller's words end now
+                    self.record.caller_audio(c.pcm16k, self.clock())
             elif isinstance(c, AudioOut):
                 self._push(("audio", c))
             elif isinstance(c, FlushAudio):

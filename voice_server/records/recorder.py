@@ -7,7 +7,8 @@ buffers, and queues each write on the store's worker thread::
     rec = CallRecorder(store, session, transport, clock_ms=runner.clock())
     runner.turns.observers.append(rec.turn_times)   # per-turn moments (metrics.TurnTimer)
     rec.event(ev, now_ms)                    # every event sent to the client
-    rec.caller_audio(pcm16k, now_ms)         # what the listen stage is fed
+    rec.caller_audio(pcm16k, now_ms)         # what the listen stage is fed (or a
+                                             # push-to-talk buffer, at its commit)
     rec.agent_audio(pcm, rate, now_ms)       # agent audio handed to the transport
     rec.close(now_ms)                        # the call ended
 

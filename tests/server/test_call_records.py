@@ -236,3 +236,27 @@ async def test_a_server_killed_mid_call_leaves_a_readable_record(tmp_path):
         assert call["turns"] and store.recording_file(call["id"]) is not None
     finally:
         store.close()
+
+
+async def test_push_to_talk_is_recorded_too(rec_server):
+    """No server VAD: the committed buffer is the caller's channel."""
+    from voice_server.testing.audio import append_event, frames
+    c = await RTClient.connect(rec_server.url)
+    try:
+        call_id = (await c.wait("session.created"))["session"]["id"]
+        await c.send({"type": "session.update", "session": {
+            "type": "realtime", "audio": {"input": {"turn_detection": None}}}})
+        await c.wait("session.updated")
+        for chunk in frames(np.concatenate([flite_pcm(QUESTION), silence(300)])):
+            await c.send(append_event(chunk))
+        await c.send({"type": "input_audio_buffer.commit"})
+        await c.send({"type": "response.create"})
+        done = await c.wait("response.done", timeout=60)
+        assert answered(done["response"]), done
+    finally:
+        await c.close()
+    call = await ended_call(rec_server, call_id)
+    assert any(i.get("role") == "user" and "capital" in (i.get("text") or "").lower()
+               for i in call["items"]), call["items"]
+    caller = (await recording(rec_server, call_id))[:, 0]
+    assert np.abs(caller).max() > 1500   # the question is there

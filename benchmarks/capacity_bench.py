@@ -191,7 +191,10 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
                                                         "speculative_wasted")},
             "errors": res["errors"] + res["failed"] + res["error_events"],
             "refused": res["refused"], "load": rt.get("load"),
-            "exceptions": res["exceptions"][:5]}
+            "exceptions": res["exceptions"][:5],
+            # every sample, so that runs can be pooled (benchmarks/records_cost_bench.py)
+            "first_audio_samples_ms": [round(x, 1) for x in fa],
+            "barge_in_samples_ms": [round(x, 1) for x in bi]}
 
 
 async def main_async(a) -> dict:

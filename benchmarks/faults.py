@@ -52,6 +52,7 @@ import yaml
 from voice_server.testing.audio import flite_pcm, silence
 from voice_server.testing.callers import QUESTIONS, STORY, Sess
 from voice_server.testing.report import write_json
+from voice_server.testing.response_status import answered
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -210,6 +211,7 @@ class Harness:
         await asyncio.sleep(0.6)
         self.base = await self.probe()
         self.warm_status = d["response"]["status"]
+        self.warm_answered = answered(d["response"])
 
     async def kill(self, stage: str) -> dict:
         key = f"{stage}/0"
@@ -229,7 +231,7 @@ class Harness:
                     notes.append(f"{s.name}: error code {e['error'].get('code')}")
             for s in (A, B):  # responses do not go through listen: they finish
                 d = await s.done_of(rids[s.name], marks[s.name])
-                unaffected_ok.append(d["response"]["status"] == "completed")
+                unaffected_ok.append(answered(d["response"]))
         else:
             for s in (A, B):
                 d = await s.done_of(rids[s.name], marks[s.name])
@@ -244,13 +246,13 @@ class Harness:
                     else:
                         measured.append((max(e["_t"], d["_t"]) - t_kill) * 1000)
                 else:  # its part in the killed stage had already finished
-                    unaffected_ok.append(st == "completed")
+                    unaffected_ok.append(answered(d["response"]))
                     notes.append(f"{s.name}: {st} (not in {stage} at the kill)")
         restart_s = await self.wait_ready(key, restarts0)
         # the service works again: C (idle during the kill) and A take new turns
         dc, da = await asyncio.gather(C.turn(self.speech["q"][1]), A.turn(self.speech["q"][2]))
-        unaffected_ok += [dc["response"]["status"] == "completed",
-                          da["response"]["status"] == "completed"]
+        unaffected_ok += [answered(dc["response"]),
+                          answered(da["response"])]
         for s in (A, B, C):
             await s.close()
         m = max(measured) if measured else None
@@ -282,14 +284,14 @@ class Harness:
         ok = []
         for s in (B, C):
             d = await s.done_of(rids[s.name], marks[s.name])
-            ok.append(d["response"]["status"] == "completed")
-            if d["response"]["status"] != "completed":
+            ok.append(answered(d["response"]))
+            if not answered(d["response"]):
                 notes.append(f"{s.name}: {d['response']['status']}")
             if s.error_after(marks[s.name]) is not None:
                 ok.append(False)
                 notes.append(f"{s.name}: got an error event")
         dA2 = await A.turn(self.speech["q"][3])
-        ok.append(dA2["response"]["status"] == "completed")
+        ok.append(answered(dA2["response"]))
         snap = await self.snap()
         same = all(v["restarts"] == restarts0[k] and v["ready"] for k, v in snap["processes"].items())
         for s in (A, B, C):
@@ -320,7 +322,7 @@ class Harness:
         await A.close(graceful=False)
         dB = await B.done_of(rids["B"], mB)
         dC = await C.turn(self.speech["q"][1])
-        ok = dB["response"]["status"] == "completed" and dC["response"]["status"] == "completed"
+        ok = answered(dB["response"]) and answered(dC["response"])
         for s in (B, C):
             await s.close()
         return {"fault": "client-reset", "bound_ms": RESET_BOUND_MS,
@@ -337,8 +339,8 @@ async def run_all(srv, speech, fault_dir, startup_s, only: list[str] | None) -> 
     await h.warmup()
     fired = h.fired_at("listen.slow_start") is not None
     rows = [{"fault": "slow-start", "bound_ms": None, "measured_ms": round(startup_s * 1000, 1),
-             "affected": [], "unaffected_ok": h.warm_status == "completed", "restarted": fired,
-             "ok_inband": fired and h.warm_status == "completed",
+             "affected": [], "unaffected_ok": h.warm_answered, "restarted": fired,
+             "ok_inband": fired and h.warm_answered,
              "notes": [f"listen slept {SLOW_START_S:g} s before loading; measured = server start "
                        "-> serving; then the warm-up turn " + h.warm_status],
              "leaks": {"ok": True, "baseline": "taken after this"}}]

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from voice_server.testing.callers import SILENCE_WINDOW_MS, Sess, audio_delta, load_speech
 from voice_server.testing.report import pct, write_json
+from voice_server.testing.response_status import answered
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,7 +113,7 @@ class Soak:
                 self.first_audio.append((t_end - self.t0, (ev["_t"] - t_end) * 1000
                                          - SILENCE_WINDOW_MS))
             d = await s.next_done(n, 60)
-            ok = d["response"]["status"] == "completed"
+            ok = answered(d["response"])   # incomplete: the 24-token budget cut it
             self.c["turns_completed" if ok else "turns_failed"] += 1
         elif act == "barge":
             rid, n = await self.long_reply(s)
@@ -126,7 +127,7 @@ class Soak:
             # the interruption is a turn of its own
             d2 = await s.c.wait(lambda e: e["type"] == "response.done"
                                 and e["response"]["id"] != rid, n, 60)
-            ok = d2[1]["response"]["status"] == "completed"
+            ok = answered(d2[1]["response"])
             self.c["turns_completed" if ok else "turns_failed"] += 1
         elif act == "cancel":
             rid, n = await self.long_reply(s)

@@ -50,11 +50,16 @@ class AbortTicket:
         self.freed_buffers = 0
         self.held_by: list[str] = []
         self.ack_ms: float | None = None
+        # when each process answered (time.monotonic(); traces draw one span per ack)
+        self.started_at = time.monotonic()
+        self.acked_at: dict[tuple[str, int], float] = {}
         if not self.expected:
             self.acked.set_result(self)
 
     def ack(self, key: tuple[str, int], msg: AbortAck | None = None) -> None:
         """One process acknowledged (``msg``), or died (None): it holds nothing now."""
+        if key in self.expected:
+            self.acked_at[key] = time.monotonic()
         self.expected.discard(key)
         if msg is not None:
             self.freed_bytes += msg.freed_bytes

@@ -6,6 +6,7 @@
                                              # voice_server.transports.http_api routes,
                                              # /metrics (voice_server.metrics),
                                              # /v1/sessions, /v1/requests/{id} (.admin),
+                                             # /v1/calls (.transports.calls_api),
                                              # web_demo/ as static files at /
     await serve("configs/voice-cpu.yaml", "127.0.0.1", 8000)
 
@@ -38,10 +39,12 @@ from starlette.staticfiles import StaticFiles
 
 from . import admin, metrics
 from .drain import DrainGate, install_signal_drain
+from .records.store import CallStore
 from .session_registry import registry_for
 from .settings import ServerSettings
 from .transports import http_api
 from .transports.access import is_loopback
+from .transports.calls_api import calls_routes
 from .transports.client_secrets import ClientSecretStore
 from .transports.realtime_ws import realtime_route
 from .transports.phone.routes import phone_routes
@@ -89,6 +92,16 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     routes += admin.routes(pipeline, settings)
     rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, client_secrets)
     routes += rtc_routes
+    # call records (voice_server.records): every runner of this pipeline records into it
+    records = CallStore(settings.records) if settings.records.enabled else None
+    registry_for(pipeline).records = records
+    # turn traces (voice_server.traces): the SDK is imported only when an endpoint is set
+    tracing = None
+    if settings.traces.enabled:
+        from .traces.turn_traces import Tracing
+        tracing = Tracing(settings.traces)
+    registry_for(pipeline).traces = tracing
+    routes += calls_routes(pipeline, settings)
     demo = _demo_dir(settings)
     if (demo / "index.html").exists():
         routes.append(Mount("/", app=StaticFiles(directory=str(demo), html=True), name="web"))
@@ -104,6 +117,12 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
             await endpoint.close_all()
             for ep in phone.values():
                 await ep.close_all()
+            if records is not None:   # after the sessions: their last writes go in first
+                registry_for(pipeline).records = None
+                await asyncio.get_running_loop().run_in_executor(None, records.close)
+            if tracing is not None:
+                registry_for(pipeline).traces = None
+                await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)
             if close_pipeline:
                 await pipeline.close()
 

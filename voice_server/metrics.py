@@ -152,19 +152,48 @@ def session_closed(transport: str) -> None:
     ACTIVE_SESSIONS.labels(transport).dec()
 
 
+class _Turn:
+    """The moments of one response's turn (``time.monotonic()`` seconds; None:
+    not reached).  ``ref`` is what first audio is timed from."""
+
+    __slots__ = ("started", "ref", "trigger", "speech_started", "transcript", "first_token",
+                 "last_token", "first_speak", "first_audio", "last_audio")
+
+    def __init__(self, started: float, ref: float, trigger: str, speech_started: float | None,
+                 transcript: float | None) -> None:
+        self.started, self.ref, self.trigger = started, ref, trigger
+        self.speech_started, self.transcript = speech_started, transcript
+        self.first_token = self.last_token = self.first_speak = None
+        self.first_audio = self.last_audio = None
+
+
 class TurnTimer:
     """Per-session turn timing; the runner feeds it, it observes the histograms.
 
-    Every method is O(1) and does not allocate on the common path.
+    Every method is O(1) and does not allocate on the common path.  Each
+    ``observers`` callable (call records, traces) gets, when a turn's
+    ``response.done`` is sent, its response id and the turn's moments in
+    ``time.monotonic()`` seconds (None where the turn had no such moment):
+    ``trigger`` (speech | client), ``speech_started`` and ``speech_stopped``
+    (the caller's words), ``transcript`` (their final transcript),
+    ``response_started`` (the end of the turn decided: the reply submitted),
+    ``first_token``, ``last_token``, ``first_speak`` (the first synthesised
+    chunk), ``first_audio``, ``last_audio`` (handed to the transport),
+    ``done`` and ``barge_in_speech`` (the speech that cancelled it, for a
+    barge-in); and the response's ``status`` and ``usage``.
     """
 
-    __slots__ = ("speech_started_t", "stops", "unanswered_stop", "responses")
+    __slots__ = ("speech_started_t", "stops", "unanswered_stop", "unanswered_start",
+                 "last_final_t", "responses", "observers")
 
     def __init__(self) -> None:
         self.speech_started_t: float | None = None
         self.stops: deque = deque(maxlen=8)      # speech_stopped times awaiting a final
         self.unanswered_stop: float | None = None  # end of user speech not yet answered
-        self.responses: dict[str, list] = {}     # response id -> [t0, ref, trigger, token?, audio?]
+        self.unanswered_start: float | None = None  # its start
+        self.last_final_t: float | None = None   # the last final transcript's arrival
+        self.responses: dict[str, _Turn] = {}
+        self.observers: list[Callable[[str, dict], None]] = []
 
     def listen_event(self, ev: dict) -> None:
         t = ev.get("type")
@@ -173,32 +202,43 @@ class TurnTimer:
         elif t == SPEECH_STOPPED:
             now = time.monotonic()
             self.stops.append(now)
-            self.unanswered_stop = now
+            self.unanswered_stop, self.unanswered_start = now, self.speech_started_t
         elif t == FINAL and self.stops:
-            EOU.observe(time.monotonic() - self.stops.popleft())
+            self.last_final_t = time.monotonic()
+            EOU.observe(self.last_final_t - self.stops.popleft())
 
     def response_started(self, response_id: str) -> None:
         now = time.monotonic()
         if self.unanswered_stop is not None:
-            ref, trigger = self.unanswered_stop, "speech"
+            turn = _Turn(now, self.unanswered_stop, "speech", self.unanswered_start,
+                         self.last_final_t)
             self.unanswered_stop = None
         else:
-            ref, trigger = now, "client"
+            turn = _Turn(now, now, "client", None, None)
         if len(self.responses) > 32:  # responses whose done never went out (closed session)
             self.responses.clear()
-        self.responses[response_id] = [now, ref, trigger, False, False]
+        self.responses[response_id] = turn
 
     def chunk(self, response_id: str, stage: str) -> None:
         r = self.responses.get(response_id)
-        if r is not None and not r[3] and stage == THINK:
-            r[3] = True
-            FIRST_TOKEN.observe(time.monotonic() - r[0])
+        if r is None:
+            return
+        if stage == THINK:
+            r.last_token = time.monotonic()
+            if r.first_token is None:
+                r.first_token = r.last_token
+                FIRST_TOKEN.observe(r.first_token - r.started)
+        elif r.first_speak is None:
+            r.first_speak = time.monotonic()
 
     def audio_sent(self, response_id: str) -> None:
         r = self.responses.get(response_id)
-        if r is not None and not r[4]:
-            r[4] = True
-            FIRST_AUDIO.labels(r[2]).observe(time.monotonic() - r[1])
+        if r is None:
+            return
+        r.last_audio = time.monotonic()
+        if r.first_audio is None:
+            r.first_audio = r.last_audio
+            FIRST_AUDIO.labels(r.trigger).observe(r.first_audio - r.ref)
 
     def event_sent(self, ev: dict) -> None:
         t = ev.get("type")
@@ -210,11 +250,23 @@ class TurnTimer:
             resp = ev.get("response") or {}
             status = resp.get("status") or "unknown"
             RESPONSES.labels(status).inc()
-            self.responses.pop(resp.get("id"), None)
+            r = self.responses.pop(resp.get("id"), None)
             details = resp.get("status_details") or {}
-            if status == "cancelled" and details.get("reason") == "turn_detected" \
-                    and self.speech_started_t is not None:
+            barge_in = status == "cancelled" and details.get("reason") == "turn_detected" \
+                and self.speech_started_t is not None
+            if barge_in:
                 BARGE_IN.observe(time.monotonic() - self.speech_started_t)
+            if self.observers and r is not None:
+                moments = {"trigger": r.trigger, "speech_started": r.speech_started,
+                           "speech_stopped": r.ref if r.trigger == "speech" else None,
+                           "transcript": r.transcript, "response_started": r.started,
+                           "first_token": r.first_token, "last_token": r.last_token,
+                           "first_speak": r.first_speak, "first_audio": r.first_audio,
+                           "last_audio": r.last_audio, "done": time.monotonic(),
+                           "barge_in_speech": self.speech_started_t if barge_in else None,
+                           "status": status, "usage": resp.get("usage")}
+                for observe in self.observers:
+                    observe(resp.get("id"), moments)
 
 
 # --------------------------------------------------------------------- scrape-time view

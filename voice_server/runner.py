@@ -59,6 +59,7 @@ from . import session_registry as _registry
 from .listening import Listening, next_item
 from .logs import bind_ids
 from .metrics import TurnTimer
+from .records.recorder import CallRecorder
 from .replies import Replies
 from .runner_host import RequestKind
 from .session import (AudioOut, CancelResponse, Close, ConfigureListen, DropPreparedReply,
@@ -138,6 +139,8 @@ class SessionRunner:
         self.stats = {"events_sent": 0, "audio_chunks": 0, "aborts": 0, "prepared": 0,
                       "prepared_used": 0, "prepared_wasted": 0, "think_tokens": 0,
                       "think_tokens_wasted": 0, "prefills": 0}
+        self.record: CallRecorder | None = None   # the call record, when the server keeps them
+        self.trace = None   # voice_server.traces.turn_traces.SessionTraces, when tracing is on
         self.listening = Listening(self)   # listen requests (voice_server/listening.py)
         self.replies = Replies(self)       # think requests (voice_server/replies.py)
 
@@ -145,6 +148,14 @@ class SessionRunner:
     async def start(self) -> None:
         bind_ids(session_id=self.session.session_id)  # log lines of this session's tasks
         _registry.register(self)
+        store = _registry.registry_for(self.pipeline).records
+        if store is not None:   # call records on (voice_server.records)
+            self.record = CallRecorder(store, self.session, self.transport, self.clock())
+            self.turns.observers.append(self.record.turn_times)
+        tracing = _registry.registry_for(self.pipeline).traces
+        if tracing is not None:   # OpenTelemetry turn traces (voice_server.traces)
+            self.trace = tracing.session(self.session.session_id)
+            self.turns.observers.append(self.trace.turn)
         self.spawn(self._writer(), "writer")
         self.spawn(self.listening.write(), "listen-writer")
         self.spawn(self._ticker(), "ticker")
@@ -239,6 +250,8 @@ class SessionRunner:
                 self.replies.cancel(c.response_id, c.reason)
             elif isinstance(c, FeedListen):
                 self.listening.feed(c)
+                if self.record is not None:
+                    self.record.caller_audio(c.pcm16k, self.clock())
             elif isinstance(c, ConfigureListen):
                 self.listening.configure(c)
             elif isinstance(c, StopListen):
@@ -257,6 +270,8 @@ class SessionRunner:
                 self.replies.drop_prepared()
             elif isinstance(c, TranscribeBuffer):
                 self.spawn(self.listening.transcribe(c.item_id, c.pcm16k), "transcribe")
+                if self.record is not None:   # push-to-talk: the caller's words end now
+                    self.record.caller_audio(c.pcm16k, self.clock())
             elif isinstance(c, AudioOut):
                 self._push(("audio", c))
             elif isinstance(c, FlushAudio):
@@ -331,6 +346,8 @@ class SessionRunner:
             log.warning("abort %s failed: %r", rid, exc)
             return
         self._tickets.append(ticket)
+        if self.trace is not None and self.live.get(rid) is RequestKind.RESPONSE:
+            self.trace.response_aborted(ticket, reason)
         if len(self._tickets) > 64:
             self._tickets = [t for t in self._tickets if not _ticket_done(t)]
 
@@ -343,11 +360,15 @@ class SessionRunner:
                     await self._send_event(x)
                     self.stats["events_sent"] += 1
                     self.turns.event_sent(x)
+                    if self.record is not None:
+                        self.record.event(x, self.clock())
                 elif kind == "audio":
                     if self._send_audio is not None:
                         await self._send_audio(x.response_id, x.item_id, x.pcm, x.sample_rate)
                         self.stats["audio_chunks"] += 1
                         self.turns.audio_sent(x.response_id)
+                        if self.record is not None:
+                            self.record.agent_audio(x.pcm, x.sample_rate, self.clock())
                 elif kind in self._item_actions:
                     action = self._item_actions[kind]
                     if action is not None:
@@ -426,6 +447,8 @@ class SessionRunner:
                     await self._on_close(*self.close_code)
         finally:
             self.closed = True
+            if self.record is not None:
+                self.record.close(self.clock())
             _registry.unregister(self)
             self._done.set()
 

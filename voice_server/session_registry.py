@@ -36,6 +36,10 @@ class SessionRegistry:
         self.runners: dict[str, Any] = {}
         self.draining = False
         self.pending = 0  # places held by sessions being opened (transports.access.admit)
+        # the call store every runner records into (voice_server.records); None: off
+        self.records: Any = None
+        # the turn tracer every runner traces into (voice_server.traces); None: off
+        self.traces: Any = None
 
     def register(self, runner) -> None:
         sid = runner.session.session_id

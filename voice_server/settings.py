@@ -20,6 +20,9 @@ under ``extra.server:``::
         voice: alloy
         max_output_tokens: null
         limits: {max_session_s: 3600, max_append_b64_bytes: 15728640}
+        records: {enabled: false, folder: call-records, recording: false,
+                  max_age_days: 30, max_total_mb: 1024}   # voice_server.records
+        traces: {otlp_endpoint: null}   # e.g. http://127.0.0.1:4318/v1/traces (voice_server.traces)
 
 Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
@@ -29,7 +32,10 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
 off), ``VOICE_AGENT_NOISE_REDUCTION``, ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``,
 ``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``, ``VOICE_AGENT_PHONE_ANSWERING_MACHINE``
-(a boolean like the extension events), and one
+(a boolean like the extension events), ``VOICE_AGENT_RECORDS_DIR`` (call records on, in that folder) and
+``VOICE_AGENT_RECORDS_AUDIO`` (``1``: record the audio too; voice_server.records),
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (turn traces on, to that OTLP/HTTP URL;
+voice_server.traces), and one
 ``VOICE_AGENT_LIMIT_<NAME>`` per :class:`ServerLimits` field (e.g.
 ``VOICE_AGENT_LIMIT_IDLE_TIMEOUT_S=300``, ``VOICE_AGENT_LIMIT_MAX_CLIENT_EVENTS_PER_S=100``).
 
@@ -53,9 +59,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from runtime.models.think.context_window import context_window
 from runtime.models.voice_contract import THINK
 
+from .records.settings import RecordSettings
 from .session.backchannel import InterruptionSettings
 from .session.config import NoiseReduction, ServerLimits, SessionSettings, TurnDetection
 from .session.truncation import ThinkContext
+from .traces.settings import TraceSettings
 
 
 # Environment variables naming a field (strings; pydantic converts and checks
@@ -70,11 +78,15 @@ _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
+def _env_bool(value: str) -> bool:
+    return value.lower() not in ("0", "false", "no", "off")
+
+
 def _from_env(field: str, value: str) -> Any:
     if field in _ENV_LISTS:
         return [v.strip() for v in value.split(",") if v.strip()]
     if field in ("extension_events", "phone_answering_machine"):
-        return value.lower() not in ("0", "false", "no", "off")
+        return _env_bool(value)
     if field == "noise_reduction":
         return None if value.strip().lower() in ("", "none", "null", "off") else value.strip()
     if field == "turn_detection":      # server_vad | semantic_vad[:eagerness]
@@ -167,6 +179,11 @@ class ServerSettings(BaseModel):
     context_tokens: Optional[int] = Field(None, ge=0)
     chars_per_token: float = Field(4.0, gt=0)
     think_context: ThinkContext = ThinkContext()
+    # call records: transcripts, turn timings, recordings (voice_server.records); off by
+    # default, recordings off even when records are on
+    records: RecordSettings = RecordSettings()
+    # OpenTelemetry traces of each turn over OTLP/HTTP (voice_server.traces); no endpoint: off
+    traces: TraceSettings = TraceSettings()
 
     def session_defaults(self, model: str | None = None) -> SessionSettings:
         """What a new session starts with, on every transport."""
@@ -231,6 +248,20 @@ class ServerSettings(BaseModel):
             base = data.get("limits")
             base = base.model_dump() if isinstance(base, ServerLimits) else dict(base or {})
             data["limits"] = {**base, **lim}
+        rec = {}
+        if env.get("VOICE_AGENT_RECORDS_DIR", "").strip():   # records on, in this folder
+            rec = {"enabled": True, "folder": env["VOICE_AGENT_RECORDS_DIR"].strip()}
+        if env.get("VOICE_AGENT_RECORDS_AUDIO", "").strip():
+            rec["recording"] = _env_bool(env["VOICE_AGENT_RECORDS_AUDIO"].strip())
+        otlp = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+        if otlp:   # the standard OpenTelemetry variable
+            base = data.get("traces")
+            base = base.model_dump() if isinstance(base, TraceSettings) else dict(base or {})
+            data["traces"] = {**base, "otlp_endpoint": otlp}
+        if rec:
+            base = data.get("records")
+            base = base.model_dump() if isinstance(base, RecordSettings) else dict(base or {})
+            data["records"] = {**base, **rec}
         data.update(overrides)
         return cls.model_validate(data)
 

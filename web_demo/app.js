@@ -39,7 +39,7 @@ function freshDemo() {
     latencyDetails: [],
     errors: [], // {t, source, code, message}
     user: [], // {itemId, text, final}
-    agent: [], // {itemId, responseId, text, heardText, cut, cutMs, status, receivedMs}
+    agent: [], // {itemId, responseId, text, heardText, cut, cutMs, status, reason, receivedMs}
     events: [], // {t, type}
     marks: {
       micStartAt: null, // first mic chunk
@@ -188,8 +188,8 @@ function renderAgent(t) {
     txt.textContent = r.text || (r.status === 'in_progress' ? '…' : '');
     if (r.status === 'failed' || r.status === 'incomplete') {
       const tag = document.createElement('span');
-      tag.className = 'tag bad';
-      tag.textContent = r.status;
+      tag.className = r.status === 'failed' ? 'tag bad' : 'tag';
+      tag.textContent = r.status === 'incomplete' ? `incomplete: ${r.reason}` : r.status;
       txt.append(tag);
     }
   }
@@ -539,6 +539,7 @@ function onEvent(ev) {
       for (const t of agentTurns.values()) {
         if (t.rec.responseId === r.id) {
           t.rec.status = r.status;
+          t.rec.reason = (r.status_details && r.status_details.reason) || null;
           renderAgent(t);
         }
       }
@@ -549,8 +550,12 @@ function onEvent(ev) {
         showError('response failed', err.code || err.type,
                   err.message || `the reply stopped (${err.code || err.type || 'server error'})`);
       } else if (r.status === 'incomplete') {
+        // the token budget (max_output_tokens) cut the reply: its bubble says so;
+        // any other reason is worth an error line
         const why = r.status_details && r.status_details.reason;
-        showError('response incomplete', why, `response ${r.id} stopped early (${why})`);
+        if (why !== 'max_output_tokens') {
+          showError('response incomplete', why, `response ${r.id} stopped early (${why})`);
+        }
       }
       if (currentResponse === r.id) currentResponse = null;
       break;

@@ -298,7 +298,14 @@ TOOL_CALL_EVENTS = (TOOL_CALL_DELTA, TOOL_CALL_DONE)
 # With ``include_usage`` in the request, a thinker that counts tokens puts one
 # usage event in the reply's last chunk (as OpenAI's chat streams do with
 # ``stream_options.include_usage``): the server reports it in response.done.
+# It also says why the reply ended: ``stop`` (the model ended it, or its last
+# allowed tool call is complete) or ``length`` (the token budget, max_tokens or
+# the context, cut it), which the server reports as an ``incomplete`` response
+# and as the HTTP API's ``finish_reason``.
 USAGE = "usage"
+STOP = "stop"
+LENGTH = "length"
+FINISH_REASONS = (STOP, LENGTH)
 THINK_EVENT_TYPES = TOOL_CALL_EVENTS + (USAGE,)
 
 
@@ -331,11 +338,26 @@ class Usage(TypedDict):
     input_tokens: int
     cached_tokens: int
     output_tokens: int
+    finish_reason: NotRequired[Literal["stop", "length"]]   # why the reply ended (FINISH_REASONS)
 
 
-def usage_event(input_tokens: int, cached_tokens: int, output_tokens: int) -> Usage:
-    return {"type": USAGE, "input_tokens": int(input_tokens), "cached_tokens": int(cached_tokens),
-            "output_tokens": int(output_tokens)}
+def usage_event(input_tokens: int, cached_tokens: int, output_tokens: int,
+                finish_reason: str | None = None) -> Usage:
+    """``finish_reason``: :data:`STOP` or :data:`LENGTH` where the thinker knows
+    it (every thinker here does); None leaves it out."""
+    ev: Usage = {"type": USAGE, "input_tokens": int(input_tokens), "cached_tokens": int(cached_tokens),
+                 "output_tokens": int(output_tokens)}
+    if finish_reason is not None:
+        if finish_reason not in FINISH_REASONS:
+            raise ValueError(f"finish_reason must be one of {FINISH_REASONS}, got {finish_reason!r}")
+        ev["finish_reason"] = finish_reason  # type: ignore[typeddict-item]
+    return ev
+
+
+def cut_by_budget(chunk: Any) -> bool:
+    """The chunk's usage event says the token budget cut the reply."""
+    return any(isinstance(e, dict) and e.get("type") == USAGE and e.get("finish_reason") == LENGTH
+               for e in think_events(chunk))
 
 
 ThinkEvent = Union[str, ToolCallDelta, ToolCallDone, Usage]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from .conftest import API_KEY, MIC_RATE, screenshot_dir, silence, speech
+from voice_server.testing.response_status import ANSWERED
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -77,7 +78,7 @@ def test_websocket_turn(demo_server, launch):
     assert "capital" in b.page.inner_text(".bubble.user .text")
     # the reply streamed as text and played as audio in the page
     a = d["agent"][0]
-    assert a["status"] == "completed", a
+    assert a["status"] in ANSWERED, a   # incomplete: max_output_tokens cut the reply
     assert len(a["text"].split()) >= 2, a
     assert b.page.inner_text(".bubble.agent .text").strip().startswith(a["text"][:20])
     c = d["counters"]
@@ -206,7 +207,7 @@ def test_webrtc_turn(demo_server, launch):
     assert d["usedClientSecret"], "the page should mint a client secret when given a key"
     assert d["errors"] == [], d["errors"]
     assert d["user"] and "capital" in d["user"][0]["text"], d["user"]
-    assert d["agent"][0]["status"] == "completed" and d["agent"][0]["text"], d["agent"]
+    assert d["agent"][0]["status"] in ANSWERED and d["agent"][0]["text"], d["agent"]
     ev = [e["type"] for e in d["events"]]
     assert ev[0] == "session.created", ev[:5]
     assert "output_audio_buffer.started" in ev, ev

@@ -128,3 +128,22 @@ def test_openai_sdk_chat_client_gets_tool_calls(server):
         reasons.append(chunk.choices[0].finish_reason)
     jsonschema.validate(json.loads(args), ORDER_SCHEMA)
     assert reasons[-1] == "tool_calls"
+
+
+def test_a_reply_cut_by_max_tokens_finishes_length_with_the_thinkers_counts(server):
+    """The thinker's own finish reason and token counts, whole and streamed: a
+    3-token budget on a long answer ends ``length``, 3 completion tokens."""
+    ask = [{"role": "user", "content": "Count from one to twenty in words."}]
+    r = _post(server, {"messages": ask, "max_tokens": 3})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    u = body["usage"]
+    assert u["completion_tokens"] == 3 and u["prompt_tokens"] > 5
+    assert u["total_tokens"] == u["prompt_tokens"] + 3
+    assert 0 <= u["prompt_tokens_details"]["cached_tokens"] <= u["prompt_tokens"]
+    r = _post(server, {"messages": ask, "max_tokens": 3, "stream": True,
+                       "stream_options": {"include_usage": True}})
+    chunks = [json.loads(d) for d in _sse(r.text) if d != "[DONE]"]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+    assert chunks[-1]["usage"]["completion_tokens"] == 3

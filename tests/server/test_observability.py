@@ -31,6 +31,7 @@ from voice_server.settings import ServerSettings
 from voice_server.testing.audio import flite_pcm, silence, stream_realtime
 from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY, ROOT
+from voice_server.testing.response_status import answered
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -104,7 +105,7 @@ async def test_metrics_stage_gauges_and_turn_histograms(server):
             feeder.cancel()
             with contextlib.suppress(BaseException):
                 await feeder
-        assert done["response"]["status"] == "completed", done
+        assert answered(done["response"]), done
         # a text turn created by the client, with audio out
         n = len(c.events)
         await c.send({"type": "conversation.item.create", "item": {
@@ -112,7 +113,7 @@ async def test_metrics_stage_gauges_and_turn_histograms(server):
             "content": [{"type": "input_text", "text": "Say hello."}]}})
         await c.send({"type": "response.create", "response": {"output_modalities": ["audio"]}})
         done = await c.wait("response.done", timeout=60, start=n)
-        assert done["response"]["status"] == "completed", done
+        assert answered(done["response"]), done
     finally:
         await c.close()
     deadline = time.monotonic() + 5  # stage stats arrive five times a second
@@ -130,7 +131,8 @@ async def test_metrics_stage_gauges_and_turn_histograms(server):
     assert grew("voice_turn_first_token_seconds_count") >= 2
     assert grew("voice_turn_first_audio_seconds_count", trigger="speech") >= 1
     assert grew("voice_turn_first_audio_seconds_count", trigger="client") >= 1
-    assert grew("voice_responses_total", status="completed") >= 2
+    assert grew("voice_responses_total", status="completed") + \
+        grew("voice_responses_total", status="incomplete") >= 2   # incomplete: the budget cut it
     assert grew("voice_sessions_total", transport="websocket") >= 1
     assert val(after, "voice_turn_first_token_seconds_sum") > 0
     for stage in ("listen", "think", "speak"):
@@ -288,7 +290,7 @@ async def test_a_closed_session_leaves_no_cells_in_the_think_stage(server):
             "content": [{"type": "input_text", "text": "Say hello."}]}})
         await c.send({"type": "response.create", "response": {"output_modalities": ["text"]}})
         done = await c.wait("response.done", timeout=60)
-        assert done["response"]["status"] == "completed", done
+        assert answered(done["response"]), done
         # the snapshot comes with the stage's heartbeat: wait for the reply's release
         deadline = time.monotonic() + 15
         while ((before := await think())["active"] or not before["kept_sequences"]) \
@@ -439,7 +441,7 @@ async def test_graceful_drain_on_sigterm(tmp_path):
             assert r.status_code == 200 and r.json()["status"] == "live", r.text
 
         short_done = await short_c.wait("response.done", timeout=grace + 2)
-        assert short_done["response"]["status"] == "completed"
+        assert answered(short_done["response"])
         assert time.monotonic() - t_sig < grace
         long_done = await long_c.wait("response.done", timeout=grace + 5)
         assert long_done["response"]["status"] == "cancelled"

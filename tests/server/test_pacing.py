@@ -25,6 +25,7 @@ from voice_server.testing.twilio_client import TwilioClient
 from voice_server.testing.voice_stages import REPLY
 
 from .conftest import API_KEY
+from voice_server.testing.response_status import answered
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -103,7 +104,7 @@ async def test_websocket_reply_is_paced_in_real_time(paced_server):
         await c.wait("session.created")
         rid = await audio_turn(c)
         done = await c.wait("response.done", lambda e: e["response"]["id"] == rid, timeout=60)
-        assert done["response"]["status"] == "completed"
+        assert answered(done["response"])
         assert done["response"]["output"][0]["content"][0]["transcript"].strip() == REPLY
         p = ws_playout(c, rid)
         assert p.received > 3000, p.received  # seconds of audio: pacing matters
@@ -148,7 +149,7 @@ async def test_pause_holds_and_resume_goes_on_with_the_same_reply(paced_server):
         assert abs(resumed["audio_end_ms"] - received) <= WS_SLICE_MS
         done = await c.wait("response.done", lambda e: e["response"]["id"] == rid2,
                             start=i_paused, timeout=60)
-        assert done["response"]["status"] == "completed"
+        assert answered(done["response"])
         assert [e["response"]["id"] for e in c.of_type("response.done", n)] == [rid2]
         assert done["response"]["output"][0]["content"][0]["transcript"] == \
             full["response"]["output"][0]["content"][0]["transcript"]
@@ -249,7 +250,7 @@ async def test_webrtc_pause_silences_the_track_and_resume_goes_on(paced_server):
         assert abs(resumed["audio_end_ms"] - paused["audio_end_ms"]) <= 20
         done = await c.wait(lambda e: e["type"] == "response.done"
                             and e["response"]["id"] == rid, 30)
-        assert done["response"]["status"] == "completed"
+        assert answered(done["response"])
         stopped = await c.wait("output_audio_buffer.stopped", 10)
         assert stopped["response_id"] == rid
         heard = c.audible(resumed["_t"], stopped["_t"] + 0.5)
@@ -298,7 +299,7 @@ async def test_openai_sdk_takes_the_extension_events(paced_server):
             await paced_server.acall(runner.resume_output)
             await first(lambda e: e.type == "voice_agent.output_audio.resumed")
             done = await first(lambda e: e.type == "response.done", timeout=60)
-            assert done.response.status == "completed"
+            assert answered(done.response)
             assert done.response.id == delta.response_id
         finally:
             reader.cancel()

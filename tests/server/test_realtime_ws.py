@@ -17,6 +17,7 @@ import websockets
 from voice_server.testing.audio import flite_pcm, silence, stream_realtime
 from voice_server.testing.realtime_client import RTClient
 from .conftest import API_KEY
+from voice_server.testing.response_status import answered
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -64,7 +65,7 @@ async def test_spoken_turn_end_to_end(server):
         await session_id(c)
         async with talking(c, QUESTION):
             done = await c.wait("response.done", timeout=30)
-        assert done["response"]["status"] == "completed", done
+        assert answered(done["response"]), done
         tr = c.of_type("conversation.item.input_audio_transcription.completed")
         heard = tr[0]["transcript"].lower() if tr else ""
         assert "capital" in heard and "france" in heard, tr
@@ -88,7 +89,7 @@ async def test_spoken_turn_end_to_end(server):
         n = len(c.events)
         async with talking(c, "what is two plus two"):
             done2 = await c.wait("response.done", timeout=30, start=n)
-        assert done2["response"]["status"] == "completed"
+        assert answered(done2["response"])
     finally:
         await c.close()
 
@@ -105,7 +106,7 @@ async def test_push_to_talk(server):
         await c.send({"type": "input_audio_buffer.commit"})
         await c.send({"type": "response.create"})
         done = await c.wait("response.done", timeout=30)
-        assert done["response"]["status"] == "completed", done
+        assert answered(done["response"]), done
         assert not c.of_type("input_audio_buffer.speech_started")
         tr = await c.wait("conversation.item.input_audio_transcription.completed")
         assert "capital" in tr["transcript"]
@@ -135,7 +136,7 @@ async def test_text_turn(server):
     try:
         done = await text_turn(c, "Say hello.", metadata={"topic": "greeting"})
         r = done["response"]
-        assert r["status"] == "completed" and r["output_modalities"] == ["text"]
+        assert answered(r) and r["output_modalities"] == ["text"]
         assert r["metadata"] == {"topic": "greeting"}
         created = c.of_type("response.created")[0]
         assert created["response"]["metadata"] == {"topic": "greeting"}
@@ -150,6 +151,25 @@ async def test_text_turn(server):
         assert u["input_token_details"]["text_tokens"] == u["input_tokens"]
         assert 0 < u["input_token_details"]["cached_tokens"] < u["input_tokens"], u
         assert u["output_token_details"] == {"text_tokens": u["output_tokens"], "audio_tokens": 0}
+    finally:
+        await c.close()
+
+
+async def test_a_reply_cut_by_max_output_tokens_ends_incomplete(server):
+    """A 4-token budget on a long answer: response.done says ``incomplete``,
+    reason ``max_output_tokens``, with the thinker's 4 output tokens; the
+    audio seconds of the reply ride in usage's ``voice_agent`` extension."""
+    c = await RTClient.connect(server.url)
+    try:
+        done = await text_turn(c, "Count from one to twenty in words.", modalities=("audio",),
+                               max_output_tokens=4)
+        r = done["response"]
+        assert r["status"] == "incomplete", r
+        assert r["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+        assert r["output"][0]["status"] == "incomplete"
+        assert r["usage"]["output_tokens"] == 4, r["usage"]
+        spoken = r["usage"]["voice_agent"]
+        assert spoken["output_audio_seconds"] > 0 and spoken["input_audio_seconds"] == 0, spoken
     finally:
         await c.close()
 
@@ -191,7 +211,7 @@ async def test_barge_in(server):
         late = [e for e in c.events[c.index(done1):]
                 if e["type"] == "response.output_audio.delta" and e["response_id"] == r1]
         assert late == []
-        assert done2["response"]["status"] in ("completed", "cancelled")
+        assert done2["response"]["status"] in ("completed", "incomplete", "cancelled")
         # the next response was started with the truncated assistant turn
         runner = server.runner(sid)
         started_with = next(s for s in list(runner.started_responses)
@@ -230,7 +250,7 @@ async def test_response_cancel(server):
         i = c.index(done)
         assert not [e for e in c.events[i:] if e.get("response_id") == rid]
         done2 = await text_turn(c, "Say yes.")
-        assert done2["response"]["status"] == "completed"
+        assert answered(done2["response"])
     finally:
         await c.close()
 
@@ -239,7 +259,7 @@ async def test_truncate_beyond_audio_is_an_error(server):
     c = await RTClient.connect(server.url)
     try:
         done = await text_turn(c, "Say hello.", modalities=("audio",))
-        assert done["response"]["status"] == "completed"
+        assert answered(done["response"])
         item_id = done["response"]["output"][0]["id"]
         await c.send({"type": "conversation.item.truncate", "item_id": item_id,
                       "content_index": 0, "audio_end_ms": 10_000_000, "event_id": "t1"})
@@ -250,7 +270,7 @@ async def test_truncate_beyond_audio_is_an_error(server):
                       "content_index": 0, "audio_end_ms": 100})
         await c.wait("conversation.item.truncated")
         done2 = await text_turn(c, "Say yes.")
-        assert done2["response"]["status"] == "completed"
+        assert answered(done2["response"])
     finally:
         await c.close()
 
@@ -315,7 +335,7 @@ async def test_bad_inputs_are_error_events_and_session_survives(server):
         assert err["error"]["code"] == "binary_frames_not_supported"
         assert c.closed is None
         done = await text_turn(c, "Say yes.")
-        assert done["response"]["status"] == "completed"
+        assert answered(done["response"])
     finally:
         await c.close()
 

@@ -220,3 +220,15 @@ def test_server_defaults_for_noise_reduction_and_phone_silence():
     assert off.noise_reduction is None
     with pytest.raises(pydantic.ValidationError):
         ServerSettings.from_sources({}, env={"VOICE_AGENT_NOISE_REDUCTION": "studio"})
+
+
+def test_records_and_traces_from_the_environment():
+    from voice_server.settings import ServerSettings
+    s = ServerSettings.from_sources({"server": {"records": {"max_age_days": 7}}}, env={
+        "VOICE_AGENT_RECORDS_DIR": "/tmp/calls", "VOICE_AGENT_RECORDS_AUDIO": "1",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"})
+    assert (s.records.enabled, s.records.folder, s.records.recording, s.records.max_age_days) == \
+        (True, "/tmp/calls", True, 7)
+    assert s.traces.enabled and s.traces.otlp_endpoint.endswith("/v1/traces")
+    off = ServerSettings.from_sources({}, env={})
+    assert not off.records.enabled and not off.records.recording and not off.traces.enabled

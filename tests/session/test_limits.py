@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from voice_server.session import Close, SendEvent, ServerLimits, Session
+from session_helpers import events, one, types
+from voice_server.session import Close, SendEvent, ServerLimits, Session, SessionSettings
 from voice_server.settings import ServerSettings
 
 
@@ -98,3 +99,20 @@ def test_rejected_client_frame_is_an_error_traffic_and_rate_limited():
     assert s.tick(8_900) == []
     assert [e["code"] for e in errors(s.tick(9_000))] == ["idle_timeout"]
     assert s.closed and s.reject_client_frame("x", "y", 10_000) == []
+
+
+def test_rate_limits_updated_follows_response_created_with_the_servers_limits():
+    """The client-event bucket (what is left, when it is full again) and the
+    response's output-token budget of the operator's cap."""
+    s = Session("s", SessionSettings(), limits=ServerLimits(max_client_events_per_s=10,
+                                                            client_events_burst=20,
+                                                            max_output_tokens_cap=100))
+    events(s.start(0))
+    for i in range(5):
+        events(s.client_event({"type": "input_audio_buffer.clear"}, 0))
+    cmds = s.client_event({"type": "response.create", "response": {"max_output_tokens": 30}}, 0)
+    assert types(cmds)[:2] == ["response.created", "rate_limits.updated"]
+    limits = {x["name"]: x for x in one(cmds, "rate_limits.updated")["rate_limits"]}
+    assert limits["requests"] == {"name": "requests", "limit": 20, "remaining": 14,
+                                  "reset_seconds": 0.6}
+    assert limits["tokens"] == {"name": "tokens", "limit": 100, "remaining": 30, "reset_seconds": 0}

@@ -372,7 +372,41 @@ def test_the_thinkers_usage_event_is_response_dones_usage():
                                                      "cached_tokens_details": {
                                                          "text_tokens": 30, "audio_tokens": 0,
                                                          "image_tokens": 0}},
-                             "output_token_details": {"text_tokens": 5, "audio_tokens": 0}}
+                             "output_token_details": {"text_tokens": 5, "audio_tokens": 0},
+                             "voice_agent": {"input_audio_seconds": s.input_ms / 1000.0,
+                                             "output_audio_seconds": 0.3}}
+    assert done["status"] == "completed"
     rid = _start(s, "again", now=100)
     done = one(s.response_finished(rid, "completed", None, 120), "response.done")["response"]
     assert done["usage"]["total_tokens"] == 0
+
+
+def test_a_reply_cut_by_its_token_budget_ends_incomplete():
+    """The thinker says ``length`` (max_output_tokens or its own budget cut the
+    reply): response.done is ``incomplete``, reason ``max_output_tokens``, and
+    the message item is incomplete too; ``stop`` stays ``completed``."""
+    s = new_session()
+    rid = _start(s)
+    events(s.response_chunk(rid, "speak", speak("One, two,", 300), 10))
+    events(s.response_chunk(rid, "think", ["One, two,", {
+        "type": "usage", "input_tokens": 20, "cached_tokens": 0, "output_tokens": 4,
+        "finish_reason": "length"}], 11))
+    done = one(s.response_finished(rid, "completed", None, 20), "response.done")["response"]
+    assert done["status"] == "incomplete"
+    assert done["status_details"] == {"type": "incomplete", "reason": "max_output_tokens"}
+    assert done["output"][0]["status"] == "incomplete"
+    assert done["usage"]["output_tokens"] == 4
+    rid = _start(s, "again", now=100)
+    events(s.response_chunk(rid, "think", ["Done.", {
+        "type": "usage", "input_tokens": 30, "cached_tokens": 20, "output_tokens": 2,
+        "finish_reason": "stop"}], 110))
+    done = one(s.response_finished(rid, "completed", None, 120), "response.done")["response"]
+    assert done["status"] == "completed" and done["status_details"] is None
+
+
+def test_audio_seconds_leave_usage_when_extension_events_are_off():
+    s = new_session()
+    s.extension_events = False
+    rid = _start(s)
+    done = one(s.response_finished(rid, "completed", None, 20), "response.done")["response"]
+    assert "voice_agent" not in done["usage"]

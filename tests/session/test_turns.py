@@ -52,7 +52,8 @@ def test_full_spoken_turn_event_order_and_response_from_final():
                            "audio_start_ms": 1000, "audio_end_ms": 1900}, 13)
     assert types(cmds) == ["conversation.item.input_audio_transcription.delta",
                            "conversation.item.input_audio_transcription.completed",
-                           "conversation.item.done", "response.created"]
+                           "conversation.item.done", "response.created",
+                           "rate_limits.updated"]
     ev = events(cmds)
     assert ev[0]["delta"] == " the time"
     assert ev[1]["transcript"] == "what is the time" and ev[1]["content_index"] == 0
@@ -209,7 +210,8 @@ def test_push_to_talk_commit_transcribe_then_response():
     assert tb.item_id == item_id and 8000 < tb.pcm16k.size <= 9600
     # response.create before the transcript: created now, started later
     cmds = s.client_event({"type": "response.create"}, 3)
-    assert types(cmds) == ["response.created"] and not of(cmds, StartResponse)
+    assert types(cmds) == ["response.created", "rate_limits.updated"] \
+        and not of(cmds, StartResponse)
     cmds = s.transcription_result(item_id, "hello there", 4)
     assert types(cmds) == ["conversation.item.input_audio_transcription.delta",
                            "conversation.item.input_audio_transcription.completed",

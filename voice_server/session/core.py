@@ -217,6 +217,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         # input path
         self._in_resampler: StreamResampler | None = None
         self._in_samples = 0  # 16 kHz samples on the input timeline
+        self._usage_input_ms = 0.0  # input timeline billed by the last response.done's usage
         self._buffer = InputBuffer(self.limits.max_buffered_input_s)
         self._buffer_full_reported = False
         self._listening: dict | None = None  # last ConfigureListen params

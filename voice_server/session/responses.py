@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import ERROR_CODES, SPEAK, THINK, USAGE, SpeakChunk, think_events
+from runtime.models.voice_contract import (ERROR_CODES, LENGTH, SPEAK, THINK, USAGE, SpeakChunk,
+                                           think_events)
 
 from ..audio_codec import StreamResampler, encode_wire_audio
-from .commands import AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, StartResponse
+from .commands import (AudioOut, CancelResponse, Command, FlushAudio, ResumeAudio, SendEvent,
+                       StartResponse)
 from .items import Content, Item, Segment
 from .server_events import content_part, response_object, token_usage, zero_usage
 from .tools import chat_tool_choice, chat_tools, choice_misfit, choice_still_valid
@@ -94,9 +96,29 @@ class Responses:
         self._unanswered = False
         self._idle_deadline = None
         out.append(self._send("response.created", response=self._response_wire(r, "in_progress")))
+        out.append(self._rate_limits(r, now_ms))
         if not (self._pending_transcripts and input_messages is None):
             out += self._start(r)
         return out
+
+    def _rate_limits(self, r: _Response, now_ms: float) -> SendEvent:
+        """``rate_limits.updated`` after response.created, as the API sends it,
+        with this server's own limits: ``requests``, the client-event bucket
+        (``max_client_events_per_s`` / ``client_events_burst``: what is left
+        and how long until it is full again; left out when unlimited), and
+        ``tokens``, the output tokens this response may use of the operator's
+        ``max_output_tokens_cap`` (a per-response cap: nothing to reset)."""
+        limits = []
+        rate = self.limits.max_client_events_per_s
+        if rate > 0:
+            self._refill_tokens(now_ms)
+            burst = max(self.limits.client_events_burst, 1)
+            limits.append({"name": "requests", "limit": burst, "remaining": int(self._tokens),
+                           "reset_seconds": round((burst - self._tokens) / rate, 3)})
+        cap = self.limits.max_output_tokens_cap
+        limits.append({"name": "tokens", "limit": cap, "remaining": min(r.max_tokens or cap, cap),
+                       "reset_seconds": 0})
+        return self._send("rate_limits.updated", rate_limits=limits)
 
     def _tool_params(self, tools: list | None = None, tool_choice=None) -> tuple:
         """The tools and tool choice a response takes to the thinker, in the
@@ -280,7 +302,11 @@ class Responses:
 
     def _done_events(self, r: _Response, status: str, details: dict | None,
                      usage: dict | None) -> list[Command]:
-        """Close every open part of ``r`` and emit response.done (exactly once)."""
+        """Close every open part of ``r`` and emit response.done (exactly once).
+        A reply the thinker's token budget cut (its usage event says ``length``)
+        ends ``incomplete`` with reason ``max_output_tokens``, as the API's does."""
+        if status == "completed" and r.tokens is not None and r.tokens.get("finish_reason") == LENGTH:
+            status, details = "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
         r.done = True
         if self._active is r:
             self._active = None
@@ -294,9 +320,22 @@ class Responses:
             t = r.tokens
             usage = token_usage(*(int(t.get(k) or 0) for k in
                                   ("input_tokens", "cached_tokens", "output_tokens")))
+        usage = usage if usage is not None else zero_usage()
+        if self.extension_events:
+            usage = {**usage, "voice_agent": self._audio_usage(r)}
         out.append(self._send("response.done", response=self._response_wire(
-            r, status, details, usage if usage is not None else zero_usage())))
+            r, status, details, usage)))
         return out
+
+    def _audio_usage(self, r: _Response) -> dict:
+        """usage's extension: the caller's audio the server took in since the
+        previous response.done (what this turn listened to) and the reply's
+        audio made, in seconds (speech is recognised and synthesised, not
+        tokenised, so the API's audio token counts stay 0)."""
+        heard_ms, self._usage_input_ms = self.input_ms - self._usage_input_ms, self.input_ms
+        spoken_ms = r.item.audio_ms if r.item is not None and r.audio else 0.0
+        return {"input_audio_seconds": round(heard_ms / 1000.0, 3),
+                "output_audio_seconds": round(spoken_ms / 1000.0, 3)}
 
     def _message_done_events(self, r: _Response, status: str) -> list[Command]:
         item = r.item

@@ -31,18 +31,23 @@ class Turns:
 
     def _take_token(self, now_ms: float) -> bool:
         """Token bucket of ``ServerLimits.max_client_events_per_s``."""
-        rate = self.limits.max_client_events_per_s
-        if rate <= 0:
+        if self.limits.max_client_events_per_s <= 0:
             return True
+        self._refill_tokens(now_ms)
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+    def _refill_tokens(self, now_ms: float) -> None:
+        """The client-event bucket refilled up to ``now_ms`` (``rate_limits.updated``
+        reads it too)."""
+        rate = self.limits.max_client_events_per_s
         burst = float(max(self.limits.client_events_burst, 1))
         if self._tokens_ms is not None:
             self._tokens = min(burst, self._tokens + max(now_ms - self._tokens_ms, 0.0) * rate
                                / 1000.0)
         self._tokens_ms = now_ms
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
 
     def _ingest(self, pcm: np.ndarray, rate: int, now_ms: float) -> list[Command]:
         if self._in_resampler is None or self._in_resampler.in_rate != rate:

@@ -162,6 +162,27 @@ def origin_refusal() -> Refusal:
                    "(VOICE_AGENT_ALLOWED_ORIGINS).")
 
 
+def http_refusal(headers: Mapping[str, str], allowed_origins: Iterable[str],
+                 api_keys: Iterable[str]) -> Optional[Refusal]:
+    """The HTTP endpoints' rule (``/v1/chat/completions``, ``/v1/calls``...):
+    the Origin policy, then the key (``Authorization: Bearer`` or ``api-key``,
+    as Azure-style clients send it; none needed when no key is configured).
+    None: allowed."""
+    if not origin_allowed(headers.get("origin"), headers.get("host"), allowed_origins):
+        return Refusal(403, "origin_not_allowed",
+                       "this Origin may not use the server (VOICE_AGENT_ALLOWED_ORIGINS)")
+    keys = list(api_keys)
+    if not keys:
+        return None
+    token = bearer_token(headers) or headers.get("api-key", "").strip()
+    if not token:
+        return Refusal(401, "missing_api_key", "missing API key: send 'Authorization: Bearer <key>'",
+                       "authentication_error")
+    if not key_matches(token, keys):
+        return Refusal(401, "invalid_api_key", "invalid API key", "authentication_error")
+    return None
+
+
 @dataclass
 class Admitted:
     ticket: AdmissionTicket
@@ -198,4 +219,4 @@ def admit_session(pipeline, settings, *, origin: Optional[str], host: Optional[s
 
 __all__ = ["bearer_token", "key_matches", "host_of", "is_loopback", "origin_allowed",
            "admit", "AdmissionTicket", "Refusal", "Admitted", "admit_session",
-           "busy_refusal", "origin_refusal", "denial_response", "KEY_HELP"]
+           "busy_refusal", "origin_refusal", "denial_response", "http_refusal", "KEY_HELP"]

@@ -60,10 +60,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import (SPEAK, TEXT_REPLY_ROUTE, THINK, TOOL_CALL_DELTA, TOOL_CALL_DONE,
-                                           think_events, think_request, validate_tools)
+from runtime.models.voice_contract import (LENGTH, SPEAK, TEXT_REPLY_ROUTE, THINK, TOOL_CALL_DELTA,
+                                           TOOL_CALL_DONE, USAGE, think_events, think_request,
+                                           validate_tools)
 
-from .access import bearer_token, key_matches, origin_allowed
+from .access import http_refusal
 
 log = logging.getLogger(__name__)
 
@@ -306,19 +307,11 @@ class HttpApi:
         """The Origin policy and the key, as on every transport
         (:mod:`voice_server.transports.access`); ``api-key`` is accepted as
         well as ``Authorization: Bearer`` (Azure-style clients)."""
-        origins = _setting(self.settings, "allowed_origins") or []
-        if not origin_allowed(request.headers.get("origin"), request.headers.get("host"), origins):
-            raise ApiError(403, "this Origin may not use the server (VOICE_AGENT_ALLOWED_ORIGINS)",
-                           code="origin_not_allowed")
-        keys = _api_keys(self.settings)
-        if not keys:
-            return
-        token = bearer_token(request.headers) or request.headers.get("api-key", "").strip()
-        if not token:
-            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'",
-                           "authentication_error", "missing_api_key")
-        if not key_matches(token, keys):
-            raise ApiError(401, "invalid API key", "authentication_error", "invalid_api_key")
+        refusal = http_refusal(request.headers, _setting(self.settings, "allowed_origins") or [],
+                               _api_keys(self.settings))
+        if refusal is not None:
+            raise ApiError(refusal.status, refusal.message, refusal.type, refusal.code,
+                           headers=refusal.headers)
 
     async def _json(self, request: Request) -> dict:
         limit = int(_setting(self.settings, "max_body_bytes"))
@@ -634,7 +627,9 @@ class HttpApi:
             except ValueError as e:
                 raise ApiError(400, str(e), param="tool_choice" if "tool_choice" in str(e) else "tools",
                                code="invalid_value") from None
-        payload: dict = think_request(out, tools=tools or None, tool_choice=tool_choice)
+        # usage always: its finish_reason says whether the budget cut the reply
+        payload: dict = think_request(out, tools=tools or None, tool_choice=tool_choice,
+                                      include_usage=True)
         if data.get("parallel_tool_calls") is not None:
             payload["parallel_tool_calls"] = data["parallel_tool_calls"]
         max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
@@ -667,11 +662,28 @@ class HttpApi:
         headers = {"X-Request-Id": str(turn.rid), "Cache-Control": "no-cache"}
 
         calls = _Calls()
+        end: dict = {}   # the thinker's usage event: token counts and why the reply ended
 
         def finish_reason(n_chunks: int) -> str:
             if calls.done:
                 return "tool_calls"
-            return "length" if n_chunks >= max_tokens or calls.started else "stop"
+            cut = end["finish_reason"] == LENGTH if "finish_reason" in end else n_chunks >= max_tokens
+            return "length" if cut or calls.started else "stop"
+
+        def usage(n_chunks: int) -> dict:
+            """The thinker's counts; a thinker that does not count: the chunks only."""
+            if "input_tokens" not in end:
+                return {"prompt_tokens": None, "completion_tokens": n_chunks, "total_tokens": None}
+            return {"prompt_tokens": end["input_tokens"], "completion_tokens": end["output_tokens"],
+                    "total_tokens": end["input_tokens"] + end["output_tokens"],
+                    "prompt_tokens_details": {"cached_tokens": end["cached_tokens"]}}
+
+        def note(e: dict) -> dict | None:
+            """One think event: the usage kept, a call's piece returned."""
+            if e.get("type") == USAGE:
+                end.update(e)
+                return None
+            return calls.add(e)
 
         if not stream:
             parts: list[str] = []
@@ -684,7 +696,7 @@ class HttpApi:
                         if isinstance(e, str):
                             parts.append(e)
                         else:
-                            calls.add(e)
+                            note(e)
                     ev = await self._first_event(request, turn)
             except BaseException:
                 turn.abort("client_disconnected")
@@ -698,7 +710,7 @@ class HttpApi:
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
                 "choices": [{"index": 0, "message": message,
                              "finish_reason": finish_reason(n), "logprobs": None}],
-                "usage": {"prompt_tokens": None, "completion_tokens": n, "total_tokens": None},
+                "usage": usage(n),
             }, headers=headers)
 
         def chunk(delta: dict, finish: str | None = None) -> bytes:
@@ -716,15 +728,13 @@ class HttpApi:
                         for e in think_events(ev.payload):
                             if isinstance(e, str):
                                 yield chunk({"content": e})
-                            elif (piece := calls.add(e)) is not None:
+                            elif (piece := note(e)) is not None:
                                 yield chunk({"tool_calls": [piece]})
                     elif ev.kind == "done":
                         yield chunk({}, finish_reason(n))
                         if include_usage:
                             yield sse({"id": cid, "object": "chat.completion.chunk", "created": created,
-                                       "model": model, "choices": [],
-                                       "usage": {"prompt_tokens": None, "completion_tokens": n,
-                                                 "total_tokens": None}})
+                                       "model": model, "choices": [], "usage": usage(n)})
                         yield SSE_DONE
                         return
                     else:

@@ -47,7 +47,7 @@ from runtime.models.think.sampling import Sampling
 from runtime.models.think.text_stream import Utf8Stream
 from runtime.models.think.tool_call_format import MARKER, CallStream, call_grammar, plain_messages
 from runtime.models.think.tools import NO_TOOLS, Tools
-from runtime.models.voice_contract import think_chunk, think_events, usage_event
+from runtime.models.voice_contract import LENGTH, STOP, think_chunk, think_events, usage_event
 
 log = logging.getLogger(__name__)
 
@@ -606,7 +606,7 @@ class LlamaCppThinker(ARExecutor):
         seq.generated += 1
         if self._lc.llama_vocab_is_eog(self._vocab, token):
             seq.finished = True
-            return StepResult(self._last(seq, self._chunk(seq, seq.text.flush())), True)
+            return StepResult(self._last(seq, self._chunk(seq, seq.text.flush()), STOP), True)
         chunk = self._chunk(seq, seq.text.push(self._piece(token)))
         calls_done = seq.calls is not None and not seq.calls.open_call and len(seq.calls.calls) >= seq.max_calls
         if seq.generated >= seq.max_tokens or seq.pos + 1 >= self.n_ctx_seq or calls_done:
@@ -614,19 +614,21 @@ class LlamaCppThinker(ARExecutor):
             # (the frame's close) carries nothing, so the reply ends here.
             seq.finished = True
             tail = self._chunk(seq, seq.text.flush())
-            return StepResult(self._last(seq, think_chunk(think_events(chunk) + think_events(tail))),
-                              True)
+            reason = STOP if calls_done else LENGTH   # the budget or the context cut it
+            return StepResult(self._last(seq, think_chunk(think_events(chunk) + think_events(tail)),
+                                         reason), True)
         seq.pending = token
         return StepResult(chunk, False)
 
     @staticmethod
-    def _last(seq: _Seq, chunk: Any) -> Any:
-        """The reply's last chunk, with its usage event when the request asked for it
-        (the end-of-generation token counts as generated, as OpenAI counts it)."""
+    def _last(seq: _Seq, chunk: Any, finish_reason: str) -> Any:
+        """The reply's last chunk, with its usage event (and why it ended) when the
+        request asked for it (the end-of-generation token counts as generated, as
+        OpenAI counts it)."""
         if seq.usage is None:
             return chunk
         prompt, cached = seq.usage
-        return think_events(chunk) + [usage_event(prompt, cached, seq.generated)]
+        return think_events(chunk) + [usage_event(prompt, cached, seq.generated, finish_reason)]
 
     def _chunk(self, seq: _Seq, text: str | None) -> Any:
         """Text as is, or in a call the tool-call events the text makes (None when none)."""

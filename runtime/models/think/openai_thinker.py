@@ -16,7 +16,7 @@ from runtime.models.think.async_stream_thinker import AsyncStreamThinker, code_f
 from runtime.models.think.thinker_request import ThinkerRequest
 from runtime.models.think.sse import sse_events
 from runtime.models.think.tool_call_format import new_call_id
-from runtime.models.voice_contract import (ThinkEvent, Usage, tool_call_delta_event,
+from runtime.models.voice_contract import (LENGTH, STOP, ThinkEvent, Usage, tool_call_delta_event,
                                            tool_call_done_event, usage_event)
 
 
@@ -104,7 +104,7 @@ class OpenAICompatThinker(AsyncStreamThinker):
                                                 calls, req.include_usage):
                         yield ev
                     return
-                usage, finished = None, False
+                usage, finished, cut = None, False, False
                 async for ev in sse_events(resp.aiter_lines()):
                     if ev.data.strip() == "[DONE]":
                         break
@@ -117,12 +117,13 @@ class OpenAICompatThinker(AsyncStreamThinker):
                             yield out
                     usage = self._usage(obj) or usage
                     finished = finished or ended
+                    cut = cut or self._cut_by_length(obj)
                     if finished and (usage is not None or "stream_options" not in body):
                         break
             for out in calls.finish():
                 yield out
             if usage is not None:
-                yield usage
+                yield {**usage, "finish_reason": LENGTH if cut else STOP}
         except StageError:
             raise
         except httpx.TimeoutException as e:
@@ -146,7 +147,16 @@ class OpenAICompatThinker(AsyncStreamThinker):
         for i, call in enumerate(msg.get("tool_calls") or []):
             out.extend(calls.add({**call, "index": call.get("index", i)}))
         usage = self._usage(obj) if include_usage else None
+        if usage is not None:
+            usage["finish_reason"] = LENGTH if self._cut_by_length(obj) else STOP
         return out + calls.finish() + ([usage] if usage is not None else [])
+
+    @staticmethod
+    def _cut_by_length(obj: dict) -> bool:
+        """The server's ``finish_reason`` is ``length``: max_tokens (or the
+        context) cut the reply."""
+        choices = obj.get("choices")
+        return bool(choices) and isinstance(choices[0], dict) and choices[0].get("finish_reason") == LENGTH
 
     def _usage(self, obj: dict) -> Usage | None:
         """The server's ``usage`` object as the contract's usage event (and the

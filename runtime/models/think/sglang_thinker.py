@@ -59,7 +59,7 @@ from runtime.models.think.async_stream_thinker import AsyncStreamThinker, code_f
 from runtime.models.think.chat import render_template
 from runtime.models.think.thinker_request import ThinkerRequest
 from runtime.models.think.sampling import Range
-from runtime.models.voice_contract import ThinkEvent, Usage, usage_event
+from runtime.models.voice_contract import LENGTH, STOP, ThinkEvent, Usage, usage_event
 
 log = logging.getLogger(__name__)
 
@@ -113,11 +113,16 @@ def abort_error(reason: dict) -> StageError:
 def usage_of(meta: dict) -> Usage:
     """The usage event from a finished request's ``meta_info`` (SGLang counts
     ``prompt_tokens``, ``completion_tokens`` and, of the prompt, the
-    ``cached_tokens`` its radix cache held); a count it left out is 0."""
+    ``cached_tokens`` its radix cache held); a count it left out is 0.  Its
+    ``finish_reason`` ``{"type": "length", ...}`` (max_new_tokens reached) is
+    the contract's ``length``; any other end is ``stop``."""
     def count(key: str) -> int:
         v = meta.get(key)
         return v if isinstance(v, int) and not isinstance(v, bool) else 0
-    return usage_event(count("prompt_tokens"), count("cached_tokens"), count("completion_tokens"))
+    reason = meta.get("finish_reason")
+    kind = reason.get("type") if isinstance(reason, dict) else reason
+    return usage_event(count("prompt_tokens"), count("cached_tokens"), count("completion_tokens"),
+                       LENGTH if kind == LENGTH else STOP)
 
 
 def _construction_error(e: BaseException, path: str) -> StageError:

@@ -20,7 +20,7 @@ from runtime.models.think.chat import Message, fit_messages, render_template
 from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
 from runtime.models.think.sampling import LogitSampler, Sampling
 from runtime.models.think.text_stream import TokenTextStream
-from runtime.models.voice_contract import think_events, usage_event
+from runtime.models.voice_contract import LENGTH, STOP, think_events, usage_event
 
 log = logging.getLogger(__name__)
 
@@ -186,22 +186,22 @@ class TransformersThinker(ARExecutor):
         seq.generated += 1
         if token in self._eos:
             seq.finished = True
-            return StepResult(self._last(seq, seq.text.flush()), True)
+            return StepResult(self._last(seq, seq.text.flush(), STOP), True)
         chunk = seq.text.push(token)
         if seq.generated >= seq.max_tokens or len(seq.history) >= self.max_context:
             seq.finished = True
             tail = seq.text.flush()
-            return StepResult(self._last(seq, (chunk or "") + (tail or "") or None), True)
+            return StepResult(self._last(seq, (chunk or "") + (tail or "") or None, LENGTH), True)
         seq.pending = token
         return StepResult(chunk, False)
 
     @staticmethod
-    def _last(seq: _Seq, chunk: str | None) -> Any:
-        """The reply's last chunk, with its usage event when the request asked
-        for it (no prompt cache here: nothing is ever cached)."""
+    def _last(seq: _Seq, chunk: str | None, finish_reason: str) -> Any:
+        """The reply's last chunk, with its usage event (and why it ended) when
+        the request asked for it (no prompt cache here: nothing is ever cached)."""
         if seq.prompt_tokens is None:
             return chunk
-        return think_events(chunk) + [usage_event(seq.prompt_tokens, 0, seq.generated)]
+        return think_events(chunk) + [usage_event(seq.prompt_tokens, 0, seq.generated, finish_reason)]
 
     def release(self, request_id: int) -> None:
         self._seqs.pop(request_id, None)

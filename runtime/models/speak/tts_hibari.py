@@ -31,6 +31,11 @@ def _voices_module():
     return voices
 
 
+def known_voices() -> list[str]:
+    """Every voice in hibari's registry, installed or not."""
+    return list(_voices_module().VOICES)
+
+
 def installed_voices() -> dict[str, str]:
     """hibari voices usable without a network (the bundled one and any already in its
     cache), name -> gender."""

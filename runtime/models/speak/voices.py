@@ -52,7 +52,8 @@ def resolve_voice(requested: str | None, engine: str, default: str | None = None
     if gender is None:
         if engine == "hibari":
             from runtime.models.speak import tts_hibari
-            tts_hibari.voice_model_path(requested)   # a known voice not on disk: says so
+            if requested in tts_hibari.known_voices():
+                tts_hibari.voice_model_path(requested)   # known, not on disk: says so
         raise ValueError(f"unknown voice {requested!r}; choose one of "
                          f"{', '.join(voice_names(engine))}")
     if installed.get(default) == gender:

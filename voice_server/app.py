@@ -36,6 +36,9 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from runtime.models.speak.voices import voice_names
+from runtime.models.voice_contract import SPEAK
+
 from . import admin, metrics
 from .drain import DrainGate, install_signal_drain
 from .settings import ServerSettings
@@ -68,11 +71,24 @@ def _demo_dir(settings: ServerSettings) -> Path:
     return d
 
 
+def with_speak_voices(settings: ServerSettings, pipeline) -> ServerSettings:
+    """``settings`` whose sessions may choose the speak stage's voices: OpenAI's
+    names and the names of the voices its engine has installed (a stage with
+    another executor, or no speak stage: OpenAI's names)."""
+    try:
+        engine = pipeline.cfg.stage(SPEAK).args.get("engine", "flite")
+        names = voice_names(str(engine))
+    except (AttributeError, KeyError, ValueError):
+        return settings
+    return settings.model_copy(update={
+        "limits": settings.limits.model_copy(update={"voices": tuple(names)})})
+
+
 def build_app(pipeline, settings: ServerSettings | None = None, *,
               close_pipeline: bool = False) -> Starlette:
     """The ASGI app over a started Pipeline.  ``close_pipeline``: the lifespan
     closes it at shutdown (``serve`` passes True)."""
-    settings = settings or ServerSettings()
+    settings = with_speak_voices(settings or ServerSettings(), pipeline)
     # one store: a secret minted on /v1/realtime/client_secrets opens a WebSocket
     # session or a WebRTC call, once
     client_secrets = ClientSecretStore(default_ttl_s=settings.client_secret_ttl_s)

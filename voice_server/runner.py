@@ -50,7 +50,8 @@ import numpy as np
 
 from runtime.errors import ErrorCode
 from runtime.executor import CONVERSATION, FORGET, PREFILL_ONLY, PREFILL_WORDS
-from runtime.models.voice_contract import (FINAL, LISTEN, LISTEN_RATE_HZ, LISTEN_TIME_KEYS, SPOKEN_REPLY_ROUTE,
+from runtime.models.voice_contract import (FINAL, LISTEN, LISTEN_RATE_HZ, LISTEN_TIME_KEYS, SPEAK_SPEED,
+                                           SPEAK_VOICE, SPOKEN_REPLY_ROUTE,
                                            TEXT_REPLY_ROUTE, THINK, ThinkRequest, think_request)
 
 from . import session_registry as _registry
@@ -539,13 +540,16 @@ class SessionRunner:
         return msgs
 
     @classmethod
-    def _request(cls, c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[str]]:
+    def _request(cls, c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[str], dict]:
         """The think(+speak) request a response (or a prepared reply) submits:
         the conversation, the instructions as its system message, and the
-        tools (already in the chat-completions shape)."""
+        tools (already in the chat-completions shape); a spoken reply's params
+        carry the session's voice and pace to the speak stage."""
+        spoken = "audio" in c.modalities
         return (think_request(cls._messages(c), c.max_tokens, c.tools, c.tool_choice,
                               include_usage=True),
-                list(SPOKEN_REPLY_ROUTE if "audio" in c.modalities else TEXT_REPLY_ROUTE))
+                list(SPOKEN_REPLY_ROUTE if spoken else TEXT_REPLY_ROUTE),
+                {SPEAK_VOICE: c.voice, SPEAK_SPEED: c.speed} if spoken else {})
 
     async def _submit_think(self, payload: ThinkRequest, route: list[str],
                             params: dict | None = None):
@@ -600,13 +604,13 @@ class SessionRunner:
         self._drop_prepared()
         if self.draining or self.closed:
             return
-        payload, route = self._request(c)
-        p = PreparedReply(request_key(payload, route))
+        payload, route, params = self._request(c)
+        p = PreparedReply(request_key(payload, route, params))
         self._prepared = p
         self.stats["prepared"] += 1
 
         async def submit():
-            h = await self._submit_think(payload, route)
+            h = await self._submit_think(payload, route, params)
             self._live[h.request_id] = "prepared"
             if self._prepared is not p and not p.adopted:   # dropped while submitting
                 self._abort(h.request_id, "turn_continues")
@@ -645,7 +649,7 @@ class SessionRunner:
 
     async def _run_response(self, r: _Resp) -> None:
         c = r.cmd
-        payload, route = self._request(c)
+        payload, route, params = self._request(c)
         think_chunks = 0
         prepared = None
         try:
@@ -657,7 +661,7 @@ class SessionRunner:
                                               "message": "the server is shutting down"},
                     self.clock()))
                 return
-            prepared = self._adopt_prepared(request_key(payload, route))
+            prepared = self._adopt_prepared(request_key(payload, route, params))
             try:
                 if prepared is not None:
                     await prepared.submitted.wait()
@@ -665,7 +669,7 @@ class SessionRunner:
                         raise prepared.error
                     h = prepared
                 else:
-                    h = await self._submit_think(payload, route)
+                    h = await self._submit_think(payload, route, params)
             except Exception as exc:  # noqa: BLE001
                 self.dispatch(self.session.response_finished(
                     r.response_id, "failed",

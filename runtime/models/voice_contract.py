@@ -36,6 +36,10 @@ STAGES = (LISTEN, THINK, SPEAK)
 # A spoken reply goes think -> speak; a text-only reply stops at think.
 SPOKEN_REPLY_ROUTE = (THINK, SPEAK)
 TEXT_REPLY_ROUTE = (THINK,)
+# A spoken reply's request params for the speak stage: the voice (an OpenAI name
+# or an installed voice, runtime.models.speak.voices) and the pace (0.25..1.5).
+SPEAK_VOICE = "voice"
+SPEAK_SPEED = "speed"
 
 # The one rate the listen stage's models (silero VAD, Whisper, pocketsphinx,
 # Smart Turn) work at; the server resamples client audio to it and keeps its

@@ -24,9 +24,11 @@ merging of a client's ``session.update`` into it.
 
 from __future__ import annotations
 
-from typing import Any, List, Literal, Optional, Union
+from typing import Any, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runtime.models.speak.voices import OPENAI_VOICES
 
 from ..audio_codec import PCM, PCMA, PCMU, G711_RATE
 from .errors import ClientError, from_validation_error
@@ -132,6 +134,10 @@ class ServerLimits(BaseModel):
     # (the session stays open).  0 = no limit
     max_client_events_per_s: float = 200.0
     client_events_burst: int = 400
+    # the voices a session may choose (audio.output.voice): OpenAI's names, which the
+    # speak stage maps to its installed voices, and those voices' own names
+    # (build_app fills this in from the speak stage's engine)
+    voices: Tuple[str, ...] = tuple(OPENAI_VOICES)
 
 
 # ---------------------------------------------------------------------------
@@ -306,7 +312,7 @@ def apply_session_update(current: SessionSettings, session: Any,
             v = getattr(s, key)
             upd["max_output_tokens"] = None if v is None else _max_tokens(v, f"session.{key}",
                                                                           limits)
-    voice = s.voice
+    voice, voice_param = s.voice, "session.voice"
     # beta flat fields first, GA nested fields override
     if s.input_audio_format is not None:
         upd["input_format"] = _parse_format(s.input_audio_format, current.input_format,
@@ -339,14 +345,22 @@ def apply_session_update(current: SessionSettings, session: Any,
         if o.speed is not None:
             upd["speed"] = o.speed
         if o.voice is not None:
-            voice = o.voice
+            voice, voice_param = o.voice, "session.audio.output.voice"
     if voice is not None:
-        if isinstance(voice, dict) and isinstance(voice.get("id"), str):
-            upd["voice"] = voice["id"]
-        elif isinstance(voice, str):
-            upd["voice"] = voice
+        upd["voice"] = _voice(voice, voice_param, limits)
     upd.update(_tool_settings(s, current, limits))
     return current.model_copy(update=upd)
+
+
+def _voice(voice: Any, param: str, limits: ServerLimits) -> str:
+    """A voice name (or ``{"id": name}``) the speak stage has; anything else is an
+    error event and the session keeps the voice it had."""
+    name = voice.get("id") if isinstance(voice, dict) else voice
+    if not isinstance(name, str) or name not in limits.voices:
+        raise ClientError("invalid_value",
+                          f"Invalid value for '{param}': {name!r}. Supported values are: "
+                          + ", ".join(f"'{v}'" for v in limits.voices) + ".", param)
+    return name
 
 
 def _tool_settings(s: _SessionIn, current: SessionSettings, limits: ServerLimits) -> dict:

@@ -105,7 +105,8 @@ class Responses:
         r.started = True
         msgs = r.input_messages if r.input_messages is not None else self.conversation.messages()
         return StartResponse(r.id, msgs, list(r.modalities), r.max_tokens, r.instructions,
-                             r.metadata, r.tools, r.tool_choice)
+                             r.metadata, r.tools, r.tool_choice, voice=r.voice,
+                             speed=self.settings.speed)
 
     def _maybe_start_waiting(self) -> list[Command]:
         r = self._active

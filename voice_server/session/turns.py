@@ -148,7 +148,8 @@ class Turns:
         self._prepared = True
         msgs = self.conversation.messages() + [{"role": "user", "content": text}]
         return [PrepareReply(msgs, list(s.output_modalities), s.max_output_tokens,
-                             s.instructions or None, *self._tool_params())]
+                             s.instructions or None, *self._tool_params(), voice=s.voice,
+                             speed=s.speed)]
 
     def _drop_prepared(self) -> list[Command]:
         if not self._prepared:

@@ -23,7 +23,8 @@ from runtime.models.speak.clauses import ClauseSegmenter, strip_markdown
 from runtime.models.speak.spoken_form import spoken_form
 from runtime.models.speak.tts_base import Synthesizer, speakable
 from runtime.models.speak.voices import resolve_voice
-from runtime.models.voice_contract import THINK_EVENT_TYPES, SpeakChunk, speak_chunk, think_text
+from runtime.models.voice_contract import (SPEAK_SPEED, SPEAK_VOICE, THINK_EVENT_TYPES, SpeakChunk,
+                                          speak_chunk, think_text)
 
 ENGINES = ("hibari", "flite", "espeak")
 # The Realtime API's audio.output.speed range; the session checks it too.
@@ -133,10 +134,10 @@ class SpeakExecutor(ChunkExecutor):
         if self.synth is None:
             self.load()
         try:
-            voice = resolve_voice(params.get("voice"), self.engine, self.voice)
+            voice = resolve_voice(params.get(SPEAK_VOICE), self.engine, self.voice)
         except ValueError as exc:
             raise StageError(ErrorCode.BAD_INPUT, f"speak: {exc}") from None
-        speed = params.get("speed", 1.0)
+        speed = params.get(SPEAK_SPEED, 1.0)
         if isinstance(speed, bool) or not isinstance(speed, (int, float)) \
                 or not MIN_SPEED <= speed <= MAX_SPEED:
             raise StageError(ErrorCode.BAD_INPUT, f"speak: 'speed' must be a number in "

@@ -105,9 +105,15 @@ class Onset(TypedDict):
 
 
 class OnsetDropped(TypedDict):
-    """The last ``onset`` was too short to be speech."""
+    """The last ``onset`` was too short to be speech.  A word-sized sound
+    (Whisper) is read first and comes with its ``text`` and times: a one-word
+    command ("Stop.") said over a reply is shorter than speech must be, but
+    it is an interruption all the same."""
 
     type: Literal["onset_dropped"]
+    text: NotRequired[str]
+    audio_start_ms: NotRequired[int]
+    audio_end_ms: NotRequired[int]
 
 
 class TurnLikelyOver(TypedDict):
@@ -178,8 +184,12 @@ def onset_event(audio_start_ms: int) -> Onset:
     return {"type": ONSET, "audio_start_ms": audio_start_ms}
 
 
-def onset_dropped_event() -> OnsetDropped:
-    return {"type": ONSET_DROPPED}
+def onset_dropped_event(text: str | None = None, audio_start_ms: int = 0,
+                        audio_end_ms: int = 0) -> OnsetDropped:
+    if text is None:
+        return {"type": ONSET_DROPPED}
+    return {"type": ONSET_DROPPED, "text": text, "audio_start_ms": int(audio_start_ms),
+            "audio_end_ms": int(audio_end_ms)}
 
 
 def turn_likely_over_event(text: str) -> TurnLikelyOver:

@@ -103,7 +103,7 @@ INTERRUPTIONS = ["wait, stop, what about tomorrow", "actually tell me the time i
 # one-word commands said quickly ("Stop."): shorter than speech must be, an
 # interruption all the same (the listen stage reads such a sound; issue 30)
 COMMANDS = ["stop", "wait", "no"]
-COMMAND_STRETCH = 0.6
+COMMAND_STRETCH = 0.8
 STORY = "tell me a long story about a dragon who learns to fly"
 
 

@@ -27,11 +27,12 @@ from runtime.models.voice_contract import (SPEAK_SPEED, SPEAK_VOICE, THINK_EVENT
                                           speak_chunk, think_text)
 
 ENGINES = ("hibari", "flite", "espeak")
-# The Realtime API's audio.output.speed range; the session checks it too.
-MIN_SPEED, MAX_SPEED = 0.25, 1.5
+# The widest speed range a client may ask for: /v1/audio/speech's (the Realtime
+# API's audio.output.speed is 0.25..1.5; the session checks that one).
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 
-def make_synthesizer(engine: str = "hibari", voice: str | None = None, **kw: Any) -> Synthesizer:
+def make_synthesizer(engine: str, voice: str | None = None, **kw: Any) -> Synthesizer:
     """Build the configured engine; imported lazily so one missing library only breaks its engine."""
     if engine == "hibari":
         from runtime.models.speak.tts_hibari import HibariSynthesizer
@@ -85,7 +86,7 @@ class SpeakExecutor(ChunkExecutor):
     ``max_clause_chars`` (120), ``first_clause_words`` (6), ``rate_wpm``
     (espeak only), ``normalize_text`` (true: numbers, money, times... as words).
     Request params: ``voice`` (an installed voice or an OpenAI voice name,
-    runtime.models.speak.voices) and ``speed`` (0.25..1.5).
+    runtime.models.speak.voices) and ``speed`` (0.25..4.0).
 
     One clause is synthesised per call: a call that completes several (a whole
     reply at once) speaks the first and leaves the rest to :meth:`collect`,
@@ -115,9 +116,15 @@ class SpeakExecutor(ChunkExecutor):
             raise ValueError(f"unknown TTS engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
         self.voice = resolve_voice(self.voice, self.engine)
         self.synth = self._synth_for(self.voice)
+        if self.normalize_text:
+            # number words come from inflect, whose import costs ~1 s of CPU: at
+            # load, not on the first caller's first "$5"
+            spoken_form("$1.50")
 
     def close(self) -> None:
-        os.close(self._wakeup)
+        if self._wakeup >= 0:
+            os.close(self._wakeup)
+            self._wakeup = -1
 
     def _synth_for(self, voice: str) -> Synthesizer:
         if voice not in self._synths:

@@ -63,7 +63,8 @@ _URL = re.compile(r"\b(?:https?://|www\.)[^\s<>\"]+|\b[\w-]+(?:\.[\w-]+)*\.(?:co
                   r"(?:/[^\s<>\"]*)?(?!\w|\.\w)", re.I)
 _PHONE = re.compile(r"(?<![\d.,$])(?:\+?1[\s.-])?(?:\(\d{3}\)\s?|\d{3}[\s.-])?\d{3}-\d{4}(?![\d])")
 _MONEY = re.compile(r"([$€£¥])\s?(" + _NUM + r")(\.\d+)?(?:\s?(" + "|".join(SCALES) + r"|[kKmMbB])\b)?")
-_TIME = re.compile(r"\b(\d{1,2})(?::(\d{2}))?\s?([ap])\.?\s?m\b\.?|\b(\d{1,2}):(\d{2})\b", re.I)
+# 5pm, 5:30 p.m., 9.30 am, 930am; or 17:05
+_TIME = re.compile(r"\b(\d{1,2})(?:[:.]?(\d{2}))?\s?([ap])\.?\s?m\b\.?|\b(\d{1,2}):(\d{2})\b", re.I)
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _US_DATE = re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b")
 _MONTH_DAY = re.compile(r"\b(" + "|".join(MONTHS) + r"|(?:" + "|".join(_MONTH_ABBR) + r")\.?)\s+(\d{1,2})"

@@ -20,6 +20,7 @@ CASES = [
     ("Open at 9am today.", "Open at nine a m today."),
     ("Meet at 17:05.", "Meet at seventeen oh five."),
     ("Lunch is at 12:00.", "Lunch is at twelve o'clock."),
+    ("Opens at 9.30 am and 930am.", "Opens at nine thirty a m and nine thirty a m."),
     # phone numbers
     ("Call 555-0142.", "Call five five five, zero one four two."),
     ("Call (555) 123-4567 today.", "Call five five five, one two three, four five six seven today."),

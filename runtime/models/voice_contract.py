@@ -37,7 +37,8 @@ STAGES = (LISTEN, THINK, SPEAK)
 SPOKEN_REPLY_ROUTE = (THINK, SPEAK)
 TEXT_REPLY_ROUTE = (THINK,)
 # A spoken reply's request params for the speak stage: the voice (an OpenAI name
-# or an installed voice, runtime.models.speak.voices) and the pace (0.25..1.5).
+# or an installed voice, runtime.models.speak.voices) and the pace (1.0: the
+# voice's own; a Realtime session allows 0.25..1.5, /v1/audio/speech 0.25..4.0).
 SPEAK_VOICE = "voice"
 SPEAK_SPEED = "speed"
 

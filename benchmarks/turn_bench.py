@@ -32,7 +32,8 @@ Realtime WebSocket, in real time:
 
 And during a long reply (paced: the client holds at most ``output_lead_ms``):
 
-* ``stop_ms``: real interruptions ("wait, stop, what about tomorrow") -> when a
+* ``stop_ms``: real interruptions ("wait, stop, what about tomorrow", and one-word
+  commands said quickly, "stop", "wait", "no") -> when a
   client that plays each delta on arrival and stops at
   ``voice_agent.output_audio.paused`` or ``speech_started`` (the web demo)
   stops hearing the reply, from the first interrupting frame sent (p50/p95);
@@ -99,6 +100,10 @@ INTERRUPTION_MODES = ["server_vad", "semantic_vad:auto"]
 BACKCHANNELS = ["mm hmm", "yeah", "okay", "right", "uh huh", "sure"]
 INTERRUPTIONS = ["wait, stop, what about tomorrow", "actually tell me the time instead",
                  "no no, i meant the other one", "hold on, can you repeat that"]
+# one-word commands said quickly ("Stop."): shorter than speech must be, an
+# interruption all the same (the listen stage reads such a sound; issue 30)
+COMMANDS = ["stop", "wait", "no"]
+COMMAND_STRETCH = 0.8
 STORY = "tell me a long story about a dragon who learns to fly"
 
 
@@ -151,6 +156,9 @@ def build_sets(seed: int, repeat: int = 1) -> dict:
                      "pcm": speak(t, *VOICES[i % len(VOICES)])} for i, t in enumerate(BACKCHANNELS)]
     interruptions = [{"kind": "interruption", "text": t, "pcm": speak(t, *VOICES[(i + 1) % len(VOICES)])}
                      for i, t in enumerate(INTERRUPTIONS)]
+    interruptions += [{"kind": "interruption", "text": t,
+                       "pcm": speak(t, VOICES[i % len(VOICES)][0], COMMAND_STRETCH)}
+                      for i, t in enumerate(COMMANDS)]
     story = speak(STORY, "slt", 1.0)
     return {"complete": complete, "paused": paused, "noise": noises, "backchannel": backchannels,
             "interruption": interruptions, "story": story}

@@ -37,6 +37,9 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from runtime.models.speak.voices import voice_names
+from runtime.models.voice_contract import SPEAK
+
 from . import admin, metrics
 from .drain import DrainGate, install_signal_drain
 from .records.store import CallStore
@@ -72,11 +75,25 @@ def _demo_dir(settings: ServerSettings) -> Path:
     return d
 
 
+def with_speak_voices(settings: ServerSettings, pipeline) -> ServerSettings:
+    """``settings``, its sessions now allowed the speak stage's voices: OpenAI's
+    names and the names of the voices its engine has installed (a stage with
+    another executor, or no speak stage: OpenAI's names).  The same object:
+    the routes and whoever started the server share it."""
+    try:
+        engine = pipeline.cfg.stage(SPEAK).args.get("engine", "flite")
+        names = voice_names(str(engine))
+    except (AttributeError, KeyError, ValueError):
+        return settings
+    settings.limits = settings.limits.model_copy(update={"voices": tuple(names)})
+    return settings
+
+
 def build_app(pipeline, settings: ServerSettings | None = None, *,
               close_pipeline: bool = False) -> Starlette:
     """The ASGI app over a started Pipeline.  ``close_pipeline``: the lifespan
     closes it at shutdown (``serve`` passes True)."""
-    settings = settings or ServerSettings()
+    settings = with_speak_voices(settings or ServerSettings(), pipeline)
     # in place: the routes and whoever built the app share one settings object
     settings.think_context = settings.think_context_of(getattr(pipeline, "cfg", None))
     # one store: a secret minted on /v1/realtime/client_secrets opens a WebSocket

@@ -21,9 +21,10 @@ from typing import Any, AsyncIterator
 from runtime.models.voice_contract import THINK
 
 
-def request_key(payload: dict, route: list[str]) -> str:
-    """What must match for a prepared reply to stand in for a started one."""
-    return json.dumps([payload, route], sort_keys=True, default=str)
+def request_key(payload: dict, route: list[str], params: dict | None = None) -> str:
+    """What must match for a prepared reply to stand in for a started one
+    (``params``: the speak stage's voice and pace, for a spoken reply)."""
+    return json.dumps([payload, route, params or {}], sort_keys=True, default=str)
 
 
 class PreparedReply:

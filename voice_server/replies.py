@@ -18,8 +18,8 @@ from typing import Optional
 
 from runtime.errors import ErrorCode, PipelineClosed
 from runtime.executor import CONVERSATION, FORGET, PREFILL_ONLY, PREFILL_WORDS
-from runtime.models.voice_contract import (SPOKEN_REPLY_ROUTE, TEXT_REPLY_ROUTE, THINK, ThinkRequest,
-                                           think_request)
+from runtime.models.voice_contract import (SPEAK_SPEED, SPEAK_VOICE, SPOKEN_REPLY_ROUTE, TEXT_REPLY_ROUTE,
+                                           THINK, ThinkRequest, think_request)
 
 from . import metrics
 from .logs import bind_ids
@@ -49,12 +49,15 @@ def chat_messages(c: StartResponse | PrepareReply | PrefillConversation) -> list
     return msgs
 
 
-def reply_request(c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[str]]:
+def reply_request(c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[str], dict]:
     """The think(+speak) request a response (or a prepared reply) submits: the
     conversation, the instructions as its system message, and the tools
-    (already in the chat-completions shape)."""
+    (already in the chat-completions shape); a spoken reply's params carry the
+    session's voice and pace to the speak stage."""
+    spoken = "audio" in c.modalities
     return (think_request(chat_messages(c), c.max_tokens, c.tools, c.tool_choice, include_usage=True),
-            list(SPOKEN_REPLY_ROUTE if "audio" in c.modalities else TEXT_REPLY_ROUTE))
+            list(SPOKEN_REPLY_ROUTE if spoken else TEXT_REPLY_ROUTE),
+            {SPEAK_VOICE: c.voice, SPEAK_SPEED: c.speed} if spoken else {})
 
 
 class Replies:
@@ -118,13 +121,13 @@ class Replies:
         self.drop_prepared()
         if host.draining or host.closed:
             return
-        payload, route = reply_request(c)
-        p = PreparedReply(request_key(payload, route))
+        payload, route, params = reply_request(c)
+        p = PreparedReply(request_key(payload, route, params))
         self._prepared = p
         host.stats["prepared"] += 1
 
         async def submit():
-            h = await self._submit_think(payload, route)
+            h = await self._submit_think(payload, route, params)
             host.live[h.request_id] = RequestKind.PREPARED
             if self._prepared is not p and not p.adopted:   # dropped while submitting
                 host.abort_request(h.request_id, "turn_continues")
@@ -189,13 +192,14 @@ class Replies:
         host = self.host
         host.dispatch(host.session.response_finished(response_id, status, error, host.clock()))
 
-    async def _submit_or_adopt(self, r: ActiveResponse, payload: ThinkRequest, route: list[str]):
+    async def _submit_or_adopt(self, r: ActiveResponse, payload: ThinkRequest, route: list[str],
+                               params: dict):
         """The reply's request handle, adopting the prepared reply when it asks the
         same; None when the response failed to start (already reported)."""
-        prepared = self._adopt_prepared(request_key(payload, route))
+        prepared = self._adopt_prepared(request_key(payload, route, params))
         try:
             if prepared is None:
-                return None, await self._submit_think(payload, route)
+                return None, await self._submit_think(payload, route, params)
             await prepared.submitted.wait()
             if prepared.error is not None:
                 raise prepared.error
@@ -226,7 +230,7 @@ class Replies:
 
     async def _run(self, r: ActiveResponse) -> None:
         host = self.host
-        payload, route = reply_request(r.cmd)
+        payload, route, params = reply_request(r.cmd)
         prepared = None
         try:
             if r.cancel_reason is not None:
@@ -235,7 +239,7 @@ class Replies:
                 self._finish(r.response_id, "failed", {"code": ErrorCode.STAGE_UNAVAILABLE.value,
                                                        "message": "the server is shutting down"})
                 return
-            prepared, h = await self._submit_or_adopt(r, payload, route)
+            prepared, h = await self._submit_or_adopt(r, payload, route, params)
             if h is None:
                 return
             r.rid = h.request_id

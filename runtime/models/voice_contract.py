@@ -36,6 +36,11 @@ STAGES = (LISTEN, THINK, SPEAK)
 # A spoken reply goes think -> speak; a text-only reply stops at think.
 SPOKEN_REPLY_ROUTE = (THINK, SPEAK)
 TEXT_REPLY_ROUTE = (THINK,)
+# A spoken reply's request params for the speak stage: the voice (an OpenAI name
+# or an installed voice, runtime.models.speak.voices) and the pace (1.0: the
+# voice's own; a Realtime session allows 0.25..1.5, /v1/audio/speech 0.25..4.0).
+SPEAK_VOICE = "voice"
+SPEAK_SPEED = "speed"
 
 # The one rate the listen stage's models (silero VAD, Whisper, pocketsphinx,
 # Smart Turn) work at; the server resamples client audio to it and keeps its
@@ -110,9 +115,15 @@ class Onset(TypedDict):
 
 
 class OnsetDropped(TypedDict):
-    """The last ``onset`` was too short to be speech."""
+    """The last ``onset`` was too short to be speech.  A word-sized sound
+    (Whisper) is read first and comes with its ``text`` and times: a one-word
+    command ("Stop.") said over a reply is shorter than speech must be, but
+    it is an interruption all the same."""
 
     type: Literal["onset_dropped"]
+    text: NotRequired[str]
+    audio_start_ms: NotRequired[int]
+    audio_end_ms: NotRequired[int]
 
 
 class TurnLikelyOver(TypedDict):
@@ -183,8 +194,12 @@ def onset_event(audio_start_ms: int) -> Onset:
     return {"type": ONSET, "audio_start_ms": audio_start_ms}
 
 
-def onset_dropped_event() -> OnsetDropped:
-    return {"type": ONSET_DROPPED}
+def onset_dropped_event(text: str | None = None, audio_start_ms: int = 0,
+                        audio_end_ms: int = 0) -> OnsetDropped:
+    if text is None:
+        return {"type": ONSET_DROPPED}
+    return {"type": ONSET_DROPPED, "text": text, "audio_start_ms": int(audio_start_ms),
+            "audio_end_ms": int(audio_end_ms)}
 
 
 def turn_likely_over_event(text: str) -> TurnLikelyOver:

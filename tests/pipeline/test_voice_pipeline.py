@@ -323,6 +323,17 @@ async def test_http_speech_sse_and_audio(client):
                                                          "stream_format": "audio"})
         assert r.status_code == 200 and r.content[:4] == b"RIFF" and len(r.content) > 44 + 4800
         assert r.headers["x-sample-rate"] == "24000"
+        # voice and speed reach the speak stage: faster is shorter, an unknown voice a 400
+        sizes = {}
+        for speed in (1.0, 2.0):
+            r = await client.post("/v1/audio/speech", json={
+                "input": "The meeting moved to Thursday afternoon.", "voice": "marin",
+                "speed": speed, "response_format": "pcm"})
+            assert r.status_code == 200, r.text
+            sizes[speed] = len(r.content)
+        assert sizes[2.0] < sizes[1.0] * 0.8, sizes
+        r = await client.post("/v1/audio/speech", json={"input": "Hello.", "voice": "nobody"})
+        assert r.status_code == 400 and "nobody" in r.json()["error"]["message"], r.text
 
 
 async def test_http_chat_stream_and_non_stream(client):

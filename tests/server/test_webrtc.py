@@ -19,6 +19,7 @@ import json
 import time
 
 import httpx
+import numpy as np
 import pytest
 import websockets
 
@@ -90,6 +91,37 @@ async def test_spoken_turn_over_webrtc(rtc_server):
         assert stopped["_t"] >= heard[-1] - 0.15
         # nothing audible before the agent started
         assert not c.audible(0, started["_t"] - 0.2)
+    finally:
+        await c.close()
+    await no_live_calls(rtc_server)
+
+
+async def test_agent_voice_over_webrtc_is_heard_back(rtc_server):
+    """The reply's audio as the WebRTC track delivers it (Opus at the track's rate,
+    resampled once from the voice's 24 kHz) is heard back by Whisper as its words."""
+    from runtime.models.listen.whisper_asr import WhisperASR
+    from runtime.models.speak.spoken_form import spoken_form
+    from voice_server.testing.wer import wer
+    import soxr
+    c = await connect(rtc_server)
+    try:
+        await c.wait("session.created", 5)
+        # a reply in plain English words (the small test LLM answers a spoken
+        # question about France in French now and then)
+        c.send({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{
+                "type": "input_text",
+                "text": "Say that the store opens at nine tomorrow morning."}]}})
+        c.send({"type": "response.create"})
+        done = await c.wait("response.done", 30)
+        started = await c.wait("output_audio_buffer.started", 1)
+        stopped = await c.wait("output_audio_buffer.stopped", 20)
+        pcm, rate = c.received(started["_t"] - 0.2, stopped["_t"] + 0.5)
+        said = done["response"]["output"][0]["content"][0]["transcript"]
+        x = soxr.resample(pcm.astype(np.float32) / 32768, rate, 16000)
+        got = WhisperASR().transcribe([x])[0]
+        print(f"said {said!r}, heard {got!r} ({rate} Hz)")
+        assert wer(spoken_form(said), got) <= 0.25, (said, got)
     finally:
         await c.close()
     await no_live_calls(rtc_server)

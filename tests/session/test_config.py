@@ -1,8 +1,11 @@
 """session.update merging, beta aliases, unsupported fields, effective values."""
 
+import pytest
+
 from session_helpers import events, new_session, of, one, types
 from voice_server.session import ConfigureListen, Session, SessionSettings, StopListen
-from voice_server.session.config import apply_session_update
+from voice_server.session.config import ServerLimits, apply_session_update
+from voice_server.session.errors import ClientError
 
 
 def _updated(cmds):
@@ -125,8 +128,31 @@ def test_transcription_null_suppresses_transcription_events():
 def test_pcm_rate_and_voice_object():
     st = apply_session_update(SessionSettings(), {"audio": {
         "input": {"format": {"type": "audio/pcm", "rate": 16000}},
-        "output": {"voice": {"id": "voice_123"}}}})
-    assert st.input_format.sample_rate == 16000 and st.voice == "voice_123"
+        "output": {"voice": {"id": "marin"}}}})
+    assert st.input_format.sample_rate == 16000 and st.voice == "marin"
+
+
+@pytest.mark.parametrize("update,param", [
+    ({"audio": {"output": {"voice": "voice_123"}}}, "session.audio.output.voice"),
+    ({"audio": {"output": {"voice": {"id": "emma"}}}}, "session.audio.output.voice"),
+    ({"voice": 7}, "session.voice"),
+])
+def test_unknown_voice_is_refused(update, param):
+    """Only OpenAI's names and the speak engine's installed voices (ServerLimits.voices)."""
+    with pytest.raises(ClientError) as err:
+        apply_session_update(SessionSettings(), update)
+    assert err.value.code == "invalid_value" and err.value.param == param
+    assert "'alloy'" in err.value.message
+
+
+def test_voice_and_speed_of_the_engine():
+    limits = ServerLimits(voices=("alloy", "marin", "heart"))
+    st = apply_session_update(SessionSettings(), {"voice": "heart"}, limits)
+    assert st.voice == "heart"
+    st = apply_session_update(st, {"audio": {"output": {"voice": "marin", "speed": 1.25}}}, limits)
+    assert (st.voice, st.speed) == ("marin", 1.25)
+    with pytest.raises(ClientError):
+        apply_session_update(st, {"audio": {"output": {"speed": 1.6}}}, limits)
 
 
 def test_beta_dialect_renames_output_events():

@@ -297,6 +297,33 @@ def test_a_sound_pauses_the_reply_a_click_resumes_it_words_cancel_it():
     assert s.listen_event({"type": "onset_dropped"}, 1200.0) == []   # nothing to resume
 
 
+def test_a_one_word_command_too_short_for_speech_still_interrupts():
+    """"Stop." over a reply is shorter than min_speech_ms: the listen stage drops
+    it as speech but reads it (onset_dropped with its words).  A command word
+    cancels the reply and is the next user turn; a cough's reading resumes it."""
+    s = paced()
+    rid = start_reply(s)
+    s.response_chunk(rid, "speak", speak("One two three four five six.", 3000), 0.0)
+    run_clock(s, 500, 0.0)
+    s.listen_event({"type": "onset", "audio_start_ms": 9000}, 500.0)
+    resumed = s.listen_event({"type": "onset_dropped", "text": "", "audio_start_ms": 9000,
+                              "audio_end_ms": 9200}, 700.0)
+    assert evs(resumed)[0]["type"] == "voice_agent.output_audio.resumed"
+    run_clock(s, 900, 700.0)
+    s.listen_event({"type": "onset", "audio_start_ms": 9400}, 900.0)
+    out = s.listen_event({"type": "onset_dropped", "text": "Stop.", "audio_start_ms": 9400,
+                          "audio_end_ms": 9650}, 1100.0)
+    types_ = [e["type"] for e in evs(out)]
+    assert types_[0] == "input_audio_buffer.speech_started", types_
+    done = [e for e in evs(out) if e["type"] == "response.done"]
+    assert done and done[0]["response"]["status"] == "cancelled"
+    assert "input_audio_buffer.committed" in types_
+    heard = [e for e in evs(out)
+             if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    assert heard and heard[0]["transcript"] == "Stop."
+    assert s.active_response_id != rid
+
+
 def test_an_onset_with_no_reply_playing_changes_nothing():
     s = paced()
     assert s.listen_event({"type": "onset", "audio_start_ms": 100}, 10.0) == []

@@ -76,6 +76,8 @@ class StartResponse:
     metadata: dict | None = None
     tools: list | None = None
     tool_choice: Any = None
+    voice: str | None = None   # audio.output.voice and .speed, for the speak stage
+    speed: float = 1.0
 
 
 @dataclass
@@ -90,6 +92,8 @@ class PrepareReply:
     instructions: str | None
     tools: list | None = None
     tool_choice: Any = None
+    voice: str | None = None
+    speed: float = 1.0
 
 
 @dataclass

@@ -32,9 +32,11 @@ merging of a client's ``session.update`` into it.
 
 from __future__ import annotations
 
-from typing import Any, List, Literal, Optional, Union
+from typing import Any, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from runtime.models.speak.voices import OPENAI_VOICES
 
 from ..audio_codec import PCM, PCMA, PCMU, G711_RATE
 from .errors import ClientError, from_validation_error
@@ -149,6 +151,10 @@ class ServerLimits(BaseModel):
     # (the session stays open).  0 = no limit
     max_client_events_per_s: float = 200.0
     client_events_burst: int = 400
+    # the voices a session may choose (audio.output.voice): OpenAI's names, which the
+    # speak stage maps to its installed voices, and those voices' own names
+    # (build_app fills this in from the speak stage's engine)
+    voices: Tuple[str, ...] = tuple(OPENAI_VOICES)
 
 
 # ---------------------------------------------------------------------------
@@ -336,7 +342,7 @@ def merge_session_update(current: SessionSettings, session: Any,
         if key in s.model_fields_set:
             put("max_output_tokens", _optional_max_tokens, getattr(s, key), f"session.{key}",
                 limits)
-    voice = s.voice
+    voice, voice_param = s.voice, "session.voice"
     td_current = current.turn_detection
 
     def turn_detection(td: Optional[_TurnDetectionIn], param: str) -> Optional[TurnDetection]:
@@ -375,12 +381,9 @@ def merge_session_update(current: SessionSettings, session: Any,
         if o.speed is not None:
             upd["speed"] = o.speed
         if o.voice is not None:
-            voice = o.voice
+            voice, voice_param = o.voice, "session.audio.output.voice"
     if voice is not None:
-        if isinstance(voice, dict) and isinstance(voice.get("id"), str):
-            upd["voice"] = voice["id"]
-        elif isinstance(voice, str):
-            upd["voice"] = voice
+        put("voice", _voice, voice, voice_param, limits)
     if "tools" in s.model_fields_set:
         put("tools", parse_tools, s.tools, "session.tools", limits.max_tools,
             limits.max_tools_chars)
@@ -389,6 +392,17 @@ def merge_session_update(current: SessionSettings, session: Any,
     if s.truncation is not None:
         put("truncation", parse_truncation, s.truncation, "session.truncation")
     return current.model_copy(update=upd), errors
+
+
+def _voice(voice: Any, param: str, limits: ServerLimits) -> str:
+    """A voice name (or ``{"id": name}``) the speak stage has; anything else is an
+    error event and the session keeps the voice it had."""
+    name = voice.get("id") if isinstance(voice, dict) else voice
+    if not isinstance(name, str) or name not in limits.voices:
+        raise ClientError("invalid_value",
+                          f"Invalid value for '{param}': {name!r}. Supported values are: "
+                          + ", ".join(f"'{v}'" for v in limits.voices) + ".", param)
+    return name
 
 
 def apply_session_update(current: SessionSettings, session: Any,

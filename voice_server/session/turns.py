@@ -14,6 +14,7 @@ from runtime.models.voice_contract import (FINAL, INTERIM, LISTEN_RATE_HZ, ONSET
                                            final_event, speech_stopped_event)
 
 from ..audio_codec import StreamResampler, low_latency_quality
+from .backchannel import starts_with
 from .commands import Command, DropPreparedReply, FeedListen, PrefillConversation, PrepareReply
 from .items import Content, Item
 
@@ -123,7 +124,9 @@ class Turns:
         elif t == ONSET and vad:
             out += self._onset(now_ms)
         elif t == ONSET_DROPPED and vad:
-            out += self._onset_dropped(now_ms)
+            out += self._onset_dropped(now_ms, str(ev.get("text") or ""),
+                                       int(ev.get("audio_start_ms", 0)),
+                                       int(ev.get("audio_end_ms", 0)))
         elif t == TURN_LIKELY_OVER and vad:
             out += self._prepare_reply(str(ev.get("text", "")).strip())
         elif t == TURN_CONTINUES and vad:
@@ -143,10 +146,17 @@ class Turns:
         self._paused_for_onset = bool(out) or self.output_paused
         return out
 
-    def _onset_dropped(self, now_ms: float) -> list[Command]:
+    def _onset_dropped(self, now_ms: float, text: str = "", start_ms: int = 0,
+                       end_ms: int = 0) -> list[Command]:
+        """A sound too short to be speech: the paused reply goes on, unless its
+        words are a command that takes the turn alone ("Stop.", "Wait.", "No."):
+        that is an interruption however short, and the word the next user turn."""
         if not self._paused_for_onset:
             return []
         self._paused_for_onset = False
+        if self._active is not None and starts_with(text, self._interruption_phrases):
+            return self._start_deciding(start_ms, now_ms) + \
+                self._deciding_final(text, start_ms, end_ms, now_ms)
         return self.resume_output(now_ms)
 
     def _prepare_reply(self, text: str) -> list[Command]:
@@ -163,7 +173,7 @@ class Turns:
         msgs = self._context_messages(system, s.max_output_tokens, tools[0], pending=text,
                                       strict=False) + [{"role": "user", "content": text}]
         return [PrepareReply(msgs, list(s.output_modalities), s.max_output_tokens, system,
-                             *tools)]
+                             *tools, voice=s.voice, speed=s.speed)]
 
     def _drop_prepared(self) -> list[Command]:
         if not self._prepared:

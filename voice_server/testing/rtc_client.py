@@ -96,6 +96,7 @@ class RTCClient:
         self.events: list[dict] = []
         self.new = asyncio.Event()
         self.audio: list[tuple[float, int]] = []  # (arrival monotonic, peak)
+        self.frames: list[tuple[float, np.ndarray, int]] = []  # (arrival, samples, rate)
         self.open = asyncio.Event()
         self.location: str | None = None
         self.status: int | None = None
@@ -141,7 +142,9 @@ class RTCClient:
             except MediaStreamError:
                 return
             pcm = frame_to_mono(f)
-            self.audio.append((time.monotonic(), int(np.abs(pcm.astype(np.int32)).max())))
+            now = time.monotonic()
+            self.audio.append((now, int(np.abs(pcm.astype(np.int32)).max())))
+            self.frames.append((now, pcm, int(f.sample_rate)))
 
     # -------------------------------------------------------------- events
     def send(self, ev: dict) -> None:
@@ -165,6 +168,13 @@ class RTCClient:
     # --------------------------------------------------------------- audio
     def audible(self, t0: float = 0.0, t1: float = float("inf")) -> list[float]:
         return [t for t, p in self.audio if t0 <= t < t1 and p > AUDIBLE]
+
+    def received(self, t0: float = 0.0, t1: float = float("inf")) -> tuple[np.ndarray, int]:
+        """The remote track's samples that arrived between t0 and t1, and their rate."""
+        got = [(pcm, rate) for t, pcm, rate in self.frames if t0 <= t < t1]
+        if not got:
+            return np.zeros(0, np.int16), 48000
+        return np.concatenate([p for p, _ in got]), got[0][1]
 
     async def close(self) -> None:
         for t in self._tasks:

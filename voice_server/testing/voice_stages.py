@@ -73,7 +73,7 @@ class FailAfterFirstChunk(SpeakExecutor):
 
     def process(self, items: list[WorkItem]) -> list:
         for it in items:  # open() happens inside process() when the scheduler skipped it
-            if it.request_id not in self._segmenters:
+            if it.request_id not in self._replies:
                 self.open(it.request_id, it.params)
         results = super().process(items)
         out = []

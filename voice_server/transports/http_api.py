@@ -60,9 +60,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import (LENGTH, SPEAK, TEXT_REPLY_ROUTE, THINK, TOOL_CALL_DELTA,
-                                           TOOL_CALL_DONE, USAGE, think_events, think_request,
-                                           validate_tools)
+from runtime.models.voice_contract import (LENGTH, SPEAK, SPEAK_SPEED, SPEAK_VOICE, TEXT_REPLY_ROUTE,
+                                           THINK, TOOL_CALL_DELTA, TOOL_CALL_DONE, USAGE, think_events,
+                                           think_request, validate_tools)
 
 from .access import http_refusal
 
@@ -478,7 +478,9 @@ class HttpApi:
         out_rate = int(_setting(self.settings, "speech_sample_rate"))
         # Sentence by sentence: the first clause is synthesised (and sent) while the rest waits.
         parts = [s for s in re.split(r"(?<=[.!?;:])\s+", text) if s]
+        name = voice.get("id") if isinstance(voice, dict) else voice
         h = await p.submit(None, entry=SPEAK, route=[SPEAK], stream_input=True,
+                           params={SPEAK_VOICE: name, SPEAK_SPEED: float(speed)},
                            deadline_s=self._deadline())
         turn = _Turn(p, h)
         try:

@@ -78,6 +78,9 @@ log = logging.getLogger(__name__)
 # not a real pause: a click followed by silence must not later be glued to
 # the start of genuine speech.
 PENDING_GAP_MS = 160
+# A dropped sound this long may be one word ("Stop.", "No."): it is read, and
+# onset_dropped carries its words (a server decides if they interrupt a reply).
+BLIP_WORD_MS = 150
 # silero's authors recommend ending speech on a lower threshold than the one
 # that starts it, so one word's energy dip does not split an utterance.
 HYSTERESIS = 0.15
@@ -459,8 +462,14 @@ class _Stream:
 
         if self.state == self.PENDING:
             if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
-                self._to_idle()    # too short to be speech (a click, a cough): no turn
-                out.append(onset_dropped_event())
+                # too short to be speech (a click, a cough): no turn; but a sound
+                # as long as a word is read first ("Stop." said over a reply)
+                sound_ms = (self.silence_start - self.onset) * 1000 / LISTEN_RATE_HZ
+                if sound_ms >= BLIP_WORD_MS:
+                    out += self.utt.blip(self._ms(self.onset), self._ms(self.silence_start))
+                else:
+                    out.append(onset_dropped_event())
+                self._to_idle()
                 return
             self._maybe_confirm(out)
             return

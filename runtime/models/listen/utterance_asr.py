@@ -26,7 +26,8 @@ import numpy as np
 
 from runtime.models.listen.asr_thread import Call, Reading, RecognitionThread, Segment
 from runtime.models.voice_contract import (Final, ListenEvent, final_event, interim_event,
-                                           partial_event, turn_likely_over_event)
+                                           onset_dropped_event, partial_event,
+                                           turn_likely_over_event)
 
 
 def _read(value: Any) -> tuple[str, str | None]:
@@ -59,11 +60,13 @@ class SpeculativeSegments:
         self.spec: int | None = None               # generation of the live speculative job
         self.ready: dict[int, Any] = {}            # speculative results not yet needed
         self.awaiting: dict[int, tuple[int, int]] = {}   # ended utterances: gen -> (start, end) ms
-        self.counters = {"speculative": 0, "speculative_used": 0, "speculative_wasted": 0}
+        self.blips: dict[int, tuple[int, int]] = {}      # sounds too short for speech, being read
+        self.counters = {"speculative": 0, "speculative_used": 0, "speculative_wasted": 0,
+                         "blips_read": 0}
 
     @property
     def pending(self) -> bool:
-        return bool(self.awaiting)
+        return bool(self.awaiting or self.blips)
 
     def _submit(self) -> int:
         self.gen += 1
@@ -120,6 +123,21 @@ class SpeculativeSegments:
         self._abandon()
         self.parts = []
 
+    def blip(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
+        """A sound too short to be speech, but long enough for a word: read it,
+        and say ``onset_dropped`` with its words once they are known."""
+        if not self.parts:
+            return [onset_dropped_event()]
+        self._abandon()
+        self.gen += 1
+        gen = self.gen
+        self.blips[gen] = (start_ms, end_ms)
+        audio = np.concatenate(self.parts)
+        self.parts = []
+        self.counters["blips_read"] += 1
+        self.thread.submit(Segment(self.key, ("blip", gen), audio, lambda: gen in self.blips))
+        return []
+
     def _abandon(self) -> None:
         if self.spec is not None:
             self.counters["speculative_wasted"] += 1
@@ -128,6 +146,11 @@ class SpeculativeSegments:
             self.gen += 1
 
     def result(self, tag: Any, value: Any) -> list[ListenEvent]:
+        if isinstance(tag, tuple) and tag[0] == "blip":
+            times = self.blips.pop(tag[1], None)
+            if times is None:
+                return []
+            return [onset_dropped_event(_read(value)[0], *times)]
         if isinstance(tag, tuple):          # a peek
             if tag[1] == self.gen and not isinstance(value, BaseException):
                 text, alternative = _read(value)
@@ -203,6 +226,12 @@ class StreamingDecoder:
         if self.open:               # a blip: its words are not wanted
             self.open = False
             self.thread.submit(Call(self.key, ("dropped", self.gen), self.rec.finish))
+
+    def blip(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
+        """Its partials are no good on a word-sized sound (~32% WER on people):
+        dropped unread."""
+        self.drop()
+        return [onset_dropped_event()]
 
     def result(self, tag: Any, value: Any) -> list[ListenEvent]:
         kind, gen = tag

@@ -12,19 +12,31 @@ what goes to the synthesiser.
 
 from __future__ import annotations
 
+import os
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.models.speak.clauses import ClauseSegmenter, strip_markdown
+from runtime.models.speak.spoken_form import spoken_form
 from runtime.models.speak.tts_base import Synthesizer, speakable
-from runtime.models.voice_contract import THINK_EVENT_TYPES, SpeakChunk, speak_chunk, think_text
+from runtime.models.speak.voices import resolve_voice
+from runtime.models.voice_contract import (SPEAK_SPEED, SPEAK_VOICE, THINK_EVENT_TYPES, SpeakChunk,
+                                          speak_chunk, think_text)
 
-ENGINES = ("flite", "espeak")
+ENGINES = ("hibari", "flite", "espeak")
+# The widest speed range a client may ask for: /v1/audio/speech's (the Realtime
+# API's audio.output.speed is 0.25..1.5; the session checks that one).
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
 
 
-def make_synthesizer(engine: str = "flite", voice: str | None = None, **kw: Any) -> Synthesizer:
-    """Build the configured engine; imported lazily so one missing C library only breaks its engine."""
+def make_synthesizer(engine: str, voice: str | None = None, **kw: Any) -> Synthesizer:
+    """Build the configured engine; imported lazily so one missing library only breaks its engine."""
+    if engine == "hibari":
+        from runtime.models.speak.tts_hibari import HibariSynthesizer
+        return HibariSynthesizer(voice, threads=int(kw.get("threads") or 1))
     if engine == "flite":
         from runtime.models.speak.tts_flite import FliteSynthesizer
         return FliteSynthesizer(voice)
@@ -56,68 +68,166 @@ def text_of(payload: Any) -> str:
                      f"speak: expected text (str or list[str]), got {type(payload).__name__}")
 
 
-class SpeakExecutor(ChunkExecutor):
-    """Chunk executor: clause segmentation + in-process TTS per request.
+@dataclass
+class _Reply:
+    """One request's state: its clause cutter, its voice and pace, and the clauses
+    cut but not yet spoken (more than one is ready when text arrives in a lump)."""
+    segmenter: ClauseSegmenter
+    voice: str
+    speed: float
+    queue: deque[str] = field(default_factory=deque)
 
-    YAML args: ``engine`` ("flite" | "espeak"), ``voice`` (engine's voice
-    name), ``max_clause_chars`` (120), ``first_clause_words`` (6),
-    ``rate_wpm`` (espeak only).
+
+class SpeakExecutor(ChunkExecutor):
+    """Chunk executor: clause segmentation, text made speakable, in-process TTS per request.
+
+    YAML args: ``engine`` ("hibari" | "flite" | "espeak"), ``voice`` (the
+    engine's default voice), ``threads`` (onnxruntime threads, hibari),
+    ``max_clause_chars`` (120), ``first_clause_words`` (6), ``rate_wpm``
+    (espeak only), ``normalize_text`` (true: numbers, money, times... as words).
+    Request params: ``voice`` (an installed voice or an OpenAI voice name,
+    runtime.models.speak.voices) and ``speed`` (0.25..4.0).
+
+    One clause is synthesised per call: a call that completes several (a whole
+    reply at once) speaks the first and leaves the rest to :meth:`collect`,
+    which the stage loop calls between reading its sockets, so an abort stops
+    a long reply within one clause.
     """
 
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
-        self.engine = str(args.get("engine", "flite"))
+        self.engine = str(args.get("engine", "flite"))   # the lightest; configs name hibari
         self.voice = args.get("voice")
+        self.threads = int(args.get("threads", 1))
         self.max_clause_chars = int(args.get("max_clause_chars", 120))
         self.first_clause_words = int(args.get("first_clause_words", 6))
-        self.synth: Synthesizer | None = None
-        self._segmenters: dict[int, ClauseSegmenter] = {}
+        self.normalize_text = bool(args.get("normalize_text", True))
+        self.synth: Synthesizer | None = None          # the default voice's
+        self._synths: dict[str, Synthesizer] = {}       # every voice loaded, by name
+        self._replies: dict[int, _Reply] = {}
+        # Readable while some reply has clauses queued: the stage loop then calls collect().
+        self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._signalled = False
         self._clauses = 0
         self._audio_ms = 0.0
 
     def load(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown TTS engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
-        self.synth = make_synthesizer(self.engine, self.voice, rate_wpm=self.args.get("rate_wpm"))
+        self.voice = resolve_voice(self.voice, self.engine)
+        self.synth = self._synth_for(self.voice)
+        if self.normalize_text:
+            # number words come from inflect, whose import costs ~1 s of CPU: at
+            # load, not on the first caller's first "$5"
+            spoken_form("$1.50")
+
+    def close(self) -> None:
+        if self._wakeup >= 0:
+            os.close(self._wakeup)
+            self._wakeup = -1
+
+    def _synth_for(self, voice: str) -> Synthesizer:
+        if voice not in self._synths:
+            self._synths[voice] = make_synthesizer(self.engine, voice, threads=self.threads,
+                                                   rate_wpm=self.args.get("rate_wpm"))
+        return self._synths[voice]
 
     def stats(self) -> dict:
-        return {"streams": len(self._segmenters), "clauses": self._clauses,
+        return {"streams": len(self._replies), "clauses": self._clauses,
+                "queued": sum(len(r.queue) for r in self._replies.values()),
                 "audio_ms": round(self._audio_ms, 1), "engine": self.engine}
 
     def open(self, request_id: int, params: dict) -> None:
         if self.synth is None:
             self.load()
-        self._segmenters[request_id] = ClauseSegmenter(self.max_clause_chars, self.first_clause_words)
+        try:
+            voice = resolve_voice(params.get(SPEAK_VOICE), self.engine, self.voice)
+        except ValueError as exc:
+            raise StageError(ErrorCode.BAD_INPUT, f"speak: {exc}") from None
+        speed = params.get(SPEAK_SPEED, 1.0)
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) \
+                or not MIN_SPEED <= speed <= MAX_SPEED:
+            raise StageError(ErrorCode.BAD_INPUT, f"speak: 'speed' must be a number in "
+                                                  f"{MIN_SPEED}..{MAX_SPEED}, got {speed!r}")
+        self._synth_for(voice)
+        self._replies[request_id] = _Reply(
+            ClauseSegmenter(self.max_clause_chars, self.first_clause_words), voice, float(speed))
 
     def release(self, request_id: int) -> None:
-        self._segmenters.pop(request_id, None)
+        self._replies.pop(request_id, None)
+        self._rearm()
 
-    def _speak(self, clause: str) -> SpeakChunk | None:
-        spoken = speakable(strip_markdown(clause))
+    def _speak(self, reply: _Reply, clause: str) -> SpeakChunk | None:
+        text = strip_markdown(clause)
+        spoken = speakable(spoken_form(text) if self.normalize_text else text)
         if not spoken:
             return None
-        assert self.synth is not None
-        audio = self.synth.synthesize(spoken)
+        synth = self._synths[reply.voice]
+        audio = synth.synthesize(spoken, reply.speed)
         if audio.size == 0:
             return None
-        chunk = speak_chunk(audio, int(self.synth.sample_rate), clause)
+        chunk = speak_chunk(audio, int(synth.sample_rate), clause)
         self._clauses += 1
         self._audio_ms += chunk["duration_ms"]
         return chunk
+
+    def _next(self, reply: _Reply) -> list[SpeakChunk]:
+        """Speak queued clauses until one gives audio (at most one chunk)."""
+        while reply.queue:
+            chunk = self._speak(reply, reply.queue.popleft())
+            if chunk is not None:
+                return [chunk]
+        return []
 
     def process(self, items: list[WorkItem]) -> list[list[Any]]:
         results: list[Any] = []
         for item in items:
             try:
-                seg = self._segmenters.get(item.request_id)
-                if seg is None:
+                reply = self._replies.get(item.request_id)
+                if reply is None:
                     self.open(item.request_id, item.params)
-                    seg = self._segmenters[item.request_id]
-                clauses = seg.push(text_of(item.payload))
+                    reply = self._replies[item.request_id]
+                reply.queue.extend(reply.segmenter.push(text_of(item.payload)))
                 if item.final:
-                    clauses += seg.flush()
-                out = [c for c in (self._speak(cl) for cl in clauses) if c is not None]
-                results.append(out)
+                    reply.queue.extend(reply.segmenter.flush())
+                results.append(self._next(reply))
             except Exception as exc:     # one request's failure must not fail its batch-mates
                 results.append(exc)
+        self._rearm()
         return results
+
+    # ---- the rest of a lump of text, one clause per reply per loop turn ----
+    def wakeup_fd(self) -> int | None:
+        return self._wakeup
+
+    def has_results(self) -> bool:
+        return any(r.queue for r in self._replies.values())
+
+    def pending(self, request_id: int) -> bool:
+        reply = self._replies.get(request_id)
+        return reply is not None and bool(reply.queue)
+
+    def collect(self) -> list[tuple[int, list[Any]]]:
+        out: list[tuple[int, list[Any]]] = []
+        for rid, reply in list(self._replies.items()):
+            if not reply.queue:
+                continue
+            try:
+                out.append((rid, self._next(reply)))
+            except Exception as exc:     # noqa: BLE001 - fails this reply only
+                reply.queue.clear()
+                out.append((rid, exc))
+        self._rearm()
+        return out
+
+    def _rearm(self) -> None:
+        """Keep the descriptor readable exactly while clauses wait."""
+        want = self.has_results()
+        if want and not self._signalled:
+            os.eventfd_write(self._wakeup, 1)
+        elif not want and self._signalled:
+            try:
+                os.eventfd_read(self._wakeup)
+            except BlockingIOError:
+                pass
+        self._signalled = want

@@ -32,14 +32,15 @@ class Synthesizer:
     sample_rate: int = 16000
     name: str = "base"
 
-    def synthesize(self, text: str) -> np.ndarray:
-        """Synthesise ``text``; empty array when it holds nothing speakable."""
+    def synthesize(self, text: str, speed: float = 1.0) -> np.ndarray:
+        """Synthesise ``text`` at ``speed`` (1.0: the voice's own pace; the
+        Realtime API's ``audio.output.speed``); empty when nothing is speakable."""
         clean = speakable(text)
         if not clean:
             return np.zeros(0, dtype=np.int16)
-        return self._synthesize(clean)
+        return self._synthesize(clean, float(speed))
 
-    def _synthesize(self, text: str) -> np.ndarray:
+    def _synthesize(self, text: str, speed: float) -> np.ndarray:
         raise NotImplementedError
 
     def close(self) -> None:

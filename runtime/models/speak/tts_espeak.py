@@ -20,6 +20,7 @@ AUDIO_OUTPUT_SYNCHRONOUS = 2       # espeak_AUDIO_OUTPUT in speak_lib.h
 POS_CHARACTER = 1                  # espeak_POSITION_TYPE
 ESPEAK_CHARS_UTF8 = 1              # espeakCHARS_UTF8
 ESPEAK_RATE = 1                    # espeak_PARAMETER: words per minute
+DEFAULT_WPM = 175                  # espeakRATE_NORMAL in speak_lib.h
 EE_OK = 0
 
 _CALLBACK_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int,
@@ -77,25 +78,25 @@ class EspeakSynthesizer(Synthesizer):
             _, self.sample_rate = _lib()
             self._select()
 
-    def _select(self) -> None:
-        """Re-apply this instance's voice: the engine has one current voice per process."""
+    def _select(self, speed: float = 1.0) -> None:
+        """Re-apply this instance's voice and rate: the engine has one current voice per process."""
         global _CURRENT_VOICE
         lib, _ = _lib()
-        key = f"{self.voice}|{self.rate_wpm}"
+        wpm = int(round((self.rate_wpm or DEFAULT_WPM) * speed))
+        key = f"{self.voice}|{wpm}"
         if _CURRENT_VOICE == key:
             return
         if lib.espeak_SetVoiceByName(self.voice.encode()) != EE_OK:
             raise ValueError(f"unknown espeak-ng voice {self.voice!r}")
-        if self.rate_wpm:
-            lib.espeak_SetParameter(ESPEAK_RATE, int(self.rate_wpm), 0)
+        lib.espeak_SetParameter(ESPEAK_RATE, wpm, 0)
         _CURRENT_VOICE = key
 
-    def _synthesize(self, text: str) -> np.ndarray:
+    def _synthesize(self, text: str, speed: float) -> np.ndarray:
         lib, _ = _lib()
         data = text.encode("utf-8") + b"\0"
         buf = ctypes.create_string_buffer(data, len(data))
         with _LOCK:
-            self._select()
+            self._select(speed)
             _SINK.clear()
             try:
                 err = lib.espeak_Synth(buf, len(data), 0, POS_CHARACTER, 0, ESPEAK_CHARS_UTF8,

@@ -47,6 +47,8 @@ def _lib() -> ctypes.CDLL:
         lib.flite_text_to_wave.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
         lib.delete_wave.restype = None
         lib.delete_wave.argtypes = [ctypes.POINTER(_CstWave)]
+        lib.feat_set_float.restype = None
+        lib.feat_set_float.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_float]
         _LIB = lib
     return _LIB
 
@@ -80,12 +82,16 @@ class FliteSynthesizer(Synthesizer):
         # that could drift from the installed voices (kal is 8 kHz, slt 16 kHz).
         _, self.sample_rate = self._render("a")
 
-    def _synthesize(self, text: str) -> np.ndarray:
-        return self._render(text)[0]
+    def _synthesize(self, text: str, speed: float) -> np.ndarray:
+        return self._render(text, speed)[0]
 
-    def _render(self, text: str) -> tuple[np.ndarray, int]:
+    def _render(self, text: str, speed: float = 1.0) -> tuple[np.ndarray, int]:
         lib = _lib()
         with _LOCK:
+            # cst_voice starts {name, features, ...}; the voice's "duration_stretch"
+            # feature scales every segment's duration (1 / speed), pitch untouched.
+            features = ctypes.cast(self._voice, ctypes.POINTER(ctypes.c_void_p))[1]
+            lib.feat_set_float(features, b"duration_stretch", 1.0 / max(0.1, speed))
             wav = lib.flite_text_to_wave(text.encode("ascii", "ignore"), self._voice)
             if not wav:
                 return np.zeros(0, dtype=np.int16), self.sample_rate

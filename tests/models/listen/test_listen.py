@@ -236,6 +236,23 @@ def test_speech_shorter_than_min_speech_is_dropped(ex, question):
                                    params={"min_speech_ms": 50}))
 
 
+def test_a_word_too_short_for_speech_is_read(ex, tmp_path):
+    """A sound shorter than min_speech_ms but as long as a word is not speech, yet
+    it is read (Whisper): onset_dropped carries its words and times, so a server
+    can take "Stop." said over a reply as the interruption it is."""
+    word = flite_16k("Stop.", tmp_path)
+    events = [e for _, e in stream(ex, np.concatenate([silence(0.5), word, silence(1)]),
+                                   params={"min_speech_ms": 1000})]
+    assert [e["type"] for e in events if e["type"] != "speech_paused"] == ["onset", "onset_dropped"]
+    dropped = events[-1]
+    validate_listen_event(dropped)
+    if ex.engine == "whisper":
+        assert dropped["text"].strip(" .!").lower() == "stop", dropped
+        assert 400 <= dropped["audio_start_ms"] < dropped["audio_end_ms"] <= 1600, dropped
+    else:
+        assert "text" not in dropped     # pocketsphinx: dropped unread
+
+
 def test_max_utterance_splits_long_speech(ex, question):
     events = stream(ex, np.concatenate([silence(0.5), question, silence(1)]),
                     params={"max_utterance_s": 0.8})

@@ -1,4 +1,4 @@
-"""SpeakExecutor, the clause segmenter and both in-process TTS engines."""
+"""SpeakExecutor, the clause segmenter and the in-process TTS engines (hibari, flite, espeak)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ EMOJI = "\U0001F600\U0001F389 \u2728"
 _rid = iter(range(1, 1_000_000))
 
 
-@pytest.fixture(scope="module", params=["flite", "espeak"])
+@pytest.fixture(scope="module", params=["hibari", "flite", "espeak"])
 def speaker(request) -> SpeakExecutor:
     ex = SpeakExecutor(engine=request.param)
     ex.load()
@@ -36,16 +36,29 @@ def deltas(text: str, size: int = 3) -> list[str]:
     return [text[i:i + size] for i in range(0, len(text), size)]
 
 
-def feed_deltas(ex: SpeakExecutor, pieces: list[str]) -> list[tuple[int, dict]]:
+def drain(ex: SpeakExecutor) -> list[tuple[int, list]]:
+    """What the stage loop does between messages: collect() while clauses wait."""
+    out = []
+    while ex.has_results():
+        out += ex.collect()
+    return out
+
+
+def feed_deltas(ex: SpeakExecutor, pieces: list[str], params: dict | None = None
+                ) -> list[tuple[int, dict]]:
     """(index of the delta that produced it, chunk) for every chunk of one request."""
     rid = next(_rid)
-    ex.open(rid, {})
+    ex.open(rid, params or {})
     out: list[tuple[int, dict]] = []
     try:
         for k, piece in enumerate(pieces):
             [res] = ex.process([WorkItem(rid, piece, {}, final=k == len(pieces) - 1, first=k == 0)])
             assert not isinstance(res, BaseException), res
             out += [(k, c) for c in res]
+            for got, outs in drain(ex):
+                assert got == rid and not isinstance(outs, BaseException), outs
+                out += [(k, c) for c in outs]
+        assert not ex.pending(rid)
     finally:
         ex.release(rid)
     return out
@@ -131,7 +144,7 @@ def test_bad_payload_fails_only_that_request(speaker):
         speaker.release(b)
 
 
-@pytest.mark.parametrize("engine,rate", [("flite", 16000), ("espeak", 22050)])
+@pytest.mark.parametrize("engine,rate", [("hibari", 24000), ("flite", 16000), ("espeak", 22050)])
 def test_synthesizers_direct(engine, rate):
     s = make_synthesizer(engine)
     assert s.sample_rate == rate

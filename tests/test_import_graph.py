@@ -136,6 +136,16 @@ def test_the_runtime_outside_models_imports_no_model_and_no_stage_name():
     assert model_imports_in_runtime(raw) == []
 
 
+def test_every_product_module_imports():
+    # In a fresh interpreter, so no test's imports hide a module that fails alone.
+    import subprocess
+    names = sorted(product_modules())
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
+    run = subprocess.run([sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
 def test_the_check_sees_a_circle_and_a_model_import():
     # The checker itself can fail: a made-up graph with a circle and a bad import.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -218,7 +218,7 @@ def test_disabled_fails_the_response_with_a_clear_error_and_the_session_goes_on(
         _text_item(s, "user", f"{i}" * 20, i)
     cmds, st = _ask(s, 10)
     assert st is None
-    assert types(cmds) == ["response.created", "error", "response.done"], types(cmds)
+    assert types(cmds) == ["response.created", "rate_limits.updated", "error", "response.done"], types(cmds)
     e = one(cmds, "error")["error"]
     assert e["code"] == "context_length_exceeded" and "disabled" in e["message"]
     done = one(cmds, "response.done")["response"]

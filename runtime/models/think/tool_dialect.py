@@ -7,9 +7,13 @@ Two dialects, picked from the GGUF's own chat template:
   calls as ``<tool_call>\\n{...}\\n</tool_call>``, results as
   ``<tool_response>``).  The model sees tools, calls and results exactly as it
   was trained.  Measured on Qwen2.5-Coder-0.5B: it puts ~0 probability on
-  ``<tool_call>`` as the reply's first token even when it then writes a call;
-  its calls start with ``{"`` or ``{``, so those tokens' probability together
-  decides, at 0.3 (``benchmarks/answer_bench.py``).
+  ``<tool_call>`` as the reply's first token even when it then writes a call
+  (its calls start with ``{"`` or ``{``), and a few turns into a conversation
+  of spoken answers it puts ~0 on those too, even when asked to set a timer.
+  So every ``auto`` reply begins as a call and the name the model then writes
+  decides (a callable tool's, with probability >= 0.5: see the thinker's
+  ``_Probe``); a start threshold of 0.3 called for 3 in 24 tool requests in
+  10-turn sessions (``benchmarks/answer_bench.py``).
 - ``prompted``: the template knows no tools (SmolLM2's ChatML).  This
   project's tool prompt lists them and results are folded into the user turn
   (``tool_call_format.plain_messages``); a call starts with ``<tool_call>``,
@@ -89,8 +93,8 @@ def native_messages(messages: Sequence[Message], tools: Tools) -> Rendering:
 
 
 PROMPTED = ToolDialect("prompted", PROMPTED_CALL, (CALL_OPEN,), 0.003, None, (), _prompted)
-NATIVE = ToolDialect("native", QWEN_CALL, (CALL_OPEN, '{"', "{"), 0.3, 0.5,
-                     (CALL_OPEN, "{", "```"), native_messages)
+NATIVE = ToolDialect("native", QWEN_CALL, (CALL_OPEN, '{"', "{"), 0.0, 0.5,
+                     ("{", "`", "<"), native_messages)
 DIALECTS = {d.name: d for d in (PROMPTED, NATIVE)}
 
 

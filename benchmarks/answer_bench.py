@@ -188,6 +188,11 @@ VARIANTS = [
     Variant("smollm2-135m (voice-cpu-fast)", "configs/voice-cpu-fast.yaml"),
     Variant("qwen0.5b-q5_0 as published", "configs/voice-cpu.yaml",
             {"model_path": str(qwen_05b_gguf(source=True)), "requantize": None}),
+    # the native dialect's call rule: a reply probes a call only when its first token's
+    # probability of one reaches this (0: always; see tool_dialect)
+    Variant("qwen0.5b-q4_0 call start 0.02", "configs/voice-cpu.yaml", {"tool_call_threshold": 0.02}),
+    Variant("qwen0.5b-q4_0 call start 0.005", "configs/voice-cpu.yaml", {"tool_call_threshold": 0.005}),
+    Variant("qwen0.5b-q4_0 call start 0.3", "configs/voice-cpu.yaml", {"tool_call_threshold": 0.3}),
 ]
 
 
@@ -355,6 +360,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="labels (or a prefix) of the variants to run")
     ap.add_argument("--quick", action="store_true", help="every fourth request only (a smoke run)")
     ap.add_argument("--no-sessions", action="store_true", help="skip the 10-turn sessions")
+    ap.add_argument("--tools-only", action="store_true", help="skip the everyday questions")
     a = ap.parse_args()
     step = 4 if a.quick else 1
     variants = [v for v in VARIANTS if not a.only or any(v.label.startswith(o) for o in a.only)]
@@ -362,7 +368,7 @@ def main() -> None:
     for v in variants:
         asker = Asker(think_args(v))
         try:
-            res = {"everyday": everyday(asker, EVERYDAY[::step]),
+            res = {"everyday": everyday(asker, [] if a.tools_only else EVERYDAY[::step]),
                    "tools": tools_single(asker, TOOL_REQUESTS[::step])}
             if not a.no_sessions:
                 res["session"] = tools_in_sessions(asker, TOOL_REQUESTS[::step])

@@ -95,8 +95,8 @@ PROBE_MAX_TOKENS = 12  # a tool name longer than this (in tokens) ends the probe
 @dataclass
 class _Probe:
     """tool_choice auto, native dialect: the reply begins as a call (the first
-    token's probability of one reached ``tool_call_threshold``, 0 by default:
-    see tool_dialect for why); the call's head is decoded and the model
+    token's probability of one reached ``tool_call_threshold``, 0.005 for
+    Qwen: see tool_dialect for why); the call's head is decoded and the model
     writes the name unconstrained.  A name among the callable tools makes the
     reply that call; any other name ("get_capital") means the model wanted a
     tool it does not have, and the reply goes back to where it began as text.
@@ -152,7 +152,7 @@ class LlamaCppThinker(ARExecutor):
     decoding, see gguf_requant), cache_dir, prefix_cache (True),
     conversation_cache (True), tool_format (auto: ``native`` when the GGUF's
     template renders tools, else ``prompted``; see tool_dialect),
-    tool_call_threshold (the dialect's: 0 native, 0.003 prompted; with
+    tool_call_threshold (the dialect's: 0.005 native, 0.003 prompted; with
     tool_choice auto, the probability of a call's first token at which the
     reply becomes a call), tool_name_threshold (native: 0.5, the probability
     of the tool name the model then writes, see _Probe), max_tool_calls (1: calls per reply when

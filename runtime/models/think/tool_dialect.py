@@ -10,10 +10,12 @@ Two dialects, picked from the GGUF's own chat template:
   ``<tool_call>`` as the reply's first token even when it then writes a call
   (its calls start with ``{"`` or ``{``), and a few turns into a conversation
   of spoken answers it puts ~0 on those too, even when asked to set a timer.
-  So every ``auto`` reply begins as a call and the name the model then writes
-  decides (a callable tool's, with probability >= 0.5: see the thinker's
-  ``_Probe``); a start threshold of 0.3 called for 3 in 24 tool requests in
-  10-turn sessions (``benchmarks/answer_bench.py``).
+  So a reply begins as a call at a low start probability (0.005) and the name
+  the model then writes decides (a callable tool's, with probability >= 0.5:
+  see the thinker's ``_Probe``).  Measured in 10-turn sessions
+  (``benchmarks/answer_bench.py``, 24 tool and 12 other requests): start 0.3
+  called right 3 times, 0.02 9, 0.005 15, 0 (always probe) 18 but with 7
+  false calls, against none for the others.
 - ``prompted``: the template knows no tools (SmolLM2's ChatML).  This
   project's tool prompt lists them and results are folded into the user turn
   (``tool_call_format.plain_messages``); a call starts with ``<tool_call>``,
@@ -93,7 +95,7 @@ def native_messages(messages: Sequence[Message], tools: Tools) -> Rendering:
 
 
 PROMPTED = ToolDialect("prompted", PROMPTED_CALL, (CALL_OPEN,), 0.003, None, (), _prompted)
-NATIVE = ToolDialect("native", QWEN_CALL, (CALL_OPEN, '{"', "{"), 0.0, 0.5,
+NATIVE = ToolDialect("native", QWEN_CALL, (CALL_OPEN, '{"', "{"), 0.005, 0.5,
                      ("{", "`", "<"), native_messages)
 DIALECTS = {d.name: d for d in (PROMPTED, NATIVE)}
 

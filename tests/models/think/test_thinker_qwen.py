@@ -58,7 +58,7 @@ def _valid(call: dict) -> dict:
 
 def test_it_speaks_its_own_tool_dialect(qwen):
     assert qwen.dialect is NATIVE
-    assert (qwen.tool_call_threshold, qwen.tool_name_threshold) == (0.0, 0.5)
+    assert (qwen.tool_call_threshold, qwen.tool_name_threshold) == (0.005, 0.5)
 
 
 def test_a_spoken_question_gets_the_right_content_word(qwen):

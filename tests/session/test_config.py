@@ -203,7 +203,7 @@ def test_the_shipped_configs_start_sessions_on_semantic_vad():
     from voice_server.settings import ServerSettings
 
     root = Path(__file__).resolve().parents[2] / "configs"
-    for name in ("voice-cpu.yaml", "voice-cpu-ray.yaml"):
+    for name in ("voice-cpu.yaml", "voice-cpu-fast.yaml", "voice-cpu-ray.yaml"):
         cfg = load_config(root / name, check_imports=False)
         td = ServerSettings.from_sources(cfg.extra, env={}).session_defaults().turn_detection
         assert (td.type, td.eagerness) == ("semantic_vad", "auto"), name

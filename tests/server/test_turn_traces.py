@@ -1,6 +1,6 @@
 """Turn traces (voice_server.traces) on the real CPU pipeline, exported to an
-in-memory exporter: one trace per turn with the named spans in order, and a
-barge-in trace with the abort and each stage process's ack.  With tracing
+in-memory exporter: one trace per turn with the named spans in order, and an
+aborted reply's trace with the abort and each stage process's ack.  With tracing
 off the OpenTelemetry SDK is never imported."""
 
 from __future__ import annotations
@@ -13,17 +13,38 @@ import time
 import pytest
 
 from voice_server.session_registry import registry_for
+from voice_server.settings import ServerSettings
+from voice_server.testing import ServerThread
 from voice_server.traces.settings import TraceSettings
 from voice_server.traces.turn_traces import (ABORT, ACK, ASR, DECISION, SEND, SPAN_ORDER, SPEAK,
                                              THINK, TURN, VAD, Tracing)
 from voice_server.testing.realtime_client import RTClient
 
-from .conftest import ROOT
+from .conftest import API_KEY, ROOT
 from .test_realtime_ws import session_id, talking, text_turn
 
 pytestmark = pytest.mark.timeout(180)
 
 QUESTION = "what is the capital of france"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A server of this module's own whose replies may run long: the barge-in
+    must land while the reply is still being generated, or there is nothing
+    left in the pipeline to abort (the shared server cuts replies at 24 tokens,
+    the think stage's own budget at 64)."""
+    import yaml
+    cfg = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
+    for stage in cfg["stages"]:
+        if stage["name"] == "think":
+            stage["args"]["max_tokens"] = 400
+    path = tmp_path_factory.mktemp("traces") / "long-replies.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    settings = ServerSettings(api_keys=[API_KEY], max_sessions=8, max_output_tokens=400)
+    srv = ServerThread(str(path), settings).start()
+    yield srv
+    srv.stop()
 
 
 @pytest.fixture(scope="module")
@@ -88,25 +109,29 @@ async def test_one_trace_per_turn_with_the_named_spans_in_order(server, exporter
     assert not {VAD, ASR, DECISION} & {s.name for s in other}
 
 
-async def test_a_barge_in_trace_shows_the_abort_and_the_acks(server, exporter):
+async def test_an_aborted_reply_trace_shows_the_abort_and_the_acks(server, exporter):
+    # Cancelled at its first audio, while the think stage still decodes it: a
+    # spoken barge-in is decided from the caller's words about a second later,
+    # when a short reply can be wholly generated, with nothing left to abort.
     c = await RTClient.connect(server.url)
     try:
         await session_id(c)
         await c.send({"type": "session.update", "session": {
-            "type": "realtime", "max_output_tokens": 200,
-            "instructions": "You tell long, detailed stories of many sentences."}})
-        async with talking(c, "tell me a long story about a dragon"):
+            "type": "realtime", "max_output_tokens": 300,
+            "instructions": "You count aloud when asked, every number, never stopping early."}})
+        async with talking(c, "please count from one to two hundred"):
             first = await c.wait("response.output_audio.delta", timeout=30)
-        async with talking(c, "stop and tell me the time", lead_ms=0):
+            await c.send({"type": "response.cancel"})
             done = await c.wait("response.done", lambda e: e["response"]["id"] ==
                                 first["response_id"], timeout=30)
-            assert done["response"]["status_details"]["reason"] == "turn_detected"
-            spans = await trace_of(exporter, first["response_id"])
-            await c.send({"type": "response.cancel"})
+        assert done["response"]["status"] == "cancelled", done
+        spans = await trace_of(exporter, first["response_id"])
     finally:
         await c.close()
-    abort = next(s for s in spans if s.name == ABORT)
-    assert abort.attributes["reason"] == "turn_detected"
+    aborts = [s for s in spans if s.name == ABORT]
+    assert aborts, f"no abort in the trace: {[s.name for s in spans]}"
+    abort = aborts[0]
+    assert abort.attributes["reason"] == done["response"]["status_details"]["reason"]
     acks = [s for s in spans if s.name == ACK]
     assert acks and all(s.parent.span_id == abort.context.span_id for s in acks)
     processes = {s.attributes["process"] for s in acks}

@@ -264,7 +264,8 @@ class TurnTimer:
                            "first_speak": r.first_speak, "first_audio": r.first_audio,
                            "last_audio": r.last_audio, "done": time.monotonic(),
                            "barge_in_speech": self.speech_started_t if barge_in else None,
-                           "status": status, "usage": resp.get("usage")}
+                           "status": status, "reason": details.get("reason"),
+                           "usage": resp.get("usage")}
                 for observe in self.observers:
                     observe(resp.get("id"), moments)
 

@@ -147,3 +147,34 @@ def test_tracing_off_imports_no_opentelemetry():
             "bad = [m for m in sys.modules if m.startswith('opentelemetry')]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)
+
+
+async def test_a_spoken_barge_in_trace_shows_the_cut(server, exporter):
+    """The caller talks over a reply: the turn's trace ends in the abort that
+    stopped it, with the reason the client saw.  A short reply has often left
+    the pipeline whole by the time the caller's words decide (only its paced
+    audio is left to cut): then the abort says no request was live and no
+    stage acks; otherwise each stage's ack hangs under it."""
+    c = await RTClient.connect(server.url)
+    try:
+        await session_id(c)
+        await c.send({"type": "session.update", "session": {
+            "type": "realtime", "max_output_tokens": 300,
+            "instructions": "You tell long, detailed stories of many sentences."}})
+        async with talking(c, "tell me a long story about a dragon"):
+            first = await c.wait("response.output_audio.delta", timeout=30)
+        async with talking(c, "wait, stop, I have another question for you", lead_ms=0):
+            done = await c.wait("response.done", lambda e: e["response"]["id"] ==
+                                first["response_id"], timeout=30)
+        assert done["response"]["status"] == "cancelled", done
+        assert done["response"]["status_details"]["reason"] == "turn_detected", done
+        spans = await trace_of(exporter, first["response_id"])
+    finally:
+        await c.close()
+    [abort] = [s for s in spans if s.name == ABORT]
+    assert abort.attributes["reason"] == "turn_detected"
+    acks = [s for s in spans if s.name == ACK]
+    assert all(s.parent.span_id == abort.context.span_id for s in acks)
+    if not abort.attributes["request.live"]:
+        assert not acks and not abort.attributes["acks.pending"]
+    check_order(spans, [VAD, ASR, DECISION, THINK, SEND, ABORT])

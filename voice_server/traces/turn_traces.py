@@ -92,6 +92,10 @@ class SessionTraces:
         """TurnTimer's observer: the turn is over; write its trace (after the
         abort's acks, for a cancelled reply)."""
         abort, self._abort = self._abort, None
+        if abort is None and moments.get("status") == "cancelled":
+            # generated whole before the cut: only its paced audio stopped, no
+            # request was left in the pipeline to abort, no stage acks
+            abort = (None, moments.get("reason") or "", moments["done"])
         acked = getattr(abort[0], "acked", None) if abort is not None else None
         if acked is None or acked.done():
             self._write(response_id, moments, abort)
@@ -144,7 +148,8 @@ class SessionTraces:
         acks = dict(getattr(ticket, "acked_at", {}) or {})
         last = max(acks.values(), default=t0)
         pending = sorted(f"{g}/{r}" for g, r in getattr(ticket, "expected", ()))
-        span = child(ABORT, t0, last, reason=reason, **{"acks.pending": pending})
+        span = child(ABORT, t0, last, reason=reason, **{"acks.pending": pending,
+                                                        "request.live": ticket is not None})
         parent = self.tracing.in_context(span)
         for (group, replica), t in sorted(acks.items(), key=lambda kv: kv[1]):
             child(ACK, t0, t, parent=parent, process=f"{group}/{replica}",

@@ -49,6 +49,7 @@ from typing import Any, Callable
 import numpy as np
 
 from runtime.busy_window import WINDOW_S as BUSY_WINDOW_S, BusyWindow
+from runtime.thread_cpu import thread_cpu_s
 
 
 class Reading(IntEnum):
@@ -114,7 +115,10 @@ class RecognitionThread:
         self._signalled = False
         self.counters = {"calls": 0, "segments": 0, "early_segments": 0, "dropped_stale": 0,
                          "early_superseded": 0, "early_late": 0, "early_busy": 0,
-                         "batch_max": 0, "busy_s": 0.0}
+                         "batch_max": 0, "busy_s": 0.0,
+                         # busy time by what was read: the recogniser's CPU runs
+                         # on its own worker threads, so this is what splits it
+                         "busy_transcript_s": 0.0, "busy_early_s": 0.0}
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -170,6 +174,10 @@ class RecognitionThread:
             return {"queued": len(self._jobs),
                     "queued_early": len(self._early),
                     "busy_fraction": round(self._window.fraction(time.monotonic()), 3)}
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds this thread has used (not an engine's own worker threads)."""
+        return thread_cpu_s(self._thread.ident)
 
     def forget(self, key: int) -> None:
         """Drop a closed stream's queued jobs (a running one finishes; its result is ignored)."""
@@ -283,6 +291,9 @@ class RecognitionThread:
             with self._cond:
                 self._window.stop(t1)
             self.counters["busy_s"] += t1 - t0
+            if isinstance(jobs[0], Segment):
+                early = jobs[0].reading == Reading.EARLY
+                self.counters["busy_early_s" if early else "busy_transcript_s"] += t1 - t0
 
     def _run_call(self, job: Call) -> None:
         try:

@@ -58,6 +58,7 @@ import soxr
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.heap import trim_heap
+from runtime.thread_cpu import thread_cpu_s
 from runtime.models.listen.asr_thread import RecognitionThread
 from runtime.models.listen.denoise import ENGINES as DENOISE_ENGINES
 from runtime.models.listen.denoise import NOISE_REDUCTION_TYPES, make_denoiser
@@ -769,9 +770,11 @@ class ListenExecutor(ChunkExecutor):
         self._counters = {"frames": 0, "utterances": 0, "bad_input": 0, "speculative": 0,
                           "speculative_used": 0, "speculative_wasted": 0}
         self._decision_ms: deque[float] = deque(maxlen=self.DECISION_WINDOW)
+        self._loop_ident: int | None = None      # the thread that runs the VAD (process())
 
     def load(self) -> None:
         VadParams.from_dicts(self.defaults, {})        # fail at start-up on a bad YAML default
+        self._loop_ident = threading.get_ident()        # process() may say otherwise
         self._session = make_session(self.threads)
         if self.engine == "whisper":
             from runtime.models.listen.whisper_asr import WhisperASR
@@ -850,12 +853,31 @@ class ListenExecutor(ChunkExecutor):
         out = {"streams": len(self._streams), "spare_decoders": len(self._pool),
                "asr_engine": self.engine, **c}
         if self._thread is not None:
-            out["asr"] = dict(self._thread.counters, busy_s=round(self._thread.counters["busy_s"], 3),
-                              **self._thread.load())
+            out["asr"] = {k: round(v, 3) if isinstance(v, float) else v
+                          for k, v in self._thread.counters.items()} | self._thread.load()
+            out["cpu_s"] = self.cpu_by_role()
         if delays:
             out["vad_decision_ms"] = {"n": len(delays), "p50": delays[len(delays) // 2],
                                       "p99": delays[min(len(delays) - 1, int(len(delays) * 0.99))],
                                       "max": delays[-1]}
+        return out
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds so far by role: the loop thread is the VAD, each end-of-turn
+        model has its thread, and the rest of the process is recognition (its
+        engine computes on worker threads of its own), which the recognition
+        thread's busy time splits into transcripts and early readings."""
+        total = time.process_time()
+        roles = {"vad": thread_cpu_s(self._loop_ident),
+                 "end_of_turn": self._turn_thread.cpu_s() if self._turn_thread else None,
+                 "turn_text": self._read_thread.cpu_s() if self._read_thread else None}
+        out = {k: round(v, 3) for k, v in roles.items() if v is not None}
+        rest = max(0.0, total - sum(out.values()))
+        c = self._thread.counters
+        early = c["busy_early_s"] / c["busy_s"] if c["busy_s"] > 0 else 0.0
+        out["recognition_transcripts"] = round(rest * (1 - early), 3)
+        out["recognition_early"] = round(rest * early, 3)
+        out["process"] = round(total, 3)
         return out
 
     # ---- streams -------------------------------------------------------------------
@@ -962,6 +984,7 @@ class ListenExecutor(ChunkExecutor):
     def process(self, items: list[WorkItem]) -> list[list[Any]]:
         # Three passes so that the VAD runs once per frame position for all the
         # streams in the batch (SileroVAD.probs) instead of once per stream.
+        self._loop_ident = threading.get_ident()
         results: list[Any] = [None] * len(items)
         plans: list[tuple[int, _Stream, list[np.ndarray], bool]] = []
         for i, item in enumerate(items):

@@ -40,6 +40,7 @@ import numpy as np
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecutor, StepResult,
                               WorkItem)
+from runtime.step_cost import StepCost
 from runtime.models.think.chat import Message, fit_messages, render_template
 from runtime.models.think.gguf_requant import requantized
 from runtime.models.model_files import SMOLLM2, ModelFileMissing, thinker_gguf
@@ -216,6 +217,9 @@ class LlamaCppThinker(ARExecutor):
         self._last_batch = 0
         self._last_tokens = 0
         self._hist: dict[int, int] = {}
+        # what steps cost, by kind: a step holding prompt tokens, or only one
+        # token per decoding reply (the CPU budget per role, n_threads choice)
+        self._cost = {kind: StepCost() for kind in ("prompt", "decode")}
         self._prefix_hits = 0
         self._prefills_only = 0
         self.conversation_cache = bool(args.get("conversation_cache", True))
@@ -699,6 +703,8 @@ class LlamaCppThinker(ARExecutor):
         if n == 0:
             return results
         batch.n_tokens = n
+        cost = self._cost["prompt" if chunked else "decode"]
+        cost.start()
         rc = lc.llama_decode(self._ctx, batch)
         if rc == 1 and self._drop_kept():  # no room: give up what finished sequences kept
             rc = lc.llama_decode(self._ctx, batch)
@@ -738,6 +744,7 @@ class LlamaCppThinker(ARExecutor):
                 result = self._emit(seq, lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
             if result is not None:
                 results[seq.rid] = result
+        cost.stop(n)
         return results
 
     @staticmethod
@@ -842,6 +849,7 @@ class LlamaCppThinker(ARExecutor):
             "last_batch_size": self._last_batch,
             "last_batch_tokens": self._last_tokens,
             "batch_sizes_hist": dict(self._hist),
+            "steps": {kind: c.as_dict() for kind, c in self._cost.items()},
             "truncated": self._last_truncated,
             "truncated_total": self._truncated_total,
             "prefix_tokens": len(self._prefix),

@@ -669,3 +669,21 @@ def test_no_interim_with_asr_peek_off(people):
         assert [e["paused"] for e in events if e["type"] == "interim"] == [True]
     finally:
         ex.close()
+
+
+def test_cpu_by_role_splits_the_process(whisper_ex, people):
+    """The budget per role (benchmarks/cpu_budget.py): voice activity on the loop
+    thread, recognition on the rest of the process, each growing with the work it
+    did, and the parts never adding up to more than the process."""
+    before = whisper_ex.stats()["cpu_s"]
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), people[0].audio, np.zeros(SR, np.float32)])
+    assert "final" in kinds(stream(whisper_ex, audio))
+    after = whisper_ex.stats()
+    cpu = after["cpu_s"]
+    assert cpu["vad"] > before["vad"]
+    assert cpu["recognition_transcripts"] > before["recognition_transcripts"]
+    parts = sum(v for k, v in cpu.items() if k != "process")
+    assert parts <= cpu["process"] + 1e-3
+    asr = after["asr"]
+    assert asr["busy_transcript_s"] > 0
+    assert asr["busy_transcript_s"] + asr["busy_early_s"] <= asr["busy_s"] + 1e-3

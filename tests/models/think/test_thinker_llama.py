@@ -340,3 +340,18 @@ def test_a_forgotten_conversation_keeps_no_cells_and_the_others_keep_theirs(thin
                              params={**params, CONVERSATION: "bob"}))
     assert thinker.stats()["conversation_hits"] == st1["conversation_hits"] + 1
     _drain(thinker, 973)
+
+
+def test_steps_report_what_prompt_and_decode_cost(thinker):
+    """Prompt and decode steps are timed apart (the CPU budget per role and the
+    thread-count choice read them): every token fed is counted once, and the
+    CPU clock is the process's, so llama.cpp's worker threads count."""
+    before = thinker.stats()["steps"]
+    thinker.prefill(_ask(30, "Name a colour.", max_tokens=6, temperature=0.0))
+    prompt_len = len(thinker._seqs[30].prompt)
+    _drain(thinker, 30)
+    after = thinker.stats()["steps"]
+    grew = {k: {f: after[k][f] - before[k][f] for f in after[k]} for k in after}
+    assert grew["prompt"]["tokens"] == prompt_len and grew["prompt"]["steps"] >= 1
+    assert 1 <= grew["decode"]["steps"] <= 6 and grew["decode"]["tokens"] == grew["decode"]["steps"]
+    assert grew["prompt"]["cpu_s"] > 0 and grew["decode"]["wall_s"] > 0

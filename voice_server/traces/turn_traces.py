@@ -13,7 +13,9 @@ the hot path pays nothing more than the timer's clock reads)::
       think                   reply submitted -> last token; ttft_ms, tokens
       speak                   first token -> first synthesised chunk
       transport.send          first audio handed to the transport -> the last
-      barge_in.abort          a cancelled reply's abort -> every stage's ack; reason
+      barge_in.abort          a cancelled reply's abort -> every stage's ack; reason,
+                              request.live (false: the reply had left the pipeline
+                              whole and only its paced audio was cut: no acks)
         abort.ack             one per stage process: abort -> its ack; process
 
 Every span carries ``session.id`` and ``response.id``.  A barge-in trace is

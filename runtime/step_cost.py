@@ -11,7 +11,7 @@ choosing its thread count needs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -20,8 +20,8 @@ class StepCost:
     tokens: int = 0
     cpu_s: float = 0.0
     wall_s: float = 0.0
-    _cpu0: float = 0.0
-    _wall0: float = 0.0
+    _cpu0: float = field(default=0.0, init=False, repr=False)
+    _wall0: float = field(default=0.0, init=False, repr=False)
 
     def start(self) -> None:
         self._cpu0, self._wall0 = time.process_time(), time.perf_counter()

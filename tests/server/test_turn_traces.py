@@ -71,6 +71,15 @@ async def trace_of(exporter, response_id: str, timeout: float = 5.0) -> list:
         await asyncio.sleep(0.1)
 
 
+async def long_replies(server, instructions: str) -> RTClient:
+    """A session whose replies run long (up to 300 tokens): one to cut."""
+    c = await RTClient.connect(server.url)
+    await session_id(c)
+    await c.send({"type": "session.update", "session": {
+        "type": "realtime", "max_output_tokens": 300, "instructions": instructions}})
+    return c
+
+
 def check_order(spans: list, names: list[str]) -> None:
     by_name = {s.name: s for s in spans}
     assert set(names) <= set(by_name), sorted(by_name)
@@ -113,12 +122,8 @@ async def test_an_aborted_reply_trace_shows_the_abort_and_the_acks(server, expor
     # Cancelled at its first audio, while the think stage still decodes it: a
     # spoken barge-in is decided from the caller's words about a second later,
     # when a short reply can be wholly generated, with nothing left to abort.
-    c = await RTClient.connect(server.url)
+    c = await long_replies(server, "You count aloud when asked, every number, never stopping early.")
     try:
-        await session_id(c)
-        await c.send({"type": "session.update", "session": {
-            "type": "realtime", "max_output_tokens": 300,
-            "instructions": "You count aloud when asked, every number, never stopping early."}})
         async with talking(c, "please count from one to two hundred"):
             first = await c.wait("response.output_audio.delta", timeout=30)
             await c.send({"type": "response.cancel"})
@@ -155,12 +160,8 @@ async def test_a_spoken_barge_in_trace_shows_the_cut(server, exporter):
     the pipeline whole by the time the caller's words decide (only its paced
     audio is left to cut): then the abort says no request was live and no
     stage acks; otherwise each stage's ack hangs under it."""
-    c = await RTClient.connect(server.url)
+    c = await long_replies(server, "You tell long, detailed stories of many sentences.")
     try:
-        await session_id(c)
-        await c.send({"type": "session.update", "session": {
-            "type": "realtime", "max_output_tokens": 300,
-            "instructions": "You tell long, detailed stories of many sentences."}})
         async with talking(c, "tell me a long story about a dragon"):
             first = await c.wait("response.output_audio.delta", timeout=30)
         async with talking(c, "wait, stop, I have another question for you", lead_ms=0):

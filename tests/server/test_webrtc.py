@@ -138,7 +138,15 @@ async def test_barge_in_over_webrtc(rtc_server):
         c.mic.say(flite_pcm(STORY, RATE), RATE)
         started = await c.wait("output_audio_buffer.started", 40)
         rid = started["response_id"]
-        await asyncio.sleep(0.8)  # let the listener hear some of it
+        # let the listener hear some of it, and the reply get past its eager first
+        # clause: on a loaded machine the next clause can come after those two
+        # words have played, and a reply cut while nothing unplayed is left has
+        # nothing to truncate
+        await c.wait(lambda e: e["type"] == "response.output_audio_transcript.delta"
+                     and e.get("response_id") == rid
+                     and len([x for x in c.of_type(e["type"]) if x.get("response_id") == rid]) >= 2,
+                     20)
+        await asyncio.sleep(0.5)
         assert c.audible(started["_t"]), "no agent audio before the interruption"
         c.mic.say(flite_pcm(INTERRUPT, RATE), RATE)
         cleared = await c.wait(lambda e: e["type"] == "output_audio_buffer.cleared", 15)

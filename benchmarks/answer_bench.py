@@ -189,7 +189,12 @@ VARIANTS = [
     Variant("qwen0.5b-q5_0 as published", "configs/voice-cpu.yaml",
             {"model_path": str(qwen_gguf(source=True)), "requantize": None}),
     # make model-1.5b: Q4_K_M as published, the default profile's args otherwise
+    # its call start is calibrated apart (tool_dialect.CALL_START_BY_MODEL: 0.05)
     Variant("qwen1.5b-q4_k_m", "configs/voice-cpu.yaml", {"model": QWEN_15B}),
+    Variant("qwen1.5b-q4_k_m call start 0.005", "configs/voice-cpu.yaml",
+            {"model": QWEN_15B, "tool_call_threshold": 0.005}),
+    Variant("qwen1.5b-q4_k_m call start 0.3", "configs/voice-cpu.yaml",
+            {"model": QWEN_15B, "tool_call_threshold": 0.3}),
     # the native dialect's call rule: a reply probes a call only when its first token's
     # probability of one reaches this (0: always; see tool_dialect)
     Variant("qwen0.5b-q4_0 call start 0.02", "configs/voice-cpu.yaml", {"tool_call_threshold": 0.02}),

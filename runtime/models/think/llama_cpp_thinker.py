@@ -48,7 +48,7 @@ from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, read_req
 from runtime.models.think.sampling import Sampling
 from runtime.models.think.text_stream import Utf8Stream
 from runtime.models.think.tool_call_format import MARKER, CallStream, call_grammar
-from runtime.models.think.tool_dialect import NATIVE, dialect_for
+from runtime.models.think.tool_dialect import CALL_START_BY_MODEL, NATIVE, dialect_for
 from runtime.models.think.tools import NO_TOOLS, Tools
 from runtime.models.voice_contract import LENGTH, STOP, think_chunk, think_events, usage_event
 
@@ -295,7 +295,8 @@ class LlamaCppThinker(ARExecutor):
         self._piece_buf = ctypes.create_string_buffer(256)
         self.dialect = dialect_for(self._template, str(self.args.get("tool_format", "auto")))
         if self.tool_call_threshold is None:
-            self.tool_call_threshold = self.dialect.threshold
+            self.tool_call_threshold = CALL_START_BY_MODEL.get(str(self.args.get("model")),
+                                                               self.dialect.threshold)
         self._marker_token = self._first_token(MARKER)
         self._start_tokens = sorted({self._first_token(t) for t in self.dialect.start_texts})
         self._unspoken = self._tokens_starting(self.dialect.unspoken)

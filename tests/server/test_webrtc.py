@@ -138,15 +138,17 @@ async def test_barge_in_over_webrtc(rtc_server):
         c.mic.say(flite_pcm(STORY, RATE), RATE)
         started = await c.wait("output_audio_buffer.started", 40)
         rid = started["response_id"]
-        # let the listener hear some of it, and the reply get past its eager first
-        # clause: on a loaded machine the next clause can come after those two
-        # words have played, and a reply cut while nothing unplayed is left has
-        # nothing to truncate
-        await c.wait(lambda e: e["type"] == "response.output_audio_transcript.delta"
-                     and e.get("response_id") == rid
-                     and len([x for x in c.of_type(e["type"]) if x.get("response_id") == rid]) >= 2,
-                     20)
-        await asyncio.sleep(0.5)
+        # Interrupt while the reply's second clause plays: a transcript delta goes
+        # out once its clause has played, and on a loaded machine the clause after
+        # the eager two-word first one can come late; a reply cut with nothing
+        # unplayed has nothing to truncate (both seen in CI).
+        first_clause = await c.wait(lambda e: e["type"] == "response.output_audio_transcript.delta"
+                                    and e.get("response_id") == rid, 20)
+        deadline = time.monotonic() + 20
+        while not c.audible(first_clause["_t"] + 0.1):
+            assert time.monotonic() < deadline, "the reply never went on after its first clause"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
         assert c.audible(started["_t"]), "no agent audio before the interruption"
         c.mic.say(flite_pcm(INTERRUPT, RATE), RATE)
         cleared = await c.wait(lambda e: e["type"] == "output_audio_buffer.cleared", 15)

@@ -6,6 +6,7 @@ sockets from their own loops; ``server.call(fn)`` runs on the server's loop.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,28 @@ def server():
     srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
     yield srv
     srv.stop()
+
+
+@contextlib.contextmanager
+def unpaced_ws(srv: ServerThread):
+    """Realtime WebSocket sessions of ``srv`` opened inside get each reply's audio
+    as soon as it is made (``output_lead_ms`` 0), for tests that judge what is
+    said, not when it plays: paced, every reply costs its own length in real
+    time.  Pacing has its tests (test_pacing.py) and barge-in needs it, so those
+    never use this."""
+    ep = srv.app.state.realtime
+    old, ep.settings = ep.settings, ep.settings.model_copy(update={"output_lead_ms": 0.0})
+    try:
+        yield srv
+    finally:
+        ep.settings = old
+
+
+@pytest.fixture
+def unpaced(server):
+    """:func:`unpaced_ws` on the shared server, for one test."""
+    with unpaced_ws(server):
+        yield server
 
 
 def loopback_server(max_output_tokens: int, config: Path = ROOT / "configs" / "voice-cpu.yaml"

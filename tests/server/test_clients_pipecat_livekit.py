@@ -25,7 +25,7 @@ from tests.requirements import missing
 from voice_server.testing.audio import flite_pcm, silence
 from .conftest import API_KEY, ROOT
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("unpaced")]
 
 CLIENTS = Path(__file__).parent / "clients"
 TOOL = "get_weather"

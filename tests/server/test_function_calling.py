@@ -20,7 +20,7 @@ from voice_server.testing.greedy_config import greedy_config
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.rtc_client import RTCClient
 
-from .conftest import API_KEY, loopback_server
+from .conftest import API_KEY, loopback_server, unpaced_ws
 from voice_server.testing.response_status import answered
 
 pytestmark = pytest.mark.timeout(180)
@@ -47,7 +47,8 @@ RATE = 16000
 @pytest.fixture(scope="module")
 def tool_server(tmp_path_factory):
     srv = loopback_server(max_output_tokens=40, config=greedy_config(tmp_path_factory.mktemp("cfg")))
-    yield srv
+    with unpaced_ws(srv):
+        yield srv
     srv.stop()
 
 

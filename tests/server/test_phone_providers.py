@@ -62,7 +62,7 @@ async def settled_clean(server) -> None:
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_spoken_turn_then_the_providers_end_of_call(server, provider):
     c = await PhoneClient.connect(base_ws(server), provider, {
-        "instructions": "Answer in one short sentence.", "max_output_tokens": "24"})
+        "instructions": "Answer in one short sentence.", "max_output_tokens": "12"})
     try:
         call = await wait_call(server, provider)
         await asyncio.sleep(0.2)
@@ -303,7 +303,7 @@ async def test_a_silent_caller_gets_a_check_in_then_a_goodbye_and_the_call_ends(
     with phone_settings(server, provider, phone_idle_timeout_ms=1500,
                         phone_idle_hang_up_after=1):
         c = await PhoneClient.connect(base_ws(server), provider, {
-            "instructions": "Answer in one short sentence.", "max_output_tokens": "16"})
+            "instructions": "Answer in one short sentence.", "max_output_tokens": "10"})
         call = await wait_call(server, provider)
     seen = []
     orig = call._session_event
@@ -345,7 +345,7 @@ async def test_an_answering_machine_gets_the_message_after_its_beep_then_the_cal
     server ends the stream (1000)."""
     provider = "exotel"
     c = await PhoneClient.connect(base_ws(server), provider, {
-        "answering_machine": "true", "max_output_tokens": "16",
+        "answering_machine": "true", "max_output_tokens": "10",
         "instructions": "You call to remind Jane of her appointment."})
     try:
         call = await wait_call(server, provider)

@@ -59,6 +59,7 @@ async def session_id(c: RTClient) -> str:
     return (await c.wait("session.created"))["session"]["id"]
 
 
+@pytest.mark.usefixtures("unpaced")
 async def test_spoken_turn_end_to_end(server):
     c = await RTClient.connect(server.url)
     try:
@@ -94,6 +95,7 @@ async def test_spoken_turn_end_to_end(server):
         await c.close()
 
 
+@pytest.mark.usefixtures("unpaced")
 async def test_push_to_talk(server):
     c = await RTClient.connect(server.url)
     try:

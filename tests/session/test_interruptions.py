@@ -375,6 +375,22 @@ def test_echo_guard_places_late_bursts_by_capture_time():
     assert muted >= 95, muted                     # of 100 chunks of echo alone
 
 
+def test_echo_guard_residue_in_the_replys_silent_pause_is_not_the_caller():
+    """A voice's pause between clauses is digital silence: it predicts no echo,
+    and the residue the mic picks up meanwhile (rms < 1) must not pass as the
+    caller, or its hangover lets the echo of the next words through."""
+    g = EchoGuard(margin_db=10.0)
+    ref = np.concatenate([voice(1000, 16000, 6), np.zeros(4800, np.int16), voice(1000, 16000, 7)])
+    g.played(ref, 16000, 0.0)
+    delay = 2400                                  # 150 ms
+    echo = np.concatenate([np.zeros(delay, np.int16), ref[:-delay]]) // 10
+    residue = np.random.default_rng(8).integers(-1, 2, echo.size).astype(np.int16)
+    mic = (echo + residue).astype(np.int16)
+    muted = sum(int(not g.process(mic[i:i + 320], (i + 320) / 16).any())
+                for i in range(0, mic.size, 320))
+    assert muted >= 0.95 * (mic.size // 320), (muted, mic.size // 320)
+
+
 def test_the_replys_echo_neither_pauses_nor_reaches_the_listen_stage():
     """The session feeds the listen stage the mic audio with the reply's own
     echo (-20 dB, 150 ms late) muted; the caller's voice on top gets through."""

@@ -49,6 +49,10 @@ SWITCH_MARGIN = 0.1        # ... and no other lag fits clearly better
 ECHO_COVERAGE = 0.8        # share of the reply's active slots an echo must be heard in
 MAX_LEVEL = 0.25           # an echo is quieter than what it echoes (-6 dB)
 PRIOR_LEVEL = 0.03         # before an estimate: the speaker-to-mic path loses 15 dB
+# Quieter than this (rms ~32 of 32768, -60 dBFS) a frame is nobody talking, only
+# residue; without the floor, a frame of the reply's digital silence (a voice's
+# pause) predicts no echo at all and any residue would pass as the caller.
+CALLER_FLOOR = 1e3
 
 
 def _energies(pcm: np.ndarray, n: int) -> np.ndarray:
@@ -190,7 +194,7 @@ class EchoGuard:
             bound = self._echo_bound(slot)
             if bound is None:
                 continue
-            if e > bound * self.margin and e > 0:
+            if e > max(bound * self.margin, CALLER_FLOOR):
                 self._pass_until = t + self.hangover_ms  # louder than any echo: the caller
             elif t > self._pass_until:
                 out[i:i + x.size] = 0

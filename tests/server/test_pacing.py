@@ -154,7 +154,9 @@ async def test_pause_holds_and_resume_goes_on_with_the_same_reply(paced_server):
         assert done["response"]["output"][0]["content"][0]["transcript"] == \
             full["response"]["output"][0]["content"][0]["transcript"]
         # the same audio as an uninterrupted reply: nothing lost, nothing twice
-        assert abs(ws_playout(c, rid2, n).received - full_ms) < 1.0
+        # (flite dithers: where a clause's voice begins and ends, and so its
+        # padding cut, may move by a 10 ms frame at either end; a clause is > 1 s)
+        assert abs(ws_playout(c, rid2, n).received - full_ms) <= 4 * 2 * 10.0
         after = ws_playout(c, rid2, c.index(resumed))
         assert after.max_ahead <= LEAD_MS + WS_SLICE_MS + SLACK_MS
     finally:

@@ -20,6 +20,7 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.models.speak.clauses import ClauseSegmenter, strip_markdown
+from runtime.models.speak.pauses import spoken_with_pause
 from runtime.models.speak.spoken_form import spoken_form
 from runtime.models.speak.tts_base import Synthesizer, speakable
 from runtime.models.speak.voices import resolve_voice
@@ -163,10 +164,11 @@ class SpeakExecutor(ChunkExecutor):
         if not spoken:
             return None
         synth = self._synths[reply.voice]
-        audio = synth.synthesize(spoken, reply.speed)
+        rate = int(synth.sample_rate)
+        audio = spoken_with_pause(synth.synthesize(spoken, reply.speed), rate, text, reply.speed)
         if audio.size == 0:
             return None
-        chunk = speak_chunk(audio, int(synth.sample_rate), clause)
+        chunk = speak_chunk(audio, rate, clause)
         self._clauses += 1
         self._audio_ms += chunk["duration_ms"]
         return chunk

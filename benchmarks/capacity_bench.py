@@ -9,6 +9,8 @@ seed), so turns overlap the way real calls do.  Per level N (1, 2, 4, 6, 8):
 * ``first_audio_ms``: the TRUE end of the caller's speech (its last speech
   frame sent) -> first ``response.output_audio.delta``; the server's silence
   window is included, because the caller waits through it too;
+* ``heard_ms``: the same end -> when the reply's voice sounds at the caller
+  (its leading silence played: :mod:`voice_server.testing.callers.heard`);
 * ``barge_in_ms``: first frame of interrupting speech sent -> ``response.done``
   (cancelled) of the interrupted reply: the server's decision that it is an
   interruption (it waits for the words: a backchannel must not cancel);
@@ -37,7 +39,7 @@ seed), so turns overlap the way real calls do.  Per level N (1, 2, 4, 6, 8):
     .venv/bin/python -m benchmarks.capacity_bench --url http://127.0.0.1:8000
 
 Prints a table and the budget; writes benchmarks/results/capacity.json with keys
-``levels.<N>.{first_audio_ms.{p50,p95}, barge_in_ms.{p50,p95}, paused_ms.{p50,p95},
+``levels.<N>.{first_audio_ms.{p50,p95}, heard_ms.{p50,p95}, barge_in_ms.{p50,p95}, paused_ms.{p50,p95},
 cpu_cores.<process>, budget, errors}``.  The targets printed are issue 31's, set
 for the capacity-first profile (``--config configs/voice-cpu-fast.yaml``).
 """
@@ -57,6 +59,7 @@ from benchmarks import cpu_budget
 from benchmarks.cpu_budget import process_cpu_s
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import Caller, connected, load_speech
+from voice_server.testing.callers.heard import first_heard
 from voice_server.testing.report import pct, write_json
 from voice_server.testing.server_process import RunningServer, add_server_arguments, served
 
@@ -127,10 +130,11 @@ async def _talk(c: Caller, speech: dict, turns: int, rng: random.Random, res: di
         n = len(c.events)
         _, end = c.say(speech["q"][rng.randrange(len(speech["q"]))])
         t_end = await asyncio.wait_for(end, 90)
-        _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
-                                                    "response.done"), n, 90)
+        d, heard_t = await first_heard(c, n, 90)
         if d["type"] == "response.output_audio.delta":
             res["first_audio_ms"].append((d["_t"] - t_end) * 1000)
+            if heard_t is not None:
+                res["heard_ms"].append((heard_t - t_end) * 1000)
         else:
             res["errors"] += 1
         await c.wait(lambda e: e["type"] == "response.done", n, 90)
@@ -166,7 +170,7 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
     spent0 = cpu_budget.snapshot(rt)
     cpu0 = {k: process_cpu_s(p) for k, p in pids.items()}
     w0 = time.monotonic()
-    res = {"first_audio_ms": [], "barge_in_ms": [], "paused_ms": [], "barge_not_cancelled": 0,
+    res = {"first_audio_ms": [], "heard_ms": [], "barge_in_ms": [], "paused_ms": [], "barge_not_cancelled": 0,
            "errors": 0, "refused": 0, "caller_s": 0.0,
            "error_events": 0, "failed": 0, "exceptions": []}
     rng = random.Random(seed * 1000 + n)
@@ -186,6 +190,7 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
     fa, bi = res["first_audio_ms"], res["barge_in_ms"]
     return {"callers": n, "turns": len(fa), "wall_s": round(wall, 1),
             "first_audio_ms": {"p50": pct(fa, 50), "p95": pct(fa, 95)},
+            "heard_ms": {"p50": pct(res["heard_ms"], 50), "p95": pct(res["heard_ms"], 95)},
             "barge_in_ms": {"p50": pct(bi, 50), "p95": pct(bi, 95)},
             "paused_ms": {"p50": pct(res["paused_ms"], 50), "p95": pct(res["paused_ms"], 95)},
             "barge_not_cancelled": res["barge_not_cancelled"],
@@ -210,7 +215,8 @@ async def main_async(a) -> dict:
     async with served(a.config, a.url) as server:
         for n in [int(x) for x in a.levels.split(",")]:
             levels[str(n)] = r = await level(server, server.url, a.key, n, speech, a.turns, a.seed)
-            print(f"N={n}: first audio p50/p95 {r['first_audio_ms']['p50']}/{r['first_audio_ms']['p95']} ms, "
+            print(f"N={n}: first audio p50/p95 {r['first_audio_ms']['p50']}/{r['first_audio_ms']['p95']} ms "
+                  f"(voice heard {r['heard_ms']['p50']}/{r['heard_ms']['p95']}), "
                   f"barge-in p50/p95 {r['barge_in_ms']['p50']}/{r['barge_in_ms']['p95']} ms, "
                   f"errors {r['errors']}, cores {r['cpu_cores']}", flush=True)
             await asyncio.sleep(2)

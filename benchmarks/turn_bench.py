@@ -13,7 +13,9 @@ wait), over a real served ``voice-agent serve`` (its own process) and the
 Realtime WebSocket, in real time:
 
 * ``latency_ms``: TRUE end of the user's speech (last speech frame sent) ->
-  first ``response.output_audio.delta`` at the client (p50/p95, ``complete``);
+  first ``response.output_audio.delta`` at the client (p50/p95, ``complete``),
+  and (``heard``) to when its voice sounds there (the reply's leading silence
+  played: :mod:`voice_server.testing.callers.heard`);
 * ``latency_human_ms``: the same on recordings of people (``--human``: the
   LibriVox sentences and spoken commands of ``voice_server.testing.speech_corpus``,
   cut to the span above 5% of their peak: the true speech bounds);
@@ -62,6 +64,7 @@ import argparse
 import asyncio
 import base64
 import random
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -69,6 +72,7 @@ from voice_server.audio_codec import resample
 from voice_server.testing.audio import flite_pcm
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import Caller, connected
+from voice_server.testing.callers.heard import first_heard
 from voice_server.testing.echo import PlayoutEcho
 from voice_server.testing.report import pct, write_json
 from voice_server.testing.server_process import add_server_arguments, served
@@ -306,56 +310,72 @@ async def settle(c: Caller, n: int, quiet_s: float = 1.0, limit_s: float = 30.0,
             return
 
 
-async def first_audio_then_cancel(c: Caller, n: int) -> dict:
-    """The reply's first audio (or its response.done); the rest is not needed:
-    cancel it, so the next sentence starts sooner."""
-    _, d = await c.wait(lambda e: e["type"] in ("response.output_audio.delta",
-                                                "response.done"), n, 60)
+async def first_audio_then_cancel(c: Caller, n: int) -> tuple[dict, float | None]:
+    """The reply's first audio (or its response.done) and when its voice was
+    heard (:func:`first_heard`); the rest is not needed: cancel it, so the next
+    sentence starts sooner."""
+    d, heard_t = await first_heard(c, n, 60)
     if d["type"] == "response.output_audio.delta":
         await c.t.send_event({"type": "response.cancel"})
-    return d
+    return d, heard_t
 
 
-async def answer_latency(c: Caller, pcm: np.ndarray, latency: list, decide: list,
-                         respond: list, early: list) -> int:
-    """Say ``pcm``; append true end of speech -> first agent audio (and its two
-    parts: -> speech_stopped, -> audio); 1 when no audio came (an error).  An
-    answer that starts before the speaker has finished (a pause inside the
-    clip taken for the end of the turn) is no latency: it goes to ``early``."""
+@dataclass
+class Latencies:
+    """One sentence set's answers, in ms from the true end of speech."""
+    audio: list = field(default_factory=list)     # -> the first audio delta
+    heard: list = field(default_factory=list)     # -> its voice sounds (the padding played)
+    decide: list = field(default_factory=list)    # -> speech_stopped at the client
+    respond: list = field(default_factory=list)   # speech_stopped -> first audio
+    early: list = field(default_factory=list)     # answered before the clip ended
+
+    def summary(self) -> dict:
+        return {"p50": pct(self.audio, 50), "p95": pct(self.audio, 95), "n": len(self.audio),
+                "all": [round(x) for x in self.audio], "answered_early": self.early,
+                "heard": {"p50": pct(self.heard, 50), "p95": pct(self.heard, 95)},
+                "end_decided": {"p50": pct(self.decide, 50), "p95": pct(self.decide, 95)},
+                "decided_to_audio": {"p50": pct(self.respond, 50), "p95": pct(self.respond, 95)}}
+
+
+async def answer_latency(c: Caller, pcm: np.ndarray, lat: Latencies) -> int:
+    """Say ``pcm``; append true end of speech -> first agent audio, -> its voice
+    heard, and the first's two parts (-> speech_stopped, -> audio); 1 when no
+    audio came (an error).  An answer that starts before the speaker has
+    finished (a pause inside the clip taken for the end of the turn) is no
+    latency: it goes to ``early``."""
     n = len(c.events)
     _, end = c.say(pcm)
     t_end = await asyncio.wait_for(end, 60)
-    d = await first_audio_then_cancel(c, n)
+    d, heard_t = await first_audio_then_cancel(c, n)
     await settle(c, n, quiet_s=0.5)
     if d["type"] != "response.output_audio.delta":
         return 1
     if d["_t"] < t_end:
-        early.append(round((d["_t"] - t_end) * 1000))
+        lat.early.append(round((d["_t"] - t_end) * 1000))
         return 0
-    latency.append((d["_t"] - t_end) * 1000)
+    lat.audio.append((d["_t"] - t_end) * 1000)
+    if heard_t is not None:
+        lat.heard.append((heard_t - t_end) * 1000)
     stopped = [e for e in c.events[n:] if e["type"] == "input_audio_buffer.speech_stopped"
                and e["_t"] <= d["_t"]]
     if stopped:
-        decide.append((stopped[-1]["_t"] - t_end) * 1000)
-        respond.append((d["_t"] - stopped[-1]["_t"]) * 1000)
+        lat.decide.append((stopped[-1]["_t"] - t_end) * 1000)
+        lat.respond.append((d["_t"] - stopped[-1]["_t"]) * 1000)
     return 0
 
 
 async def run_mode(url: str, key: str | None, mode: str, sets: dict,
                    interrupts: bool = True) -> dict:
-    latency, premature, errors, missed = [], [], 0, []
-    decide, respond = [], []     # true end -> speech_stopped at the client -> first audio
-    human: list[float] = []
-    early: list[int] = []        # answered before the end of the clip
-    early_human: list[int] = []
+    premature, errors, missed = [], 0, []
+    latency, human = Latencies(), Latencies()
     async with connected(RealtimeWSTransport(url, key), session={
             "max_output_tokens": 16,
             "audio": {"input": {"turn_detection": turn_detection(mode)}}}) as c:
         await c.wait(lambda e: e["type"] == "session.updated", 0, 30)
         for item in sets["complete"]:
-            errors += await answer_latency(c, item["pcm"], latency, decide, respond, early)
+            errors += await answer_latency(c, item["pcm"], latency)
         for item in sets.get("human", []):
-            errors += await answer_latency(c, item["pcm"], human, [], [], early_human)
+            errors += await answer_latency(c, item["pcm"], human)
         for item in sets["paused"]:
             n = len(c.events)
             pcm = np.concatenate([item["first"], np.zeros(int(RATE * item["gap_ms"] / 1000),
@@ -373,12 +393,7 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
         inter = await interruption_trials(c, sets) if interrupts else \
             {"stop_ms": {"p50": None, "p95": None}, "stop_ms_standard": {"p50": None, "p95": None},
              "false_cancel_rate": None, "resumed_rate": None}
-    return {"latency_ms": {"p50": pct(latency, 50), "p95": pct(latency, 95), "n": len(latency),
-                           "all": [round(x) for x in latency], "answered_early": early,
-                           "end_decided": {"p50": pct(decide, 50), "p95": pct(decide, 95)},
-                           "decided_to_audio": {"p50": pct(respond, 50), "p95": pct(respond, 95)}},
-            "latency_human_ms": {"p50": pct(human, 50), "p95": pct(human, 95), "n": len(human),
-                                 "all": [round(x) for x in human], "answered_early": early_human},
+    return {"latency_ms": latency.summary(), "latency_human_ms": human.summary(),
             "premature_rate": round(sum(premature) / len(premature), 3) if premature else None,
             "premature_n": len(premature), "premature_sentences": missed, **inter,
             "wasted_think_ratio": None, "errors": errors}
@@ -421,7 +436,8 @@ async def main_async(a) -> dict:
                           "mean_step_ms": round(1000 * (think_after.get("step_time_s", 0)
                                                         - think_before.get("step_time_s", 0))
                                                 / steps, 2) if steps else None}
-            print(f"{mode}: latency p50/p95 {r['latency_ms']['p50']}/{r['latency_ms']['p95']} ms, "
+            print(f"{mode}: latency p50/p95 {r['latency_ms']['p50']}/{r['latency_ms']['p95']} ms "
+                  f"(voice heard {r['latency_ms']['heard']['p50']}/{r['latency_ms']['heard']['p95']}), "
                   f"people {r['latency_human_ms']['p50']}/{r['latency_human_ms']['p95']} ms "
                   f"({len(r['latency_human_ms']['answered_early'])} answered before their end), "
                   f"premature {r['premature_rate']}", flush=True)

@@ -1,10 +1,11 @@
 """hibari-tts: a small neural voice (int8 ONNX, distilled from Kokoro-82M) on onnxruntime.
 
 Why this engine is the default: side by side with flite on this machine it
-was rated more natural (DNSMOS 3.36 against 2.73), Whisper heard it back
-better (2.5% WER against 13%) and it cost less CPU per audio second (0.007
-against 0.010), for ~180 MB more memory (benchmarks/tts_bench.py,
-docs/PERFORMANCE.md).
+was rated more natural (DNSMOS 3.38 against 2.68), Whisper heard it back
+better (0.8% WER against 11.5%) and it cost no more CPU per audio second
+(0.012 against 0.013), for ~180 MB more memory (benchmarks/tts_bench.py,
+docs/PERFORMANCE.md).  It pads every text with ~0.3 s of silence at each
+end; the speak stage cuts that (pauses.py).
 
 Offline only.  hibari downloads any voice other than its bundled one on first
 use; a voice server must never reach out at run time, so voices are resolved

@@ -283,10 +283,13 @@ class SessionRunner:
                 self._push(("resume", c.item_id))
             elif isinstance(c, Close):
                 self._push(("close", c))
-        if cmds:
-            due = self.session.next_output_ms
-            if due is not None and (self._pace_due is None or due < self._pace_due):
-                self._pace_wake.set()
+        # Whatever the session was told may have held output without releasing
+        # any (a clause that arrives while the listener's lead is full gives no
+        # command at all): the pacer must hear of it whether or not commands came,
+        # or it sleeps on with nothing due and the reply stalls mid-way.
+        due = self.session.next_output_ms
+        if due is not None and (self._pace_due is None or due < self._pace_due):
+            self._pace_wake.set()
 
     # -------------------------------------------------------------- internals
     def spawn(self, coro: Coroutine, name: str) -> asyncio.Task:

@@ -1,9 +1,9 @@
-"""A short soak (benchmarks/soak.py; the server in its own process): 4 callers for 12 s (after 6 s of warm-up) with random
+"""A short soak (benchmarks/soak.py; the server in its own process): 4 callers for 12 s (after 4 s of warm-up) with random
 barge-ins, response.cancel and disconnects (close frame or TCP reset) +
 reconnects against a real server on the real voice-cpu pipeline.
 
 Marked ``slow`` for selection (``-m slow``); it is NOT skipped by default:
-``make test`` runs it (~40 s; the 30-minute soak is the benchmark).
+``make test`` runs it (~35 s; the 30-minute soak is the benchmark).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def test_soak_four_callers_for_twelve_seconds():
-    r = run_soak(minutes=0.2, callers=4, seed=7, warmup_s=6.0)
+    r = run_soak(minutes=0.2, callers=4, seed=7, warmup_s=4.0)
     assert r["left"]["live_requests"] == 0, r["left"]
     assert not r["left"]["held"], r["left"]
     assert r["left"]["lent"] == 0, r["left"]

@@ -130,7 +130,7 @@ async def test_agent_voice_over_webrtc_is_heard_back(rtc_server):
 async def test_barge_in_over_webrtc(rtc_server):
     c = await connect(rtc_server)
     try:
-        await c.wait("session.created", 5)
+        sid = (await c.wait("session.created", 5))["session"]["id"]
         c.send({"type": "session.update", "session": {
             "type": "realtime", "max_output_tokens": 200,
             "instructions": "You tell long, detailed stories of many sentences."}})
@@ -157,9 +157,15 @@ async def test_barge_in_over_webrtc(rtc_server):
                             and e["response"]["id"] == rid, 5)
         assert done["response"]["status"] == "cancelled"
         assert done["response"]["status_details"]["reason"] == "turn_detected"
-        # the server knew what was played: the item is truncated to it
-        trunc = await c.wait("conversation.item.truncated", 2)
-        assert trunc["audio_end_ms"] > 300, trunc
+        # the server knew what was played: the item is truncated to it; on a
+        # starved CPU the caller may have heard all that was made when the cut
+        # came (the next clause not yet spoken), and then there is nothing to cut
+        try:
+            trunc = await c.wait("conversation.item.truncated", 2)
+            assert trunc["audio_end_ms"] > 300, trunc
+        except TimeoutError:
+            item = rtc_server.runner(sid).session.conversation.get(done["response"]["output"][0]["id"])
+            assert item.truncated_at_ms is None and item.audio_ms > 300, item
         # the remote audio goes silent soon after the flush, until the next reply
         nxt = await c.wait(lambda e: e["type"] == "output_audio_buffer.started"
                            and e["response_id"] != rid, 30)

@@ -100,15 +100,14 @@ async def _seconds_per_letter(server, speed: float) -> tuple[str, float]:
 
 async def test_speed_is_honoured(server):
     # The thinker samples (temperature 0.2), so two replies may word the same
-    # request differently, and a short reply's clause pauses weigh more per word.
-    # Compare only when both speeds spoke the same words, each in a fresh session.
-    for _ in range(4):
+    # request differently. Prefer a pair that spoke the same words, each in a
+    # fresh session; per letter (the padding cut, pauses scale with speed) a
+    # differently worded pair still compares, so the check never goes unmade.
+    for _ in range(3):
         said_1, slow = await _seconds_per_letter(server, 1.0)
         said_15, fast = await _seconds_per_letter(server, 1.5)
         if said_1 == said_15:
             break
-    else:
-        pytest.skip(f"the thinker never said the same words twice: {said_1!r} / {said_15!r}")
     assert fast < slow * 0.9, (said_1, slow, fast)
 
 

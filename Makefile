@@ -23,10 +23,15 @@ CONFIG ?= configs/voice-cpu.yaml
 # extensions named one by one (runtime/models/think/llama_simd.py: AVX-512 where
 # the CPU has it, never -march=native or AMX).  Such a wheel must not reach pip's
 # cache, where a machine without them could pick it up: it is built with
-# --no-cache-dir, and its stamp names the switches, so another CPU rebuilds it.
-export CMAKE_ARGS ?= $(or $(shell $(PYTHON) runtime/models/think/llama_simd.py),-DGGML_NATIVE=OFF)
+# --no-cache-dir, and its stamp names the switches and the version, so another
+# CPU or another pin rebuilds it (and nothing else in pyproject.toml does).
+# CMAKE_ARGS from the environment or the command line wins.
+ifeq ($(origin CMAKE_ARGS),undefined)
+CMAKE_ARGS := $(or $(shell $(PYTHON) runtime/models/think/llama_simd.py),-DGGML_NATIVE=OFF)
+endif
+export CMAKE_ARGS
 LLAMA_SPEC := $(shell grep -o '"llama-cpp-python[^"]*"' pyproject.toml)
-LLAMA_STAMP := $(STAMPS)/llama-$(shell echo '$(CMAKE_ARGS)' | cksum | cut -d' ' -f1)
+LLAMA_STAMP := $(STAMPS)/llama-$(shell echo '$(CMAKE_ARGS) $(LLAMA_SPEC)' | cksum | cut -d' ' -f1)
 # Weights fetched once outside the venv; the same folder as
 # runtime.models.model_files.models_dir().
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
@@ -56,7 +61,7 @@ $(STAMPS)/apt:
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(LLAMA_STAMP): pyproject.toml | $(PY)
+$(LLAMA_STAMP): | $(PY)
 	$(PIP) install -q --no-cache-dir --force-reinstall --no-deps $(LLAMA_SPEC)
 	@mkdir -p $(STAMPS) && rm -f $(STAMPS)/llama-* && touch $@
 
@@ -98,8 +103,12 @@ $(STAMPS)/clients: $(CLIENTS_REQUIREMENTS)
 serve: setup
 	$(VENV)/bin/voice-agent serve --config $(CONFIG) --host $(HOST) --port $(PORT)
 
+# Two pytest workers: the suite mostly waits on real-time audio, so two halve
+# its time even on two cores (tests/conftest.py says how files are shared out).
+TEST_WORKERS ?= 2
+
 test: setup $(STAMPS)/clients
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile tests
 
 bench: setup
 	$(PY) benchmarks/runtime_bench.py --quick

@@ -4,6 +4,7 @@ timeline render, and its recording plays in the page."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import httpx
@@ -69,7 +70,8 @@ def test_a_demo_call_shows_on_the_calls_page(records_server, launch):
     assert kinds == ["asr", "decide", "think", "speak", "play"], kinds
     first_ms = int(row.locator(".first-audio").inner_text().split()[0])
     timings = b.page.evaluate("window.callsPage.call.turns[0].timings")
-    assert first_ms == round(timings["first_audio_ms"] - timings["speech_stopped_ms"])
+    # JavaScript's Math.round takes halves up; Python's round() takes them to even
+    assert first_ms == math.floor(timings["first_audio_ms"] - timings["speech_stopped_ms"] + 0.5)
     # the recording plays in the page
     b.page.evaluate("document.getElementById('recording').play()")
     b.page.wait_for_function("document.getElementById('recording').currentTime > 0.3",

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from runtime.config import ConfigError
+from runtime.pipeline import Pipeline
+from runtime.shm import list_segments
 from runtime.supervisor import StageStartError
 from tests.runtime.conftest import fresh_snapshot, linear, pid_alive, settle
 
@@ -292,10 +294,17 @@ async def test_input_buffer_of_a_killed_stage_comes_back(start):
 
 async def test_failed_start_names_the_stage_and_leaves_nothing(start):
     cfg = linear(stage("ok"), stage("broken", "voice_server.testing.stages:Crash"))
-    before = set(os.listdir("/dev/shm"))
+    made: list[Pipeline] = []
+
+    class Seen(Pipeline):   # the pipeline that fails, so that its own segments are known
+        def __init__(self, cfg) -> None:
+            super().__init__(cfg)
+            made.append(self)
+
     with pytest.raises(StageStartError, match="broken.*cannot load"):
-        await start(cfg)
-    assert set(os.listdir("/dev/shm")) - before == set()
+        await Seen.start(cfg)
+    # its segments only: another pytest worker may hold segments of its own meanwhile
+    assert made and list_segments(made[0].shm_prefix) == []
 
 
 async def test_missing_executor_is_a_config_error(start):

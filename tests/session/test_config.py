@@ -209,6 +209,19 @@ def test_the_shipped_configs_start_sessions_on_semantic_vad():
         assert (td.type, td.eagerness) == ("semantic_vad", "auto"), name
 
 
+def test_the_ray_config_places_the_default_pipelines_own_stages():
+    """voice-cpu-ray.yaml is voice-cpu.yaml on Ray: the same models and settings,
+    so that a cluster's callers get the brain and voice a single machine's do."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    one, ray = (yaml.safe_load((root / n).read_text()) for n in ("voice-cpu.yaml", "voice-cpu-ray.yaml"))
+    assert (ray["stages"], ray["edges"]) == (one["stages"], one["edges"])
+    assert ray["placement"]["backend"] == "ray"
+
+
 def test_noise_reduction_is_validated_echoed_and_reaches_the_listen_stage():
     s = new_session()
     cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {

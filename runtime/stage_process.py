@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from typing import Any
 
 import zmq
@@ -94,40 +95,36 @@ class StageHost:
     def emit(self, rid: int, payload: Any, end: bool = False) -> None:
         if rid in self.loop.tombstones:
             return
-        req = self.sched.requests.get(rid)
-        params = req.params if req else {}
-        route = params.get("_route") or []
+        dests, params, to_exit = self._destinations(rid)
         self.n_out[rid] = self.n_out.get(rid, 0) + 1
-        dests = [e for e in self.out_edges if not route or e.dst in route]
         for e in dests:
             key = (rid, e.dst)
             if e.kind == "final":
                 self.final_buf.setdefault(key, []).append(payload)
                 if end:
                     chunks = self.final_buf.pop(key)
-                    self._send(rid, e.dst, chunks[0] if len(chunks) == 1 else chunks, True, True, params)
+                    self._send(rid, e.dst, chunks[0] if len(chunks) == 1 else chunks,
+                               has_payload=True, end=True, params=params)
             else:
-                self._send(rid, e.dst, payload, True, end, params)
-        if not dests or self.cfg.output:
-            self._send(rid, EXIT_DST, payload, True, end, params)
+                self._send(rid, e.dst, payload, has_payload=True, end=end, params=params)
+        if to_exit:
+            self._send(rid, EXIT_DST, payload, has_payload=True, end=end, params=params)
         if end:
             self._ended(rid)
 
     def finish(self, rid: int) -> None:
         if rid in self.loop.tombstones:
             return
-        req = self.sched.requests.get(rid)
-        params = req.params if req else {}
-        route = params.get("_route") or []
-        dests = [e for e in self.out_edges if not route or e.dst in route]
+        dests, params, to_exit = self._destinations(rid)
         for e in dests:
             buffered = self.final_buf.pop((rid, e.dst), None)
             if buffered:
-                self._send(rid, e.dst, buffered[0] if len(buffered) == 1 else buffered, True, True, params)
+                self._send(rid, e.dst, buffered[0] if len(buffered) == 1 else buffered,
+                           has_payload=True, end=True, params=params)
             else:
-                self._send(rid, e.dst, None, False, True, params)
-        if not dests or self.cfg.output:
-            self._send(rid, EXIT_DST, None, False, True, params)
+                self._send(rid, e.dst, None, has_payload=False, end=True, params=params)
+        if to_exit:
+            self._send(rid, EXIT_DST, None, has_payload=False, end=True, params=params)
         self._ended(rid)
 
     def fail(self, rid: int, error: BaseException | ErrorInfo) -> None:
@@ -140,14 +137,26 @@ class StageHost:
         self.loop.forget(rid)
 
     # ---- routing -----------------------------------------------------------------------
-    def _send(self, rid: int, dst: str, payload: Any, has_payload: bool, end: bool, params: dict) -> None:
+    def _destinations(self, rid: int) -> tuple[list, dict, bool]:
+        """Where this stage's output for ``rid`` goes: the out edges its route
+        keeps (all of them without a route), the request's params, and whether
+        the coordinator gets it too (no edge left, or an ``output`` stage)."""
+        req = self.sched.requests.get(rid)
+        params = req.params if req else {}
+        route = params.get("_route") or []
+        dests = [e for e in self.out_edges if not route or e.dst in route]
+        return dests, params, not dests or self.cfg.output
+
+    def _send(self, rid: int, dst: str, payload: Any, *, has_payload: bool, end: bool,
+              params: dict) -> None:
         loop = self.loop
         if dst != EXIT_DST:
             local = loop.local_stage(dst, rid)
             if local is not None:
                 first = (rid, dst) not in self.started
                 self.started.add((rid, dst))
-                loop.deliver(local, rid, self.name, payload, has_payload, end, params if first else None)
+                loop.deliver(local, rid, self.name, payload, has_payload=has_payload, end=end,
+                             params=params if first else None)
                 if end:
                     self.started.discard((rid, dst))
                 return
@@ -216,6 +225,9 @@ class ProcessLoop:
         self.poller.register(self.sub, zmq.POLLIN)
         self.stages: dict[str, StageHost] = {}
         self.running = True
+        # messages that came while pack() waited for credit and could not be
+        # handled then (handle(blocked=True)); the loop handles them next
+        self.deferred: deque[tuple[messages.Message, list]] = deque()
         self.done_reports: list = []
         self.last_done_flush = time.monotonic()
         self.last_stats = 0.0
@@ -256,12 +268,12 @@ class ProcessLoop:
         while desc is None:  # credit spent: wait for releases, keep serving control
             self.flush_releases()
             self.poll_control()
-            self._drain_pull(only_releases=True, timeout_ms=5)
+            self._drain_pull(timeout_ms=5, blocked=True)
             desc, frames = self.data.pack(payload, rid, transport)
         return desc, frames
 
     # ---- message handling ----------------------------------------------------------------
-    def deliver(self, host: StageHost, rid: int, src: str, payload: Any, has_payload: bool,
+    def deliver(self, host: StageHost, rid: int, src: str, payload: Any, *, has_payload: bool,
                 end: bool, params: dict | None) -> None:
         host.sched.on_input(rid, src, payload, has_payload, end, params)
 
@@ -280,7 +292,8 @@ class ProcessLoop:
             return
         payload = self.data.unpack(desc, frames) if desc is not None else None
         self.wakeup.update(True)       # before the work: the CPUs stay quick to wake for it
-        self.deliver(host, rid, msg.src, payload, desc is not None, msg.end, msg.params)
+        self.deliver(host, rid, msg.src, payload, has_payload=desc is not None, end=msg.end,
+                     params=msg.params)
 
     def on_abort(self, msg: Abort) -> None:
         rid = msg.request_id
@@ -309,22 +322,41 @@ class ProcessLoop:
     def on_release(self, msg: Release) -> None:
         self.data.release_lends(msg.lend_ids)
 
-    def handle(self, parts: list) -> None:
-        """One message; a failure while handling it fails its request, never the stage."""
+    def handle(self, parts: list, *, blocked: bool = False) -> None:
+        """One message; a failure while handling it fails its request, never the stage.
+
+        ``blocked``: called while :meth:`pack` waits for credit.  Only releases
+        (they give the credit back) and data (queued for a scheduler) are
+        handled then; anything else may send, and so enter ``pack`` again: it
+        waits in ``deferred`` for the loop (:meth:`handle_deferred`)."""
         msg = None
         try:
             msg = messages.decode(parts[0].buffer if hasattr(parts[0], "buffer") else parts[0])
+            if blocked and type(msg) is not Data and type(msg) is not Release:
+                self.deferred.append((msg, parts))
+                return
             self._dispatch(msg, parts)
         except Exception as exc:  # noqa: BLE001
-            if isinstance(msg, Data):
-                rid: int | None = msg.request_id
-            else:  # not even readable: a data message's request is still failed
-                rid = exc.request_id if isinstance(exc, messages.MessageError) and exc.data else None
-            what = type(msg).__name__ if msg is not None else "unreadable message"
-            self.log(f"{what} for request {rid} failed:\n" + traceback.format_exc())
-            if rid is not None:
-                host = self.stages.get(msg.to) if isinstance(msg, Data) else None
-                (host or next(iter(self.stages.values()))).fail(rid, exc)
+            self._handling_failed(msg, exc)
+
+    def handle_deferred(self) -> None:
+        while self.deferred:
+            msg, parts = self.deferred.popleft()
+            try:
+                self._dispatch(msg, parts)
+            except Exception as exc:  # noqa: BLE001
+                self._handling_failed(msg, exc)
+
+    def _handling_failed(self, msg: messages.Message | None, exc: Exception) -> None:
+        if isinstance(msg, Data):
+            rid: int | None = msg.request_id
+        else:  # not even readable: a data message's request is still failed
+            rid = exc.request_id if isinstance(exc, messages.MessageError) and exc.data else None
+        what = type(msg).__name__ if msg is not None else "unreadable message"
+        self.log(f"{what} for request {rid} failed:\n" + "".join(traceback.format_exception(exc)))
+        if rid is not None:
+            host = self.stages.get(msg.to) if isinstance(msg, Data) else None
+            (host or next(iter(self.stages.values()))).fail(rid, exc)
 
     def _dispatch(self, msg: messages.Message, parts: list) -> None:
         if type(msg) is Data:
@@ -352,7 +384,9 @@ class ProcessLoop:
                 return
             self.handle(parts)
 
-    def _drain_pull(self, only_releases: bool = False, timeout_ms: int = 0, limit: int = 256) -> None:
+    def _drain_pull(self, timeout_ms: int = 0, limit: int = 256, blocked: bool = False) -> None:
+        """Handle what the pull socket has now (waiting up to ``timeout_ms`` for
+        the first), ``blocked`` while :meth:`pack` waits for credit."""
         pull = self.pull
         if timeout_ms and not pull.poll(timeout_ms):
             return
@@ -363,14 +397,7 @@ class ProcessLoop:
                 parts = pull.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:  # EVENTS can say POLLIN before a whole message is in (seen on tcp)
                 return
-            if only_releases:
-                msg = messages.decode(parts[0].buffer)
-                if type(msg) is Release:
-                    self.on_release(msg)
-                elif type(msg) is Data:
-                    self.on_data(msg, parts[1:])
-                continue
-            self.handle(parts)
+            self.handle(parts, blocked=blocked)
 
     def flush_releases(self) -> None:
         for owner, lids in self.data.take_releases().items():
@@ -423,6 +450,7 @@ class ProcessLoop:
         last_periodic = 0.0
         while self.running:
             self.poll_control()
+            self.handle_deferred()
             self._drain_pull()
             ran = False
             for host in self.stages.values():

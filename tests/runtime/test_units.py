@@ -194,3 +194,22 @@ def test_cpu_wakeup_request_is_held_while_busy_and_let_go_after_the_linger(tmp_p
     missing.update(True)
     missing.update(True)                           # told once: no retry at every message
     assert missing.state.startswith("unavailable: ") and "No such file" in missing.state
+
+
+def test_while_pack_waits_for_credit_only_releases_and_data_are_handled_the_rest_waits():
+    """A message that may send (and so enter pack again) is kept, in order, for
+    the loop; a release, which gives the credit back, is handled at once."""
+    from collections import deque
+
+    from runtime import messages
+    from runtime.stage_process import ProcessLoop
+
+    loop = object.__new__(ProcessLoop)      # the message handling alone: no sockets
+    loop.deferred = deque()
+    seen: list[str] = []
+    loop._dispatch = lambda msg, parts: seen.append(type(msg).__name__)
+    for msg in (messages.Shutdown(), messages.Release([1]), messages.Hello()):
+        loop.handle([messages.encode(msg)], blocked=True)
+    assert seen == ["Release"] and [type(m).__name__ for m, _ in loop.deferred] == ["Shutdown", "Hello"]
+    loop.handle_deferred()
+    assert seen == ["Release", "Shutdown", "Hello"] and not loop.deferred

@@ -315,9 +315,11 @@ class ClientEventHandlers:
             if p.tool_choice is not None:
                 tool_choice = parse_tool_choice(p.tool_choice, s.tools if tools is None
                                                 else tools, "response.tool_choice")
-        return self._create_response(now_ms, ev.event_id, modalities, max_tokens,
-                                     instructions or None, metadata, in_conv, input_messages,
-                                     tools, tool_choice)
+        return self._create_response(now_ms, cause=ev.event_id, modalities=modalities,
+                                     max_tokens=max_tokens, instructions=instructions or None,
+                                     metadata=metadata, in_conv=in_conv,
+                                     input_messages=input_messages, tools=tools,
+                                     tool_choice=tool_choice)
 
     def _check_metadata(self, md: dict) -> dict:
         lim = self.limits

@@ -425,10 +425,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
             self._send("conversation.item.done", previous_item_id=prev, item=item.wire()),
         ]
-        s = self.settings
         if td.create_response:
-            out += self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
-                                         s.instructions or None, None, True, None)
+            out += self._auto_response(now_ms)
             if goodbye and self._active is not None:
                 self._silence.goodbye_id = self._active.id
         return out
@@ -492,9 +490,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._message_left = True
         out = self._user_note("[an answering machine is recording: leave a short message, "
                               "then say goodbye]", now_ms)
-        s = self.settings
-        out += self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
-                                     s.instructions or None, None, True, None)
+        out += self._auto_response(now_ms)
         if self._active is not None:
             self._silence.goodbye_id = self._active.id
         return out

@@ -68,7 +68,16 @@ class _Response:
 
 
 class Responses:
-    def _create_response(self, now_ms, cause, modalities, max_tokens, instructions,
+    def _auto_response(self, now_ms: float) -> list[Command]:
+        """A response the server starts itself (a turn ended, a check-in, a
+        message for a machine): the session's settings, into the conversation."""
+        s = self.settings
+        return self._create_response(now_ms, cause=None, modalities=s.output_modalities,
+                                     max_tokens=s.max_output_tokens,
+                                     instructions=s.instructions or None, metadata=None,
+                                     in_conv=True, input_messages=None)
+
+    def _create_response(self, now_ms, *, cause, modalities, max_tokens, instructions,
                          metadata, in_conv, input_messages, tools: list | None = None,
                          tool_choice=None) -> list[Command]:
         """``tools`` / ``tool_choice``: a ``response.create``'s overrides

@@ -339,9 +339,7 @@ class Turns:
                 self._speech_item is not None or self._awaiting_final or \
                 self._active is not None or self._holding_for_machine:
             return []
-        s = self.settings
-        return self._create_response(now_ms, None, s.output_modalities, s.max_output_tokens,
-                                     s.instructions or None, None, True, None)
+        return self._auto_response(now_ms)
 
     def transcription_result(self, item_id: str, text: str | None, now_ms: float,
                              error: dict | None = None) -> list[Command]:

@@ -73,6 +73,8 @@ SendEventFn = Callable[[dict], Awaitable[None]]
 SendAudioFn = Callable[[str, str, np.ndarray, int], Awaitable[None]]
 FlushAudioFn = Callable[[str], Awaitable[None]]  # also PauseAudio / ResumeAudio
 CloseFn = Callable[[int, str], Awaitable[None]]
+# the session's commands that the writer task carries out, in order
+Outbound = SendEvent | AudioOut | FlushAudio | PauseAudio | ResumeAudio | Close
 
 @dataclass
 class RunnerOptions:
@@ -115,9 +117,8 @@ class SessionRunner:
         self.pipeline = pipeline
         self._send_event = send_event
         self._send_audio = send_audio
-        self._flush_audio = flush_audio
-        self._item_actions = {"flush": flush_audio, "pause": pause_audio,
-                              "resume": resume_audio}
+        self._item_actions = {FlushAudio: flush_audio, PauseAudio: pause_audio,
+                              ResumeAudio: resume_audio}
         self._on_close = on_close
         self.opt = options or RunnerOptions()
         self.clock = clock
@@ -125,9 +126,7 @@ class SessionRunner:
         self.close_code: tuple[int, str] | None = None
         self._closing: asyncio.Task | None = None
         self._done = asyncio.Event()
-        # outbox: ("event", dict) | ("audio", AudioOut) | ("flush" | "pause" | "resume",
-        # item_id) | ("close", Close)
-        self._outbox: deque = deque()
+        self._outbox: deque[Outbound] = deque()
         self._outbox_ready = asyncio.Event()
         self._pace_wake = asyncio.Event()  # the session holds output due earlier
         self._pace_due: float | None = None  # what the pacer task sleeps until
@@ -205,7 +204,7 @@ class SessionRunner:
         rejected client frame use :meth:`reject_client_frame`."""
         if self.closed:
             return
-        self._push(("event", self._make_error(type_, code, message, param, cause)))
+        self._push(SendEvent(self._make_error(type_, code, message, param, cause)))
 
     @property
     def live_request_ids(self) -> list[int]:
@@ -245,7 +244,7 @@ class SessionRunner:
         """Carry out session commands, in order.  Synchronous: no await in here."""
         for c in cmds:
             if isinstance(c, SendEvent):
-                self._push(("event", c.event))
+                self._push(c)
             elif isinstance(c, CancelResponse):
                 self.replies.cancel(c.response_id, c.reason)
             elif isinstance(c, FeedListen):
@@ -272,17 +271,11 @@ class SessionRunner:
                 self.spawn(self.listening.transcribe(c.item_id, c.pcm16k), "transcribe")
                 if self.record is not None:   # push-to-talk: the caller's words end now
                     self.record.caller_audio(c.pcm16k, self.clock())
-            elif isinstance(c, AudioOut):
-                self._push(("audio", c))
             elif isinstance(c, FlushAudio):
                 self._flush_outbox_audio(c.item_id)
-                self._push(("flush", c.item_id))
-            elif isinstance(c, PauseAudio):
-                self._push(("pause", c.item_id))
-            elif isinstance(c, ResumeAudio):
-                self._push(("resume", c.item_id))
-            elif isinstance(c, Close):
-                self._push(("close", c))
+                self._push(c)
+            elif isinstance(c, (AudioOut, PauseAudio, ResumeAudio, Close)):
+                self._push(c)
         # Whatever the session was told may have held output without releasing
         # any (a clause that arrives while the listener's lead is full gives no
         # command at all): the pacer must hear of it whether or not commands came,
@@ -311,7 +304,7 @@ class SessionRunner:
         return {"type": "error", "event_id": self.session.ids.new("event"),
                 "error": error_body(type_, code, message, param, cause)}
 
-    def _push(self, item) -> None:
+    def _push(self, item: Outbound) -> None:
         if self.closed:
             return
         self._outbox.append(item)
@@ -323,9 +316,9 @@ class SessionRunner:
             self._begin_close(1008, "client too slow: outbound event queue overflowed")
 
     def _flush_outbox_audio(self, item_id: str) -> None:
-        if any(k == "audio" for k, _ in self._outbox):
+        if any(type(x) is AudioOut for x in self._outbox):
             self._outbox = deque(x for x in self._outbox
-                                 if not (x[0] == "audio" and x[1].item_id == item_id))
+                                 if not (type(x) is AudioOut and x.item_id == item_id))
 
     def _begin_close(self, code: int, reason: str) -> None:
         if self.close_code is None:
@@ -335,7 +328,7 @@ class SessionRunner:
 
     def push_server_error(self, code: str, message: str) -> None:
         """A ``server_error`` event on the outbox, in order with the rest."""
-        self._push(("event", self._make_error("server_error", code, message)))
+        self._push(SendEvent(self._make_error("server_error", code, message)))
 
     def close_soon(self, code: int, reason: str) -> None:
         self._begin_close(code, reason)
@@ -357,28 +350,28 @@ class SessionRunner:
     # -------------------------------------------------------------- the tasks
     async def _writer(self) -> None:
         while True:
-            kind, x = await next_item(self._outbox, self._outbox_ready)
+            x = await next_item(self._outbox, self._outbox_ready)
             try:
-                if kind == "event":
-                    await self._send_event(x)
+                if type(x) is SendEvent:
+                    await self._send_event(x.event)
                     self.stats["events_sent"] += 1
-                    self.turns.event_sent(x)
+                    self.turns.event_sent(x.event)
                     if self.record is not None:
-                        self.record.event(x, self.clock())
-                elif kind == "audio":
+                        self.record.event(x.event, self.clock())
+                elif type(x) is AudioOut:
                     if self._send_audio is not None:
                         await self._send_audio(x.response_id, x.item_id, x.pcm, x.sample_rate)
                         self.stats["audio_chunks"] += 1
                         self.turns.audio_sent(x.response_id)
                         if self.record is not None:
                             self.record.agent_audio(x.pcm, x.sample_rate, self.clock())
-                elif kind in self._item_actions:
-                    action = self._item_actions[kind]
-                    if action is not None:
-                        await action(x)
-                elif kind == "close":
+                elif type(x) is Close:
                     self._begin_close(x.code, x.reason)
                     return
+                else:   # FlushAudio, PauseAudio, ResumeAudio: the transport's own action
+                    action = self._item_actions[type(x)]
+                    if action is not None:
+                        await action(x.item_id)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the transport is gone

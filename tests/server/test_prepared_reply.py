@@ -8,7 +8,7 @@ import asyncio
 
 from runtime.request_lifecycle import OutputEvent
 from voice_server.runner import SessionRunner
-from voice_server.session import Session, SessionSettings
+from voice_server.session import SendEvent, Session, SessionSettings
 
 
 class _Handle:
@@ -88,8 +88,8 @@ async def test_a_prepared_reply_is_adopted_not_submitted_twice():
     assert len(p.submitted) == 1 and p.aborted == []          # adopted, not submitted again
     assert r.stats["prepared_used"] == 1 and r.stats["think_tokens_wasted"] == 0
     assert r.session.active_response_id is None                 # the reply completed
-    deltas = [x[1]["delta"] for x in r._outbox
-              if x[0] == "event" and x[1]["type"] == "response.output_text.delta"]
+    deltas = [x.event["delta"] for x in r._outbox
+              if isinstance(x, SendEvent) and x.type == "response.output_text.delta"]
     assert deltas == ["It is ", "noon."]                          # held deltas, replayed
     await r.close()
 

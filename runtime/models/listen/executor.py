@@ -319,6 +319,23 @@ class _State(enum.Enum):
     SPEECH = "speech"      # a confirmed utterance, until the wait after it ends it
 
 
+@dataclass
+class _Pause:
+    """What one silence run inside an utterance has gathered toward ending the
+    turn; replaced whole when the speaker goes on (``gen`` counts the runs, so
+    that a late answer for an earlier one is known)."""
+
+    gen: int = 0
+    words: bool | None = None        # the transcript at this pause reads finished
+    text: str = ""                   # the transcript at this pause
+    question: bool = False           # it is a question put to the agent (turn_text)
+    read: bool = False               # the chat LLM was asked to read ``text``
+    text_p: float | None = None      # its P(``text`` ends the message); nan: nothing to read
+    asked: bool = False              # the end-of-turn model was asked
+    verdict: bool | None = None      # its verdict
+    verdict_p: float = 0.0           # its probability of "finished"
+
+
 class _Stream:
     """All per-conversation state: resampler, VAD recurrence, utterance state machine."""
 
@@ -333,14 +350,10 @@ class _Stream:
         self.spoken_over = False      # the agent spoke since this utterance's onset
         # peeks run, and peeks that could change nothing (_peek_matters) and were not
         self.peeks = {"peeks_asked": 0, "peeks_skipped": 0}
-        self.words: bool | None = None   # the transcript at this pause reads finished
         self.last_partial = ""
+        self.pause = _Pause()         # what this silence run has gathered (below)
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
         self.reader = reader          # submits a text end-of-turn job (semantic mode, optional)
-        self.pause_text = ""          # the transcript at this pause
-        self.question = False         # it is a question put to the agent (turn_text)
-        self.text_p: float | None = None    # the chat LLM's P(pause_text ends the message)
-        self.read = False             # text job asked for this silence run
         self.vad = vad
         self.utt = utt
         self.resampler = (soxr.ResampleStream(p.sample_rate, LISTEN_RATE_HZ, 1, dtype="float32")
@@ -363,10 +376,6 @@ class _Stream:
         self.pause_said = False                        # speech_paused sent for this silence
         self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * LISTEN_RATE_HZ
                                                               // FRAME_SAMPLES))
-        self.verdict: bool | None = None               # end-of-turn model, this silence run
-        self.verdict_p = 0.0                           # its probability of "finished"
-        self.asked = False                             # verdict asked for this silence run
-        self.verdict_gen = 0
         self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0,
                          "text_cut": 0}
         self.likely_over = False                       # turn_likely_over sent for this pause
@@ -495,9 +504,10 @@ class _Stream:
         spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
         if self.peek_ms and not silent and spoken_ms >= self.next_peek_ms:
             self._peek(spoken_ms)
+        heard = self.pause
         if silent and silent_ms >= p.wait_ms(
-                self.verdict, self.words, self.text_p, reading=self.read and self.text_p is None,
-                sure=self.verdict_p >= SURE_P, question=self.question):
+                heard.verdict, heard.words, heard.text_p, reading=heard.read and heard.text_p is None,
+                sure=heard.verdict_p >= SURE_P, question=heard.question):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -551,9 +561,9 @@ class _Stream:
 
     # -- end-of-turn model ----------------------------------------------------
     def _maybe_ask(self, silent_ms: float) -> None:
-        if self.p.semantic and self.judge is not None and not self.asked \
+        if self.p.semantic and self.judge is not None and not self.pause.asked \
                 and silent_ms >= TURN_ASK_MS and self._verdict_matters(silent_ms):
-            self.asked = True
+            self.pause.asked = True
             self._ask_verdict()
 
     def _verdict_matters(self, silent_ms: float) -> bool:
@@ -567,32 +577,25 @@ class _Stream:
         the words are late); words with nothing to read (none) do not wait."""
         if self.reader is None:
             return True
-        if self.words is False:
+        heard = self.pause
+        if heard.words is False:
             return False
-        if self.text_p is None:
-            return silent_ms >= VERDICT_LATE_MS or (self.words is not None and not self.read)
-        return not (self.words and (self.text_p < TEXT_CUT_P or self.text_p >= TEXT_END_P))
+        if heard.text_p is None:
+            return silent_ms >= VERDICT_LATE_MS or (heard.words is not None and not heard.read)
+        return not (heard.words and (heard.text_p < TEXT_CUT_P or heard.text_p >= TEXT_END_P))
 
     def _ask_verdict(self) -> None:
         # tagged with this silence run's number, as the reading is: what comes
         # back after the speaker went on is for a silence that ended
-        self.judge(("turn", self.verdict_gen), np.concatenate(list(self.turn_audio)))
+        self.judge(("turn", self.pause.gen), np.concatenate(list(self.turn_audio)))
 
     def _forget_verdict(self) -> None:
-        self.verdict = None
-        self.verdict_p = 0.0
-        self.words = None
-        self.asked = False
-        self.text_p = None
-        self.read = False
-        self.pause_text = ""
-        self.question = False
-        self.verdict_gen += 1          # a new silence run
+        self.pause = _Pause(gen=self.pause.gen + 1)    # a new silence run
 
     def _heard_words(self, text: str) -> None:
-        self.words = not looks_unfinished(text)
-        self.question = asks_the_agent(text)   # read once a pause, not every frame of it
-        self.pause_text = text
+        self.pause.words = not looks_unfinished(text)
+        self.pause.question = asks_the_agent(text)   # read once a pause, not every frame of it
+        self.pause.text = text
         self._maybe_read()
 
     def _maybe_read(self) -> None:
@@ -600,25 +603,25 @@ class _Stream:
         of "cut" overrules any verdict, and Smart Turn's comes ~30 ms after
         the words, too late to wait for (the reading would miss a sure
         verdict's short wait)."""
-        if self.reader is not None and not self.read and self.words and self.pause_text:
-            self.read = True
-            self.reader(("words", self.verdict_gen), self.pause_text)
+        if self.reader is not None and not self.pause.read and self.pause.words and self.pause.text:
+            self.pause.read = True
+            self.reader(("words", self.pause.gen), self.pause.text)
 
     # -- recognition results ------------------------------------------------
     def on_result(self, tag, value) -> list:
         if isinstance(tag, tuple) and tag[0] == "turn":
-            if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
-                self.verdict, self.verdict_p = value >= 0.5, float(value)
-                self.verdicts["complete" if self.verdict else "incomplete"] += 1
+            if tag[1] == self.pause.gen and not isinstance(value, BaseException):
+                self.pause.verdict, self.pause.verdict_p = value >= 0.5, float(value)
+                self.verdicts["complete" if self.pause.verdict else "incomplete"] += 1
             return []
         if isinstance(tag, tuple) and tag[0] == "ahead":
             return []     # a reading of the words so far: it only readied the model's cache
         if isinstance(tag, tuple) and tag[0] == "words":
-            if tag[1] == self.verdict_gen and not isinstance(value, BaseException):
+            if tag[1] == self.pause.gen and not isinstance(value, BaseException):
                 # nan: no words to read, neither whole nor cut (``unsure``)
-                self.text_p = math.nan if value is None else float(value)
-                self.verdicts["text_end" if self.text_p >= TEXT_END_P else
-                              "text_cut" if self.text_p < TEXT_CUT_P else "text_goes_on"] += 1
+                self.pause.text_p = math.nan if value is None else float(value)
+                self.verdicts["text_end" if self.pause.text_p >= TEXT_END_P else
+                              "text_cut" if self.pause.text_p < TEXT_CUT_P else "text_goes_on"] += 1
                 if self.state is _State.SPEECH and self.silence_start is not None:
                     self._maybe_ask((self.pos - self.silence_start) * 1000 / LISTEN_RATE_HZ)
             return []
@@ -639,12 +642,12 @@ class _Stream:
                 elif ev["paused"] or self.state is not _State.SPEECH:
                     continue     # the pause it was for is over, or the utterance is
                 elif self.reader is not None and self.silence_start is None:
-                    self.reader(("ahead", self.verdict_gen), ev["text"])
+                    self.reader(("ahead", self.pause.gen), ev["text"])
                 out.append(ev)
             elif ev["type"] == TURN_LIKELY_OVER:
                 # Prepared even when the model heard "unfinished": the words read
                 # finished, so the turn ends after the ``unsure`` wait at the latest.
-                if in_pause and self.words is not False:
+                if in_pause and self.pause.words is not False:
                     self.likely_over = True
                     out.append(ev)
             else:

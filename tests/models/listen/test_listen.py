@@ -502,7 +502,7 @@ def stream_judged(ex: ListenExecutor, audio: np.ndarray, params: dict) -> list[t
             deadline = time.monotonic() + 10
             while True:
                 events += [(t, e) for r, evs in ex.collect() if r == rid for e in evs]
-                waiting = ((s.asked and s.verdict is None) or (s.read and s.text_p is None)
+                waiting = ((s.pause.asked and s.pause.verdict is None) or (s.pause.read and s.pause.text_p is None)
                            or ex._thread.busy(rid))
                 if not waiting or time.monotonic() > deadline:
                     break

@@ -95,7 +95,7 @@ def test_the_words_are_read_as_soon_as_they_are_in():
     words = "I would like to book a table."
     s._heard_words(words)
     assert read == [words]                         # no verdict yet
-    s.on_result(("turn", s.verdict_gen), SURE_P + 0.05)
+    s.on_result(("turn", s.pause.gen), SURE_P + 0.05)
     s._heard_words(words)
     assert read == [words]                         # once a pause
     s._forget_verdict()                            # the speaker went on; a new pause
@@ -124,23 +124,23 @@ def test_smart_turn_is_asked_only_where_the_reading_leaves_the_wait_open():
         s._heard_words("What time does the store open tomorrow?")
         s._maybe_ask(TURN_ASK_MS)
         assert not asked                                  # the reading is on its way
-        s.on_result(("words", s.verdict_gen), text_p)
-        assert asked == ([s.verdict_gen] if wanted else []), text_p
+        s.on_result(("words", s.pause.gen), text_p)
+        assert asked == ([s.pause.gen] if wanted else []), text_p
         asked.clear()
     s._forget_verdict()
     s._heard_words("What time does the store open tomorrow?")
     s._maybe_ask(VERDICT_LATE_MS - 32)
     assert not asked
     s._maybe_ask(VERDICT_LATE_MS)                         # the reading is late: ask anyway
-    assert asked == [s.verdict_gen]
+    assert asked == [s.pause.gen]
     s._forget_verdict()
     s._heard_words("")                                    # no words to read: asked at 128 ms
     s._maybe_ask(TURN_ASK_MS)
-    assert asked[-1] == s.verdict_gen
+    assert asked[-1] == s.pause.gen
     s.reader = None                                       # no reading model: the same
     s._forget_verdict()
     s._maybe_ask(TURN_ASK_MS)
-    assert asked[-1] == s.verdict_gen
+    assert asked[-1] == s.pause.gen
 
 
 def test_a_reading_decodes_only_past_the_words_read_before(reader):

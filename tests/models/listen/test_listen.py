@@ -686,8 +686,10 @@ def test_cpu_by_role_splits_the_process(whisper_ex, people):
     # split moves with the clip's early readings, the whole only grows
     recognized = cpu["recognition_transcripts"] + cpu["recognition_early"]
     assert recognized > before["recognition_transcripts"] + before["recognition_early"]
-    parts = sum(v for k, v in cpu.items() if k != "process")
-    assert parts <= cpu["process"] + 1e-3
+    # every figure is rounded to the millisecond, so a sum of n of them may overshoot
+    # the rounded whole by up to (n + 1) / 2 ms with nothing wrong
+    parts = [v for k, v in cpu.items() if k != "process"]
+    assert sum(parts) <= cpu["process"] + (len(parts) + 1) * 5e-4 + 1e-9
     asr = after["asr"]
     assert asr["busy_transcript_s"] > 0
-    assert asr["busy_transcript_s"] + asr["busy_early_s"] <= asr["busy_s"] + 1e-3
+    assert asr["busy_transcript_s"] + asr["busy_early_s"] <= asr["busy_s"] + 1.5e-3 + 1e-9

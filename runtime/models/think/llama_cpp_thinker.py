@@ -43,8 +43,9 @@ from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecu
 from runtime.step_cost import StepCost
 from runtime.models.think.chat import Message, fit_messages, render_template, repaired_template
 from runtime.models.think.gguf_requant import requantized
+from runtime.models.think.llama_options import LlamaOptions
 from runtime.models.model_files import SMOLLM2, ModelFileMissing, thinker_gguf
-from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
+from runtime.models.think.thinker_request import read_request
 from runtime.models.think.sampling import Sampling
 from runtime.models.think.text_stream import Utf8Stream
 from runtime.models.think.tool_call_format import MARKER, CallStream, call_grammar
@@ -212,14 +213,7 @@ class LlamaCppThinker(ARExecutor):
     def __init__(self, **args: Any) -> None:
         super().__init__(**args)
         self.defaults = Sampling.from_args(args)
-        self.system_prompt = args.get("system_prompt", DEFAULT_SYSTEM_PROMPT)
-        self.max_sequences = int(args.get("max_sequences", 8))
-        self.n_threads = int(args.get("n_threads", 2))
-        self.n_threads_batch = int(args.get("n_threads_batch", self.n_threads))
-        self.n_ctx = int(args.get("n_ctx", 1024 * self.max_sequences))
-        self.n_batch = int(args.get("n_batch", 512))
-        self.top_k = int(args.get("top_k", 40))
-        self.seed = args.get("seed")
+        self.opts = LlamaOptions.from_args(args)
         self._seqs: dict[int, _Seq] = {}
         self._free: list[int] = []
         self._ctx = self._model = self._batch = None
@@ -234,46 +228,41 @@ class LlamaCppThinker(ARExecutor):
         self._cost = {kind: StepCost() for kind in ("prompt", "decode")}
         self._prefix_hits = 0
         self._prefills_only = 0
-        self.conversation_cache = bool(args.get("conversation_cache", True))
-        self.prefix_cache = bool(args.get("prefix_cache", True))
         self._kept: dict[int, list[int]] = {}  # free seq id -> tokens its cells still hold
         self._kept_for: dict[int, str] = {}    # free seq id -> whose conversation they are
         self._forgotten = 0
         self._conv_hits = 0
         self._conv_reused = 0
         self._kv_evictions = 0
-        self.tool_call_threshold: float | None = (None if args.get("tool_call_threshold") is None
-                                                  else float(args["tool_call_threshold"]))
-        self.max_tool_calls = int(args.get("max_tool_calls", 1))
-        self.max_tool_call_tokens = int(args.get("max_tool_call_tokens", 256))
-        self.max_tool_string_chars = int(args.get("max_tool_string_chars", 100))
+        # the auto tool-call rules: the args' if given, else resolved at load from
+        # the model's measured value or its dialect's
+        self.tool_call_threshold = self.opts.tool_call_threshold
+        self.tool_name_threshold = self.opts.tool_name_threshold
         self._grammars: dict[tuple, str] = {}
         self._tool_stats = {"calls": 0, "auto_decisions": 0, "auto_calls": 0, "probes_to_text": 0}
         self._last_call_p: float | None = None
         self._last_name_p: float | None = None
-        self.tool_name_threshold: float | None = (None if args.get("tool_name_threshold") is None
-                                                  else float(args["tool_name_threshold"]))
 
     # ------------------------------------------------------------------ load
     def load(self) -> None:
         lc = _import_llama_cpp()
         self._lc = lc
         try:
-            path = self.args.get("model_path") or thinker_gguf(self.args.get("model") or SMOLLM2)
+            path = self.opts.model_path or thinker_gguf(self.opts.model or SMOLLM2)
         except ModelFileMissing as e:
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, str(e)) from None
         if not os.path.exists(path):
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, f"model file not found: {path}")
         try:
             from llama_cpp import _logger
-            _logger.set_verbose(bool(self.args.get("verbose", False)))
+            _logger.set_verbose(self.opts.verbose)
         except Exception:  # logging silence is a nicety, never a reason to fail
             pass
         lc.llama_backend_init()
         t0 = time.perf_counter()
-        if self.args.get("requantize"):
-            path = requantized(lc, str(path), str(self.args["requantize"]),
-                               self.args.get("cache_dir"), self.n_threads_batch)
+        if self.opts.requantize:
+            path = requantized(lc, str(path), self.opts.requantize, self.opts.cache_dir,
+                               self.opts.n_threads_batch)
         self.model_path = str(path)
         mparams = lc.llama_model_default_params()
         self._model = lc.llama_model_load_from_file(str(path).encode(), mparams)
@@ -281,33 +270,32 @@ class LlamaCppThinker(ARExecutor):
             raise StageError(ErrorCode.STAGE_UNAVAILABLE,
                              f"llama.cpp could not load model {path!r} (not a GGUF file?)")
         cparams = lc.llama_context_default_params()
-        cparams.n_ctx = self.n_ctx
-        cparams.n_batch = self.n_batch
-        cparams.n_ubatch = min(self.n_batch, int(self.args.get("n_ubatch", 512)))
-        cparams.n_seq_max = self.max_sequences + (1 if self.prefix_cache else 0)
-        cparams.n_threads = self.n_threads
-        cparams.n_threads_batch = self.n_threads_batch
-        cparams.kv_unified = bool(self.args.get("kv_unified", False)) or self.prefix_cache
+        cparams.n_ctx = self.opts.n_ctx
+        cparams.n_batch = self.opts.n_batch
+        cparams.n_ubatch = min(self.opts.n_batch, self.opts.n_ubatch)
+        cparams.n_seq_max = self.opts.max_sequences + (1 if self.opts.prefix_cache else 0)
+        cparams.n_threads = self.opts.n_threads
+        cparams.n_threads_batch = self.opts.n_threads_batch
+        cparams.kv_unified = self.opts.uses_unified_kv
         cparams.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:
             raise StageError(ErrorCode.RESOURCE_EXHAUSTED,
-                             f"llama.cpp could not create a context of {self.n_ctx} cells")
+                             f"llama.cpp could not create a context of {self.opts.n_ctx} cells")
         self._mem = lc.llama_get_memory(self._ctx)
         self._vocab = lc.llama_model_get_vocab(self._model)
         self._n_vocab = lc.llama_vocab_n_tokens(self._vocab)
         self.n_ctx_seq = int(lc.llama_n_ctx_seq(self._ctx))
-        if cparams.kv_unified:  # one shared pool of cells: bound what one request may take
-            self.n_ctx_seq = min(self.n_ctx_seq, int(self.args.get(
-                "max_context_per_seq", max(self.n_ctx // self.max_sequences, 256))))
-        self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
-        self._free = list(range(self.max_sequences - 1, -1, -1))
+        if self.opts.uses_unified_kv:  # one shared pool of cells: bound what one request may take
+            self.n_ctx_seq = min(self.n_ctx_seq, self.opts.per_sequence_cap)
+        self._batch = lc.llama_batch_init(self.opts.n_batch, 0, 1)
+        self._free = list(range(self.opts.max_sequences - 1, -1, -1))
         tmpl = lc.llama_model_chat_template(self._model, None)
         self._template = repaired_template(tmpl.decode("utf-8", "replace") if tmpl else None)
         self._piece_buf = ctypes.create_string_buffer(256)
-        self.dialect = dialect_for(self._template, str(self.args.get("tool_format", "auto")))
+        self.dialect = dialect_for(self._template, self.opts.tool_format)
         if self.tool_call_threshold is None:
-            self.tool_call_threshold = CALL_START_BY_MODEL.get(str(self.args.get("model")),
+            self.tool_call_threshold = CALL_START_BY_MODEL.get(str(self.opts.model),
                                                                self.dialect.threshold)
         self._marker_token = self._first_token(MARKER)
         self._start_tokens = sorted({self._first_token(t) for t in self.dialect.start_texts})
@@ -315,14 +303,15 @@ class LlamaCppThinker(ARExecutor):
         if self.tool_name_threshold is None:
             self.tool_name_threshold = self.dialect.name_threshold
         self._prefix: list[int] = []
-        if self.prefix_cache:
+        if self.opts.prefix_cache:
             self._fill_prefix_cache()
         log.info("LlamaCppThinker: %s loaded in %.2fs (n_ctx=%d, per seq %d, %d sequences)",
-                 path, time.perf_counter() - t0, self.n_ctx, self.n_ctx_seq, self.max_sequences)
+                 path, time.perf_counter() - t0, self.opts.n_ctx, self.n_ctx_seq,
+                 self.opts.max_sequences)
 
     @property
     def _prefix_seq(self) -> int:
-        return self.max_sequences
+        return self.opts.max_sequences
 
     def _tokens_starting(self, prefixes: Sequence[str]) -> list[int]:
         """Every token whose text starts (after spaces) with one of ``prefixes``: the
@@ -338,8 +327,8 @@ class LlamaCppThinker(ARExecutor):
         return next(t for t in self.tokenize(text) if t != bos)
 
     def _fill_prefix_cache(self) -> None:
-        ids = self.tokenize(self.render([{"role": "system", "content": self.system_prompt}]))
-        ids = ids[: min(len(ids), self.n_batch, self.n_ctx_seq // 2)]
+        ids = self.tokenize(self.render([{"role": "system", "content": self.opts.system_prompt}]))
+        ids = ids[: min(len(ids), self.opts.n_batch, self.n_ctx_seq // 2)]
         for i, tok in enumerate(ids):
             self._put(self._batch, i, tok, i, self._prefix_seq, i == len(ids) - 1)
         self._batch.n_tokens = len(ids)
@@ -423,13 +412,13 @@ class LlamaCppThinker(ARExecutor):
             s = Sampling(temperature=s.temperature, top_p=s.top_p, repeat_penalty=1.0, seed=s.seed)
         if s.temperature <= 0.0:
             if s.repeat_penalty != 1.0:
-                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(self.top_k or 40))
+                lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(self.opts.top_k or 40))
                 lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(
                     self._n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0))
             lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
             return chain
-        if self.top_k > 0:
-            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(self.top_k))
+        if self.opts.top_k > 0:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(self.opts.top_k))
         if s.repeat_penalty != 1.0:
             lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_penalties(
                 self._n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0))
@@ -438,8 +427,8 @@ class LlamaCppThinker(ARExecutor):
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(s.temperature))
         if s.seed is not None:
             seed = s.seed
-        elif self.seed is not None:
-            seed = (int(self.seed) + self._admitted) & 0xFFFFFFFE
+        elif self.opts.seed is not None:
+            seed = (self.opts.seed + self._admitted) & 0xFFFFFFFE
         else:
             seed = _SEED_RANDOM
         lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(seed))
@@ -451,10 +440,10 @@ class LlamaCppThinker(ARExecutor):
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, "LlamaCppThinker.load() was not called")
         if item.request_id in self._seqs:
             raise StageError(ErrorCode.BAD_INPUT, f"request {item.request_id} already admitted")
-        req = read_request(item, self.system_prompt, self.defaults)
+        req = read_request(item, self.opts.system_prompt, self.defaults)
         if not self._free:
             raise StageError(ErrorCode.RESOURCE_EXHAUSTED,
-                             f"all {self.max_sequences} llama.cpp sequences are busy")
+                             f"all {self.opts.max_sequences} llama.cpp sequences are busy")
         tools = req.tools
         if item.params and item.params.get(PREFILL_ONLY):   # (the next message is the user's)
             self._admit_prefill_only(item.request_id, req.messages, tools,
@@ -472,7 +461,7 @@ class LlamaCppThinker(ARExecutor):
         mode = TEXT if not tools.active else CALL if tools.choice.forces_call else DECIDE
         grammar = self._grammar(tools, req.parallel_tool_calls) if mode != TEXT else None
         max_tokens = req.sampling.max_tokens if mode == TEXT else max(req.sampling.max_tokens,
-                                                                      self.max_tool_call_tokens)
+                                                                      self.opts.max_tool_call_tokens)
         max_tokens = min(max_tokens, max(self.n_ctx_seq // 2, 1))
         budget = self.n_ctx_seq - max_tokens  # with auto: room for a call even if it ends up answering
         fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(m, shown))), budget)
@@ -517,7 +506,7 @@ class LlamaCppThinker(ARExecutor):
         ids = self.tokenize(self.render(messages + [{"role": "user", "content": said + MARKER}], tools))
         marks = [i for i, t in enumerate(ids) if t == self._marker_token]
         cut = marks[-1] if marks else 0
-        ids = ids[:cut] if self.conversation_cache and cut <= self.n_ctx_seq // 2 else []
+        ids = ids[:cut] if self.opts.conversation_cache and cut <= self.n_ctx_seq // 2 else []
         seq_id, cached = self._claim_sequence(ids)
         self._seqs[rid] = _Seq(rid=rid, seq_id=seq_id, sampler=None, text=Utf8Stream(),
                                max_tokens=0, prompt=ids[cached:], pos=cached, kv=ids[:cached],
@@ -525,7 +514,7 @@ class LlamaCppThinker(ARExecutor):
         self._prefills_only += 1
 
     def _max_calls(self, tools: Tools, parallel: bool) -> int:
-        return 1 if tools.choice.name is not None or not parallel else max(self.max_tool_calls, 1)
+        return 1 if tools.choice.name is not None or not parallel else self.opts.max_tool_calls
 
     def _grammar(self, tools: Tools, parallel: bool) -> str:
         callable_ = tools.callable_tools()
@@ -535,7 +524,7 @@ class LlamaCppThinker(ARExecutor):
         if g is None:
             if len(self._grammars) >= 32:  # a session sends the same tools every turn: a small cache does
                 self._grammars.clear()
-            g = self._grammars[key] = call_grammar(callable_, n, self.max_tool_string_chars,
+            g = self._grammars[key] = call_grammar(callable_, n, self.opts.max_tool_string_chars,
                                                    self.dialect.call)
         return g
 
@@ -634,7 +623,7 @@ class LlamaCppThinker(ARExecutor):
         """A free sequence for this prompt and how many of its tokens are already decoded."""
         lc, mem = self._lc, self._mem
         best, best_n = None, 0
-        if self.conversation_cache:
+        if self.opts.conversation_cache:
             limit = len(ids) - 1  # keep one token to decode for logits
             for sid, kept in self._kept.items():
                 n = common_prefix(kept, ids, limit)
@@ -707,7 +696,7 @@ class LlamaCppThinker(ARExecutor):
         decoding, prefilling = sorted_seqs
         fill = _Fill()
         for seq in decoding:
-            if fill.n >= self.n_batch:
+            if fill.n >= self.opts.n_batch:
                 break
             fill.fed.append((seq, seq.pending))
             self._put(self._batch, fill.n, seq.pending, seq.pos, seq.seq_id, True)
@@ -715,7 +704,7 @@ class LlamaCppThinker(ARExecutor):
             fill.outputs.append((seq, fill.n))
             fill.n += 1
         for seq in prefilling:
-            take = min(len(seq.prompt), self.n_batch - fill.n)
+            take = min(len(seq.prompt), self.opts.n_batch - fill.n)
             if take <= 0:
                 break
             last = take == len(seq.prompt) and not seq.prefill_only
@@ -825,7 +814,7 @@ class LlamaCppThinker(ARExecutor):
         if seq is None:
             return
         lc = self._lc
-        if self.conversation_cache and seq.kv and not seq.forgotten:
+        if self.opts.conversation_cache and seq.kv and not seq.forgotten:
             self._kept[seq.seq_id] = seq.kv  # the next turn of this conversation starts here
             if seq.conversation:
                 self._kept_for[seq.seq_id] = seq.conversation
@@ -855,7 +844,7 @@ class LlamaCppThinker(ARExecutor):
             return 0
         lc = self._lc
         used = 0
-        for sid in range(self.max_sequences):
+        for sid in range(self.opts.max_sequences):
             hi = lc.llama_memory_seq_pos_max(self._mem, sid)
             if hi >= 0:
                 used += hi - lc.llama_memory_seq_pos_min(self._mem, sid) + 1
@@ -864,7 +853,7 @@ class LlamaCppThinker(ARExecutor):
     def stats(self) -> dict:
         return {
             "kv_cells_used": self.kv_cells_used(),
-            "kv_cells_total": self.n_ctx,
+            "kv_cells_total": self.opts.n_ctx,
             "kv_cells_kept": sum(len(k) for k in self._kept.values()),
             "kept_sequences": len(self._kept),
             "conversation_hits": self._conv_hits,

@@ -38,7 +38,7 @@ interruption; a short one (and a short ``final``) may carry an
 
 semantic mode: the turn ends after the wait that the end-of-turn model's
 verdict, the transcript at the pause and a chat LLM's reading of it allow
-together (``VadParams.wait_ms``, ``EAGERNESS_WAIT_MS``; runtime.models.listen.turn_text:
+together (runtime.models.listen.turn_wait; runtime.models.listen.turn_text:
 a turn that stops on "for" or "the" is not over).
 """
 
@@ -67,6 +67,8 @@ from runtime.models.listen.silero_vad import FRAME_SAMPLES, SileroVAD, make_sess
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.whisper_asr import ALT_PROMPT
 from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
+from runtime.models.listen.turn_wait import (EAGERNESS_WAIT_MS, TEXT_CUT_P, TEXT_END_P, Pause,
+                                             semantic_wait_ms)
 from runtime.models.voice_contract import (AGENT_SPEAKING, INTERIM, LISTEN_RATE_HZ, PARTIAL,
                                            SPEECH_STARTED, SPEECH_STOPPED, TURN_LIKELY_OVER,
                                            onset_dropped_event, onset_event, partial_event,
@@ -88,37 +90,12 @@ BLIP_WORD_MS = 150
 HYSTERESIS = 0.15
 MAX_CHANNELS = 8
 MIN_RATE, MAX_RATE = 4000, 384000
-# semantic_vad: how long to wait in the pause, by eagerness, in ms: (the
-# end-of-turn model and the words both say "finished"; the model says
-# "unfinished" but the words and a chat LLM reading them say the message
-# ends; they disagree or the words are late; the words are unfinished).
-# People answer each other within 200-300 ms; a thinking pause mid-sentence
-# must not end the turn.
-EAGERNESS_WAIT_MS = {"high": (160.0, 250.0, 400.0, 1000.0), "medium": (200.0, 300.0, 800.0, 2000.0),
-                     "low": (250.0, 500.0, 1200.0, 3000.0), "auto": (200.0, 300.0, 800.0, 2000.0)}
-# The chat LLM's P(message ends here) that overrules the end-of-turn model's
-# "unfinished" (text_turn_end.py): 11 of turn_bench's 12 questions score
-# 0.13-0.72 (one 0.009); its cut first halves 3e-5-0.013, and a person's
-# sentence cut by a pause, "had he married a more amiable woman he might have
-# been made", 0.059.
-TEXT_END_P = 0.1
-# Below this the chat LLM reads the words as cut ("i would like to book a
-# table" 0.0016, "can you tell me how" 0.0024): the wait is ``incomplete``, as
-# for words that stop on "to".  Whole questions and people's short commands
-# it scored at least 0.009 ("can you recommend a good book", "rear center").
-TEXT_CUT_P = 0.005
 # The chat LLM reads every pause whose words read finished, as soon as they
 # are in, on a thread of its own at this much lower priority: on 2 cores its
 # ~70-100 ms would otherwise slow the prepared reply's prompt, which the caller
 # waits for, by about half.  Smart Turn's thread too: the turn's decision that
 # waits for its verdict comes before the reply's first audio on a slow CPU.
 READ_NICE = 5
-# Smart Turn this sure of "finished" (people's short commands, 0.94-0.99) does
-# not wait the whole ``likely`` for the reading, only halfway from ``complete``
-# to it: a reading that comes by then can still say "cut" (flite says "I would
-# like to book a table." on a falling tone that Smart Turn may score 0.9+;
-# the chat model reads it 0.0016).
-SURE_P = 0.9
 TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # Smart Turn needs a little silence after the words to hear a finished turn
@@ -167,55 +144,10 @@ class VadParams:
     def semantic(self) -> bool:
         return self.turn_mode == "semantic"
 
-    def wait_ms(self, verdict: bool | None, words: bool | None = None,
-                text_p: float | None = None, reading: bool = False, sure: bool = False,
-                question: bool = False) -> float:
-        """Silence needed to end the turn: the fixed window, or what the
-        end-of-turn model's ``verdict`` and the transcript (``words``: True
-        finished, False unfinished, None not known) allow together.  Words
-        that stop on "for" or "the" wait the longest, whatever the model heard
-        (a flat synthetic voice sounds finished there); both saying "finished"
-        the shortest; in between (they disagree: Whisper may punctuate a cut
-        sentence as a whole one, the model may hear a question as unfinished;
-        or the words are late) ``unsure``.  A chat LLM's reading of the words
-        (``text_p``: P(the message ends here)) that calls them clearly cut
-        waits ``incomplete`` whatever the model heard (Whisper writes "I would
-        like to book a table." for a cut sentence that Smart Turn may hear as
-        finished); one that calls them a whole message shortens ``unsure`` to
-        ``likely`` (Smart Turn hears flat synthetic questions as unfinished),
-        and one that says the message may go on (between the two bounds)
-        turns a "finished" the model is not ``sure`` of into ``unsure``.
-        While the reading is on its way (``reading``) "finished" waits for it
-        (up to ``unsure``; when the model is ``sure``, only halfway from
-        ``complete`` to ``likely``).  A ``question`` put to the agent
-        (turn_text.asks_the_agent) that the reading does not call cut waits
-        ``likely`` too: a question asked is the plainest end of a turn, which
-        flat voices hide from the model ("Can you recommend a good book?":
-        Smart Turn 0.008, the reading 0.009, since "... for my son" could
-        follow).  No verdict counts as "incomplete", but for words the reading
-        calls a whole message: the model is not asked there, and the wait is
-        halfway from ``complete`` to ``likely`` (a decision on the words
-        alone, as LiveKit's end-of-turn model makes)."""
-        if not self.semantic:
-            return self.silence_duration_ms
-        complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS[self.eagerness]
-        if words is False or (words and text_p is not None and text_p < TEXT_CUT_P):
-            return incomplete
-        if verdict is None:     # not asked where the reading alone decides (_Stream._verdict_matters)
-            return (complete + likely) / 2 if words and text_p is not None \
-                and text_p >= TEXT_END_P else incomplete
-        if verdict is False and words is None:
-            return incomplete
-        if verdict and words:
-            if reading:      # it decides between complete and unsure: wait for it
-                return (complete + likely) / 2 if sure else unsure
-            if sure or text_p is None or not text_p < TEXT_END_P:
-                return complete
-            # the reading says the message may go on ("Front." of a person's
-            # "front ... left": Smart Turn 0.54-0.78, the reading 0.014): they disagree
-        if words and text_p is not None and (text_p >= TEXT_END_P or question and text_p >= TEXT_CUT_P):
-            return likely
-        return unsure
+    def wait_ms(self, pause: Pause) -> float:
+        """Silence needed to end the turn: the fixed window, or in semantic mode
+        what the evidence gathered at the pause allows (turn_wait.py)."""
+        return semantic_wait_ms(pause, self.eagerness) if self.semantic else self.silence_duration_ms
 
     @classmethod
     def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
@@ -319,23 +251,6 @@ class _State(enum.Enum):
     SPEECH = "speech"      # a confirmed utterance, until the wait after it ends it
 
 
-@dataclass
-class _Pause:
-    """What one silence run inside an utterance has gathered toward ending the
-    turn; replaced whole when the speaker goes on (``gen`` counts the runs, so
-    that a late answer for an earlier one is known)."""
-
-    gen: int = 0
-    words: bool | None = None        # the transcript at this pause reads finished
-    text: str = ""                   # the transcript at this pause
-    question: bool = False           # it is a question put to the agent (turn_text)
-    read: bool = False               # the chat LLM was asked to read ``text``
-    text_p: float | None = None      # its P(``text`` ends the message); nan: nothing to read
-    asked: bool = False              # the end-of-turn model was asked
-    verdict: bool | None = None      # its verdict
-    verdict_p: float = 0.0           # its probability of "finished"
-
-
 class _Stream:
     """All per-conversation state: resampler, VAD recurrence, utterance state machine."""
 
@@ -351,7 +266,7 @@ class _Stream:
         # peeks run, and peeks that could change nothing (_peek_matters) and were not
         self.peeks = {"peeks_asked": 0, "peeks_skipped": 0}
         self.last_partial = ""
-        self.pause = _Pause()         # what this silence run has gathered (below)
+        self.pause = Pause()          # what this silence run has gathered (turn_wait.py)
         self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
         self.reader = reader          # submits a text end-of-turn job (semantic mode, optional)
         self.vad = vad
@@ -504,10 +419,7 @@ class _Stream:
         spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
         if self.peek_ms and not silent and spoken_ms >= self.next_peek_ms:
             self._peek(spoken_ms)
-        heard = self.pause
-        if silent and silent_ms >= p.wait_ms(
-                heard.verdict, heard.words, heard.text_p, reading=heard.read and heard.text_p is None,
-                sure=heard.verdict_p >= SURE_P, question=heard.question):
+        if silent and silent_ms >= p.wait_ms(self.pause):
             self._end_utterance(self.silence_start, out)
         elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
             # A monologue (or endless noise) still has to yield transcripts periodically.
@@ -590,7 +502,7 @@ class _Stream:
         self.judge(("turn", self.pause.gen), np.concatenate(list(self.turn_audio)))
 
     def _forget_verdict(self) -> None:
-        self.pause = _Pause(gen=self.pause.gen + 1)    # a new silence run
+        self.pause = Pause(gen=self.pause.gen + 1)    # a new silence run
 
     def _heard_words(self, text: str) -> None:
         self.pause.words = not looks_unfinished(text)

@@ -5,7 +5,8 @@ once the end-of-turn model, the words and that reading are known."""
 import numpy as np
 import pytest
 
-from runtime.models.listen.executor import EAGERNESS_WAIT_MS, TEXT_CUT_P, TEXT_END_P, VadParams
+from runtime.models.listen.executor import VadParams
+from runtime.models.listen.turn_wait import EAGERNESS_WAIT_MS, SURE_P, TEXT_CUT_P, TEXT_END_P, Pause
 from runtime.models.listen.text_turn_end import TextTurnEnd, normalised
 
 
@@ -53,40 +54,48 @@ def test_no_words_no_reading(reader):
     assert len(normalised("word " * 500).split()) == 40
 
 
+def heard(verdict: bool | None, words: bool | None, text_p: float | None = None, *,
+          reading: bool = False, sure: bool = False, question: bool = False) -> Pause:
+    """A pause's evidence: the end-of-turn model's verdict (``sure`` of it or
+    not), the words' look, the chat LLM's reading (``reading``: on its way)."""
+    return Pause(verdict=verdict, words=words, text_p=text_p, read=reading or text_p is not None,
+                 verdict_p=SURE_P if sure else SURE_P / 2, question=question)
+
+
 def test_the_wait_by_what_is_known():
     p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")
     complete, likely, unsure, incomplete = EAGERNESS_WAIT_MS["auto"]
     assert complete < likely < unsure < incomplete
-    assert p.wait_ms(True, True) == complete
-    assert p.wait_ms(True, True, reading=True) == unsure     # the reading may still say "cut"
-    assert complete < p.wait_ms(True, True, reading=True, sure=True) < likely
-    assert p.wait_ms(True, True, text_p=0.001) == incomplete   # Whisper's "a table." after a cut
-    assert p.wait_ms(True, True, text_p=0.02) == unsure          # "Front." of "front ... left"
-    assert p.wait_ms(True, True, text_p=0.02, sure=True) == complete   # "Rear center."
-    assert p.wait_ms(True, True, text_p=0.3) == complete
-    assert p.wait_ms(False, True, text_p=0.3) == likely
-    assert p.wait_ms(False, True, text_p=0.02) == unsure
-    assert p.wait_ms(False, True, text_p=0.001) == incomplete   # read as cut
-    assert p.wait_ms(False, True, text_p=float("nan")) == unsure   # nothing to read
-    assert p.wait_ms(False, True) == unsure                  # the reading is late
+    assert p.wait_ms(heard(True, True)) == complete
+    assert p.wait_ms(heard(True, True, reading=True)) == unsure     # the reading may still say "cut"
+    assert complete < p.wait_ms(heard(True, True, reading=True, sure=True)) < likely
+    assert p.wait_ms(heard(True, True, text_p=0.001)) == incomplete   # Whisper's "a table." after a cut
+    assert p.wait_ms(heard(True, True, text_p=0.02)) == unsure          # "Front." of "front ... left"
+    assert p.wait_ms(heard(True, True, text_p=0.02, sure=True)) == complete   # "Rear center."
+    assert p.wait_ms(heard(True, True, text_p=0.3)) == complete
+    assert p.wait_ms(heard(False, True, text_p=0.3)) == likely
+    assert p.wait_ms(heard(False, True, text_p=0.02)) == unsure
+    assert p.wait_ms(heard(False, True, text_p=0.001)) == incomplete   # read as cut
+    assert p.wait_ms(heard(False, True, text_p=float("nan"))) == unsure   # nothing to read
+    assert p.wait_ms(heard(False, True)) == unsure                  # the reading is late
     # a question asked ("Can you recommend a good book?") unless the reading calls it cut
-    assert p.wait_ms(False, True, text_p=0.009, question=True) == likely
-    assert p.wait_ms(False, True, text_p=0.002, question=True) == incomplete
-    assert p.wait_ms(False, True, text_p=float("nan"), question=True) == unsure
-    assert p.wait_ms(False, True, question=True) == unsure
-    assert p.wait_ms(True, None) == unsure
-    assert p.wait_ms(True, False, text_p=0.3) == incomplete   # "... to the" never ends a turn
-    assert complete < p.wait_ms(None, True, text_p=0.3) < likely   # the model is not asked there
-    assert p.wait_ms(None, True, text_p=0.02) == incomplete   # no verdict yet
-    assert p.wait_ms(None, True) == incomplete
+    assert p.wait_ms(heard(False, True, text_p=0.009, question=True)) == likely
+    assert p.wait_ms(heard(False, True, text_p=0.002, question=True)) == incomplete
+    assert p.wait_ms(heard(False, True, text_p=float("nan"), question=True)) == unsure
+    assert p.wait_ms(heard(False, True, question=True)) == unsure
+    assert p.wait_ms(heard(True, None)) == unsure
+    assert p.wait_ms(heard(True, False, text_p=0.3)) == incomplete   # "... to the" never ends a turn
+    assert complete < p.wait_ms(heard(None, True, text_p=0.3)) < likely   # the model is not asked there
+    assert p.wait_ms(heard(None, True, text_p=0.02)) == incomplete   # no verdict yet
+    assert p.wait_ms(heard(None, True)) == incomplete
     silence = VadParams(16000, 0.5, 500, 300, 250, 30)
-    assert silence.wait_ms(False, True, text_p=0.3) == 500
+    assert silence.wait_ms(heard(False, True, text_p=0.3)) == 500
 
 
 def test_the_words_are_read_as_soon_as_they_are_in():
     """Whatever Smart Turn says, and before it says it: a sure verdict's short
     wait would not outlast a reading that waited for it."""
-    from runtime.models.listen.executor import SURE_P, _Stream
+    from runtime.models.listen.executor import _Stream
 
     read: list[str] = []
     p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")

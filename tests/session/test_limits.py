@@ -116,3 +116,13 @@ def test_rate_limits_updated_follows_response_created_with_the_servers_limits():
     assert limits["requests"] == {"name": "requests", "limit": 20, "remaining": 14,
                                   "reset_seconds": 0.6}
     assert limits["tokens"] == {"name": "tokens", "limit": 100, "remaining": 30, "reset_seconds": 0}
+
+
+def test_the_token_bucket_drips_back_to_its_burst_and_no_further():
+    from voice_server.session.rate_limit import TokenBucket
+
+    b = TokenBucket(rate_per_s=10, burst=3)
+    assert [b.take(0) for _ in range(4)] == [True, True, True, False]
+    assert b.take(99) is False and b.take(100) is True     # one token per 100 ms
+    assert b.level(10_000) == 3.0 and b.full_in_s() == 0.0
+    assert all(TokenBucket(rate_per_s=0, burst=1).take(0) for _ in range(100))   # unlimited

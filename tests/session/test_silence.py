@@ -123,3 +123,24 @@ def test_words_or_keys_start_the_count_again():
     now = reply_heard(s, now + 200)
     cmds = s.tick(now + IDLE)
     assert "goodbye" not in of(cmds, StartResponse)[0].messages[-1]["content"]
+
+
+def test_the_watch_holds_the_deadline_over_a_sound_until_it_proves_words():
+    from voice_server.session.silence import SilenceWatch
+
+    w = SilenceWatch()
+    w.count_until(5000)
+    w.hold()
+    assert not w.due(9000)
+    w.noise(reply_active=False)
+    assert w.deadline == 5000 and w.due(5000) and not w.due(4999)
+    w.hold()
+    w.caller_spoke()          # words: what was held is gone
+    w.noise(reply_active=False)
+    assert w.deadline is None
+    w.count_until(100)
+    w.hold()
+    w.noise(reply_active=True)  # a reply started meanwhile: it sets its own deadline
+    assert w.deadline is None
+    w.postpone(200)             # nothing counting: nothing to move
+    assert w.deadline is None

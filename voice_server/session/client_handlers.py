@@ -26,7 +26,7 @@ class ClientEventHandlers:
             return []
         out = self._ensure_started(now_ms)
         self._last_traffic_ms = now_ms
-        if not self._take_token(now_ms):
+        if not self._bucket.take(now_ms):
             eid = raw.get("event_id") if isinstance(raw, dict) else None
             out.append(self._rate_limited(eid if isinstance(eid, str) else None))
             return out
@@ -57,7 +57,7 @@ class ClientEventHandlers:
             return []
         out = self._ensure_started(now_ms)
         self._last_traffic_ms = now_ms
-        if not self._take_token(now_ms):
+        if not self._bucket.take(now_ms):
             out.append(self._rate_limited(None))
         else:
             out.append(self._error("invalid_request_error", code, message))
@@ -110,7 +110,7 @@ class ClientEventHandlers:
         self._buffer_full_reported = False
         item = Item(self.ids.new("item"), "user", [Content("input_audio")], status="in_progress")
         prev = self.conversation.add(item)
-        self._pending_transcripts[item.id] = 0
+        self._turn.pending_transcripts[item.id] = 0
         return [self._send("input_audio_buffer.committed", previous_item_id=prev, item_id=item.id),
                 self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
                 TranscribeBuffer(item.id, pcm)]
@@ -211,7 +211,7 @@ class ClientEventHandlers:
         out: list[Command] = [self._send("conversation.item.added", previous_item_id=prev,
                                          item=item.wire())]
         if transcribe is not None:
-            self._pending_transcripts[item.id] = transcribe[0]
+            self._turn.pending_transcripts[item.id] = transcribe[0]
             out.append(TranscribeBuffer(item.id, transcribe[1]))
         else:
             out.append(self._send("conversation.item.done", previous_item_id=prev,
@@ -260,9 +260,9 @@ class ClientEventHandlers:
                               "response in progress; cancel it first.", "item_id")
         self.conversation.delete(item.id)
         out: list[Command] = [self._send("conversation.item.deleted", item_id=item.id)]
-        if item.id in self._awaiting_final:
-            self._awaiting_final.remove(item.id)
-        if self._pending_transcripts.pop(item.id, None) is not None:
+        if item.id in self._turn.awaiting_final:
+            self._turn.awaiting_final.remove(item.id)
+        if self._turn.pending_transcripts.pop(item.id, None) is not None:
             out += self._maybe_start_waiting()
         return out
 

@@ -154,8 +154,6 @@ context); this module holds the facade, the session's start, timers and end.
 
 from __future__ import annotations
 
-from collections import deque
-
 import base64
 
 from ..audio_codec import StreamResampler, decode_wire_audio
@@ -176,9 +174,10 @@ from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
 from .output_pacer import OutputPacer
 from .playback import Playback
 from .prompt import Prompt
+from .rate_limit import TokenBucket
 from .responses import Responses, _Response
 from .server_events import EventFactory, IdFactory, error_body
-from .turns import Turns
+from .turns import Turns, TurnState
 
 
 # audio per released slice when pacing: WebSocket deltas of 40 ms; stream
@@ -221,16 +220,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._buffer = InputBuffer(self.limits.max_buffered_input_s)
         self._buffer_full_reported = False
         self._listening: dict | None = None  # last ConfigureListen params
-        # VAD turn state
-        self._speech_item: str | None = None
-        self._speech_start_ms = 0
-        self._awaiting_final: deque[str] = deque()
-        self._partial: dict[str, str] = {}  # latest hypothesis per item
-        self._partial_sent: dict[str, str] = {}  # transcript text already sent as deltas
-        self._unanswered = False
-        self._pending_transcripts: dict[str, int] = {}  # item_id -> content_index
-        self._prepared = False  # a reply is being prepared during the pause (PrepareReply)
-        self._paused_for_onset = False  # the reply was paused when the caller made a sound
+        self._turn = TurnState()  # what the caller's turns leave open (turns.py)
         # talked over while a reply plays: backchannel or interruption (interruption.py)
         self.interruptions = interruptions or InterruptionSettings()
         self._backchannel_phrases = self.interruptions.phrases()
@@ -250,17 +240,15 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
         self._paused_item: str | None = None  # item a stream transport holds paused
         self.extension_events = extension_events
-        self._idle_deadline: float | None = None
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
-        self._silence = SilenceWatch(hang_up_after)  # check-ins and the idle hang-up
-        self._noise_held_deadline: float | None = None  # idle deadline kept over a noise turn
+        self._silence = SilenceWatch(hang_up_after)  # the idle deadline, check-ins, the hang-up
         # outbound calls: who answered (answering_machine.py); None: not asked
         self._machine = AnsweringMachineDetector() if answering_machine else None
         self._message_left = False  # the message for a machine was asked for
         # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
         self._last_traffic_ms: float | None = None
-        self._tokens = float(self.limits.client_events_burst)
-        self._tokens_ms: float | None = None
+        self._bucket = TokenBucket(self.limits.max_client_events_per_s,
+                                   self.limits.client_events_burst)
 
     def _reply_played(self, cmd: Command, start_ms: float) -> None:
         """The echo guard's reference: reply audio the listener plays from ``start_ms``."""
@@ -272,7 +260,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             pcm = decode_wire_audio(base64.b64decode(cmd.event["delta"]), fmt.type)
             self._echo.played(pcm, fmt.sample_rate, start_ms, self._active.id)
 
-    # ------------------------------------------------------------------ utils
+    # ------------------------------------------------------- events and state
     def _send(self, type_: str, **fields) -> SendEvent:
         return SendEvent(self._ev.make(type_, **fields))
 
@@ -294,7 +282,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
     @property
     def user_speaking(self) -> bool:
         """The listen stage reported speech that has not stopped yet."""
-        return self._speech_item is not None
+        return self._turn.speech_item is not None
 
     def cancel_response(self, reason: str, now_ms: float) -> list[Command]:
         """Cancel the active response on the server's behalf (the drain): its
@@ -331,58 +319,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             return [ConfigureListen(dict(params))]
         return []
 
-    # ----------------------------------------------------------- client events
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-    # ------------------------------------------------------------- input audio
-
-
-
-
-    # ------------------------------------------------------------ listen stage
-
-
-
-
-
-
-
-
-
-    # -------------------------------------------------------------- responses
-
-
-
-
-
-
-
-
-
-
-
-
-    # --------------------------------------------------------------- playback
-
-
     # ----------------------------------------------------------------- timers
-
     def tick(self, now_ms: float) -> list[Command]:
         if self.closed or not self.started:
             return []
@@ -401,16 +338,15 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         if self._silence.goodbye_id is not None and self._goodbye_heard(now_ms):
             return self._hang_up()
         td = self.settings.turn_detection
-        if td is None or not td.idle_timeout_ms or self._idle_deadline is None or \
-                now_ms < self._idle_deadline or self._active is not None or \
-                self._speech_item is not None or self._awaiting_final:
+        if td is None or not td.idle_timeout_ms or not self._silence.due(now_ms) or \
+                self._active is not None or self._turn.speech_item is not None or self._turn.awaiting_final:
             return []
         return self._caller_silent(td, now_ms)
 
     def _caller_silent(self, td, now_ms: float) -> list[Command]:
         """``idle_timeout_ms`` passed: an empty user turn whose transcript tells
         the model about the silence, and its answer (silence.py)."""
-        self._idle_deadline = None
+        self._silence.count_until(None)
         goodbye = self._silence.timed_out()
         if goodbye and not td.create_response:
             return self._hang_up()
@@ -499,7 +435,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         """A user text item the model reads: what the server knows about the call."""
         item = Item(self.ids.new("item"), "user", [Content("input_text", text=note)])
         prev = self.conversation.add(item)
-        self._unanswered = True
+        self._turn.unanswered = True
         return [self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
                 self._send("conversation.item.done", previous_item_id=prev, item=item.wire())]
 
@@ -513,9 +449,9 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             return []
         out = self._ensure_started(now_ms)
         self._last_traffic_ms = now_ms
-        if not self._take_token(now_ms):  # a key is a client event: the same rate limit
+        if not self._bucket.take(now_ms):  # a key is a client event: the same rate limit
             return out + [self._rate_limited(None)]
-        self._idle_deadline = None  # the caller is there
+        self._silence.count_until(None)  # the caller is there
         out.append(self._send("input_audio_buffer.dtmf_event_received", event=key,
                               received_at=int(received_at)))
         entry = self._keypad.press(key, now_ms)
@@ -534,7 +470,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         out += self._user_note(entry_text(keys), now_ms)
         out += self._maybe_auto_respond(now_ms)
         if self._active is None and td is not None and td.idle_timeout_ms:
-            self._idle_deadline = now_ms + td.idle_timeout_ms  # no answer: the silence counts
+            self._silence.count_until(now_ms + td.idle_timeout_ms)  # no answer: the silence counts
         return out
 
     def _expire(self, now_ms: float, code: str = "session_expired",

@@ -77,12 +77,12 @@ class Interruptions:
         return r is not None and r.audio and (self._pacer.released_ms > 0 or self.output_paused)
 
     def _start_deciding(self, audio_start_ms: int, now_ms: float) -> list[Command]:
-        self._speech_item = self.ids.new("item")
-        self._speech_start_ms = audio_start_ms
-        self._idle_deadline = None
-        self._deciding = _Deciding(self._speech_item, audio_start_ms, float(audio_start_ms))
+        self._turn.speech_item = self.ids.new("item")
+        self._turn.speech_start_ms = audio_start_ms
+        self._silence.count_until(None)
+        self._deciding = _Deciding(self._turn.speech_item, audio_start_ms, float(audio_start_ms))
         out = [] if self.output_paused else self.pause_output(now_ms)
-        self._paused_for_onset = False     # onset_dropped no longer resumes: we decide
+        self._turn.paused_for_onset = False     # onset_dropped no longer resumes: we decide
         return out
 
     def _takes_turn(self, text: str, alternative: str) -> bool:
@@ -178,7 +178,7 @@ class Interruptions:
         d = self._deciding
         if d.backchannel:
             self._forget_utterance(audio_end_ms)
-            self._awaiting_final.append(DROPPED)
+            self._turn.awaiting_final.append(DROPPED)
         else:
             d.stopped_end_ms = audio_end_ms
         return []
@@ -212,16 +212,16 @@ class Interruptions:
         return self.resume_output(now_ms)
 
     def _forget_utterance(self, audio_end_ms: int) -> None:
-        self._partial.pop(self._speech_item, None)
-        self._speech_item = None
+        self._turn.partial.pop(self._turn.speech_item, None)
+        self._turn.speech_item = None
         self._deciding = None
         self._buffer.drop_until_ms(audio_end_ms)
 
     def _dropped_final(self) -> bool:
         """The next final is a backchannel's: swallow it."""
-        if self._awaiting_final and self._awaiting_final[0] == DROPPED:
-            self._awaiting_final.popleft()
-            self._partial.pop(DROPPED, None)
+        if self._turn.awaiting_final and self._turn.awaiting_final[0] == DROPPED:
+            self._turn.awaiting_final.popleft()
+            self._turn.partial.pop(DROPPED, None)
             return True
         return False
 

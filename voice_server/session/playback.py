@@ -130,9 +130,9 @@ class Playback:
         r = self._last_audio if self._last_audio and self._last_audio.item is item else None
         if r is not None and r.done and r.first_audio_ms is not None:
             td = self.settings.turn_detection
-            if td is not None and td.idle_timeout_ms and self._idle_deadline is not None:
+            if td is not None and td.idle_timeout_ms:
                 remaining = max(item.audio_ms - item.played_ms, 0.0)
-                self._idle_deadline = now_ms + remaining + td.idle_timeout_ms
+                self._silence.postpone(now_ms + remaining + td.idle_timeout_ms)
             return self._maybe_stop_playback(r)
         return []
 

@@ -102,11 +102,11 @@ class Responses:
                       tools=think_tools, tool_choice=think_choice)
         self._active = r
         self._pacer.reset()
-        self._unanswered = False
-        self._idle_deadline = None
+        self._turn.unanswered = False
+        self._silence.count_until(None)
         out.append(self._send("response.created", response=self._response_wire(r, "in_progress")))
         out.append(self._rate_limits(r, now_ms))
-        if not (self._pending_transcripts and input_messages is None):
+        if not (self._turn.pending_transcripts and input_messages is None):
             out += self._start(r)
         return out
 
@@ -118,12 +118,11 @@ class Responses:
         ``tokens``, the output tokens this response may use of the operator's
         ``max_output_tokens_cap`` (a per-response cap: nothing to reset)."""
         limits = []
-        rate = self.limits.max_client_events_per_s
-        if rate > 0:
-            self._refill_tokens(now_ms)
-            burst = max(self.limits.client_events_burst, 1)
-            limits.append({"name": "requests", "limit": burst, "remaining": int(self._tokens),
-                           "reset_seconds": round((burst - self._tokens) / rate, 3)})
+        bucket = self._bucket
+        if bucket.rate_per_s > 0:
+            limits.append({"name": "requests", "limit": int(bucket.capacity),
+                           "remaining": int(bucket.level(now_ms)),
+                           "reset_seconds": round(bucket.full_in_s(), 3)})
         cap = self.limits.max_output_tokens_cap
         limits.append({"name": "tokens", "limit": cap, "remaining": min(r.max_tokens or cap, cap),
                        "reset_seconds": 0})
@@ -173,7 +172,7 @@ class Responses:
 
     def _maybe_start_waiting(self) -> list[Command]:
         r = self._active
-        if r is not None and not r.started and not r.done and not self._pending_transcripts:
+        if r is not None and not r.started and not r.done and not self._turn.pending_transcripts:
             return self._start(r)
         return []
 
@@ -491,9 +490,9 @@ class Responses:
     def _set_idle_deadline(self, r: _Response, now_ms: float) -> None:
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms:
-            self._idle_deadline = None
+            self._silence.count_until(None)
             return
         end = now_ms
         if r.first_audio_ms is not None and r.item is not None:
             end = max(end, r.first_audio_ms + r.item.audio_ms)
-        self._idle_deadline = end + td.idle_timeout_ms
+        self._silence.count_until(end + td.idle_timeout_ms)

@@ -28,16 +28,49 @@ def silence_note(idle_ms: float, goodbye: bool) -> str:
 
 
 class SilenceWatch:
-    """The check-ins since the caller last spoke, and the goodbye in progress."""
+    """When the caller's silence runs out, the check-ins since they last spoke,
+    and the goodbye in progress.
+
+    The deadline counts only while nobody speaks: a reply that starts, a sound
+    from the caller or a key stops it, and a reply heard to its end sets it
+    again.  A sound that turns out to be noise (an empty transcript) is not an
+    answer, so the deadline it stopped is held and put back."""
 
     def __init__(self, hang_up_after: Optional[int] = None) -> None:
         self.hang_up_after = hang_up_after  # None or 0: never hang up
         self.check_ins = 0  # idle timeouts answered since the caller last spoke
         self.goodbye_id: Optional[str] = None  # the goodbye response, once asked for
+        self.deadline: Optional[float] = None  # session ms when the silence runs out; None: not counting
+        self._held: Optional[float] = None     # the deadline a sound stopped, until it proves words
 
     def caller_spoke(self) -> None:
+        """Words or keys: the caller is there, the count starts again."""
         self.check_ins = 0
         self.goodbye_id = None
+        self._held = None
+
+    def count_until(self, at_ms: Optional[float]) -> None:
+        """Start (or, with None, stop) counting the silence toward ``at_ms``."""
+        self.deadline = at_ms
+
+    def postpone(self, at_ms: float) -> None:
+        """Move a running deadline (the reply plays longer than first thought)."""
+        if self.deadline is not None:
+            self.deadline = at_ms
+
+    def hold(self) -> None:
+        """The caller made a sound: stop counting, keeping the deadline in case it is noise."""
+        self._held, self.deadline = self.deadline, None
+
+    def noise(self, reply_active: bool) -> None:
+        """The sound had no words: the silence goes on counting from where it
+        was, unless a reply started meanwhile (it sets its own deadline)."""
+        if self._held is not None and not reply_active:
+            self.deadline = self._held
+        self._held = None
+
+    def due(self, now_ms: float) -> bool:
+        return self.deadline is not None and now_ms >= self.deadline
 
     def timed_out(self) -> bool:
         """Count one more silence; True when this one gets the goodbye."""

@@ -5,6 +5,9 @@ committing user items and the automatic response.  Part of
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from runtime.errors import ErrorCode
@@ -19,6 +22,23 @@ from .commands import Command, DropPreparedReply, FeedListen, PrefillConversatio
 from .items import Content, Item
 
 
+@dataclass
+class TurnState:
+    """What the caller's turns leave open between events; the session holds
+    one (``Session._turn``) and this module writes it, with interruption.py
+    for a reply talked over and responses.py for the answer."""
+
+    speech_item: str | None = None     # the utterance the listen stage hears now (its item id)
+    speech_start_ms: int = 0           # where it started on the input timeline
+    awaiting_final: deque[str] = field(default_factory=deque)  # stopped, transcript still due
+    partial: dict[str, str] = field(default_factory=dict)       # latest hypothesis per item
+    partial_sent: dict[str, str] = field(default_factory=dict)  # transcript already sent as deltas
+    unanswered: bool = False           # a user turn no response has answered yet
+    pending_transcripts: dict[str, int] = field(default_factory=dict)  # committed: item -> content
+    prepared: bool = False             # a reply is being prepared during the pause (PrepareReply)
+    paused_for_onset: bool = False     # the reply was paused when the caller made a sound
+
+
 class Turns:
     def input_audio(self, pcm: np.ndarray, sample_rate: int, now_ms: float) -> list[Command]:
         if self.closed:
@@ -29,26 +49,6 @@ class Turns:
         out = self._ensure_started(now_ms)
         self._last_traffic_ms = now_ms
         return out + self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
-
-    def _take_token(self, now_ms: float) -> bool:
-        """Token bucket of ``ServerLimits.max_client_events_per_s``."""
-        if self.limits.max_client_events_per_s <= 0:
-            return True
-        self._refill_tokens(now_ms)
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
-
-    def _refill_tokens(self, now_ms: float) -> None:
-        """The client-event bucket refilled up to ``now_ms`` (``rate_limits.updated``
-        reads it too)."""
-        rate = self.limits.max_client_events_per_s
-        burst = float(max(self.limits.client_events_burst, 1))
-        if self._tokens_ms is not None:
-            self._tokens = min(burst, self._tokens + max(now_ms - self._tokens_ms, 0.0) * rate
-                               / 1000.0)
-        self._tokens_ms = now_ms
 
     def _ingest(self, pcm: np.ndarray, rate: int, now_ms: float) -> list[Command]:
         if self._in_resampler is None or self._in_resampler.in_rate != rate:
@@ -106,18 +106,18 @@ class Turns:
                 out += self._prefill_words(str(ev.get("text", "")))
         elif t in (SPEECH_PAUSED, SPEECH_RESUMED) and vad:
             out += self._speaker_paused(t == SPEECH_PAUSED, now_ms, int(ev.get("audio_end_ms", 0)))
-        elif t == SPEECH_STOPPED and (vad or self._speech_item):
-            if self._speech_item is None:
+        elif t == SPEECH_STOPPED and (vad or self._turn.speech_item):
+            if self._turn.speech_item is None:
                 return out  # stray stop
             if self._deciding is not None:
                 return out + self._deciding_stopped(int(ev.get("audio_end_ms", 0)))
             out += self._commit_speech(int(ev.get("audio_end_ms", 0)))
-        elif t == FINAL and (vad or self._speech_item or self._awaiting_final):
+        elif t == FINAL and (vad or self._turn.speech_item or self._turn.awaiting_final):
             text, start, end = (str(ev.get("text", "")), int(ev.get("audio_start_ms", 0)),
                                 int(ev.get("audio_end_ms", 0)))
             if self._dropped_final():
                 return out
-            if self._deciding is not None and not self._awaiting_final:
+            if self._deciding is not None and not self._turn.awaiting_final:
                 return out + self._deciding_final(text, start, end, now_ms,
                                                   str(ev.get("alternative") or ""))
             out += self._final(text, start, end, now_ms)
@@ -143,7 +143,7 @@ class Turns:
                 or self.output_paused:
             return []
         out = self.pause_output(now_ms)
-        self._paused_for_onset = bool(out) or self.output_paused
+        self._turn.paused_for_onset = bool(out) or self.output_paused
         return out
 
     def _onset_dropped(self, now_ms: float, text: str = "", start_ms: int = 0,
@@ -151,9 +151,9 @@ class Turns:
         """A sound too short to be speech: the paused reply goes on, unless its
         words are a command that takes the turn alone ("Stop.", "Wait.", "No."):
         that is an interruption however short, and the word the next user turn."""
-        if not self._paused_for_onset:
+        if not self._turn.paused_for_onset:
             return []
-        self._paused_for_onset = False
+        self._turn.paused_for_onset = False
         if self._active is not None and starts_with(text, self._interruption_phrases):
             return self._start_deciding(start_ms, now_ms) + \
                 self._deciding_final(text, start_ms, end_ms, now_ms)
@@ -162,13 +162,13 @@ class Turns:
     def _prepare_reply(self, text: str) -> list[Command]:
         """Preemptive generation: start the reply this turn would get while the
         silence window is still deciding; the runner holds it (see PrepareReply)."""
-        td = self.settings.turn_detection
+        td, turn = self.settings.turn_detection, self._turn
         if not text or td is None or not td.create_response or self._active is not None \
-                or self._speech_item is None or self._awaiting_final or self._pending_transcripts \
+                or turn.speech_item is None or turn.awaiting_final or turn.pending_transcripts \
                 or self._holding_for_machine:
             return []
         s = self.settings
-        self._prepared = True
+        self._turn.prepared = True
         system, tools = self._system_text(s.instructions), self._tool_params()
         msgs = self._context_messages(system, s.max_output_tokens, tools[0], pending=text,
                                       strict=False) + [{"role": "user", "content": text}]
@@ -176,9 +176,9 @@ class Turns:
                              *tools, voice=s.voice, speed=s.speed)]
 
     def _drop_prepared(self) -> list[Command]:
-        if not self._prepared:
+        if not self._turn.prepared:
             return []
-        self._prepared = False
+        self._turn.prepared = False
         return [DropPreparedReply()]
 
     def listen_lost(self, now_ms: float) -> list[Command]:
@@ -186,29 +186,26 @@ class Turns:
         every utterance awaiting a transcript an empty final, so nothing waits
         for a stage that will not answer (the runner opens a new stream)."""
         out: list[Command] = []
-        if self._speech_item is not None:
+        if self._turn.speech_item is not None:
             out += self.listen_event(speech_stopped_event(int(self.input_ms)), now_ms)
-        for _ in range(len(self._awaiting_final) + (self._deciding is not None)):
+        for _ in range(len(self._turn.awaiting_final) + (self._deciding is not None)):
             pos = int(self.input_ms)
             out += self.listen_event(final_event("", pos, pos), now_ms)
         return out
 
     def _speech_started(self, audio_start_ms: int, now_ms: float) -> list[Command]:
-        if self._speech_item is not None:
+        if self._turn.speech_item is not None:
             return []  # already in speech
         td = self.settings.turn_detection
         if td is not None and td.interrupt_response and self.interruptions.resume_backchannels \
                 and self._agent_speaking():
             return self._start_deciding(audio_start_ms, now_ms)   # interruption.py
-        self._speech_item = self.ids.new("item")
-        self._speech_start_ms = audio_start_ms
-        # held, not dropped: if this turns out to be noise (an empty final) the
-        # silence goes on counting from where it was
-        self._noise_held_deadline = self._idle_deadline
-        self._idle_deadline = None
-        self._paused_for_onset = False   # real speech: the reply is cancelled below
+        self._turn.speech_item = self.ids.new("item")
+        self._turn.speech_start_ms = audio_start_ms
+        self._silence.hold()     # noise (an empty final) goes on counting from where it was
+        self._turn.paused_for_onset = False   # real speech: the reply is cancelled below
         started = self._send("input_audio_buffer.speech_started", audio_start_ms=audio_start_ms,
-                             item_id=self._speech_item)
+                             item_id=self._turn.speech_item)
         if td is None or not td.interrupt_response:
             return [started] + self._prefill_conversation()
         if self._active is not None:
@@ -238,7 +235,7 @@ class Turns:
         transcript's end, it is the one most likely to read differently at the
         pause, and the think stage reuses a prompt only up to the first change."""
         words = text.split()[:-1]
-        if self._speech_item is None or self._deciding is not None or not words:
+        if self._turn.speech_item is None or self._deciding is not None or not words:
             return []
         td, s = self.settings.turn_detection, self.settings
         if td is None or not td.create_response or self._active is not None:
@@ -246,30 +243,31 @@ class Turns:
         return [self._prefill(s, " ".join(words))]
 
     def _partial_text(self, text: str) -> list[Command]:
-        target = self._speech_item or (self._awaiting_final[0] if self._awaiting_final else None)
+        turn = self._turn
+        target = turn.speech_item or (turn.awaiting_final[0] if turn.awaiting_final else None)
         if target is None:
             return []
-        self._partial[target] = text
+        self._turn.partial[target] = text
         if target in self.conversation:
             return self._transcript_delta(target, text)
         return []
 
     def _transcript_delta(self, item_id: str, text: str) -> list[Command]:
-        sent = self._partial_sent.get(item_id, "")
+        sent = self._turn.partial_sent.get(item_id, "")
         if self.settings.transcription_model is None or not text.startswith(sent) \
                 or len(text) <= len(sent):
             return []
-        self._partial_sent[item_id] = text
+        self._turn.partial_sent[item_id] = text
         return [self._send("conversation.item.input_audio_transcription.delta", item_id=item_id,
                            content_index=0, delta=text[len(sent):])]
 
     def _commit_speech(self, audio_end_ms: int) -> list[Command]:
-        item_id = self._speech_item
-        self._speech_item = None
-        self._prepared = False   # the runner adopts or drops it when the response starts
+        item_id = self._turn.speech_item
+        self._turn.speech_item = None
+        self._turn.prepared = False   # the runner adopts or drops it when the response starts
         item = Item(item_id, "user", [Content("input_audio")], status="in_progress")
         prev = self.conversation.add(item)
-        self._awaiting_final.append(item_id)
+        self._turn.awaiting_final.append(item_id)
         self._buffer.drop_until_ms(audio_end_ms)
         out: list[Command] = [
             self._send("input_audio_buffer.speech_stopped", audio_end_ms=audio_end_ms,
@@ -277,32 +275,30 @@ class Turns:
             self._send("input_audio_buffer.committed", previous_item_id=prev, item_id=item_id),
             self._send("conversation.item.added", previous_item_id=prev, item=item.wire()),
         ]
-        if self._partial.get(item_id):
-            out += self._transcript_delta(item_id, self._partial[item_id])
+        if self._turn.partial.get(item_id):
+            out += self._transcript_delta(item_id, self._turn.partial[item_id])
         return out
 
     def _final(self, text: str, start_ms: int, end_ms: int, now_ms: float) -> list[Command]:
         out: list[Command] = []
-        if not self._awaiting_final:
-            if self._speech_item is None:
+        if not self._turn.awaiting_final:
+            if self._turn.speech_item is None:
                 # a final with no speech events: synthesize them
                 out += self._speech_started(start_ms, now_ms)
             out += self._commit_speech(end_ms)
-        item_id = self._awaiting_final.popleft()
-        self._partial.pop(item_id, None)
+        item_id = self._turn.awaiting_final.popleft()
+        self._turn.partial.pop(item_id, None)
         item = self.conversation.get(item_id)
         if item is None:  # deleted meanwhile
-            self._partial_sent.pop(item_id, None)
+            self._turn.partial_sent.pop(item_id, None)
             return out
         text = text.strip()
         out += self._complete_transcript(item, 0, text, (end_ms - start_ms) / 1000.0)
         if text:
-            self._unanswered = True
+            self._turn.unanswered = True
             self._silence.caller_spoke()
-            self._noise_held_deadline = None
-        elif self._noise_held_deadline is not None and self._active is None:
-            self._idle_deadline = self._noise_held_deadline  # noise: not an answer
-            self._noise_held_deadline = None
+        else:
+            self._silence.noise(reply_active=self._active is not None)
         out += self._maybe_auto_respond(now_ms)
         return out
 
@@ -325,7 +321,7 @@ class Turns:
                     "conversation.item.input_audio_transcription.completed", item_id=item.id,
                     content_index=content_index, transcript=text,
                     usage={"type": "duration", "seconds": round(max(seconds, 0.0), 3)}))
-        self._partial_sent.pop(item.id, None)
+        self._turn.partial_sent.pop(item.id, None)
         item.content[content_index].transcript = text
         item.status = "completed"
         out.append(self._send("conversation.item.done",
@@ -335,17 +331,17 @@ class Turns:
 
     def _maybe_auto_respond(self, now_ms: float) -> list[Command]:
         td = self.settings.turn_detection
-        if td is None or not td.create_response or not self._unanswered or \
-                self._speech_item is not None or self._awaiting_final or \
+        if td is None or not td.create_response or not self._turn.unanswered or \
+                self._turn.speech_item is not None or self._turn.awaiting_final or \
                 self._active is not None or self._holding_for_machine:
             return []
         return self._auto_response(now_ms)
 
     def transcription_result(self, item_id: str, text: str | None, now_ms: float,
                              error: dict | None = None) -> list[Command]:
-        if self.closed or item_id not in self._pending_transcripts:
+        if self.closed or item_id not in self._turn.pending_transcripts:
             return []
-        idx = self._pending_transcripts.pop(item_id)
+        idx = self._turn.pending_transcripts.pop(item_id)
         item = self.conversation.get(item_id)
         out: list[Command] = []
         if item is not None:

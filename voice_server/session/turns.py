@@ -168,7 +168,7 @@ class Turns:
                 or self._holding_for_machine:
             return []
         s = self.settings
-        self._turn.prepared = True
+        turn.prepared = True
         system, tools = self._system_text(s.instructions), self._tool_params()
         msgs = self._context_messages(system, s.max_output_tokens, tools[0], pending=text,
                                       strict=False) + [{"role": "user", "content": text}]

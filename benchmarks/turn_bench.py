@@ -328,13 +328,23 @@ class Latencies:
     decide: list = field(default_factory=list)    # -> speech_stopped at the client
     respond: list = field(default_factory=list)   # speech_stopped -> first audio
     early: list = field(default_factory=list)     # answered before the clip ended
+    withdrawn: int = 0    # replies begun in a pause inside the clip, cancelled before any audio
 
     def summary(self) -> dict:
         return {"p50": pct(self.audio, 50), "p95": pct(self.audio, 95), "n": len(self.audio),
                 "all": [round(x) for x in self.audio], "answered_early": self.early,
+                "withdrawn_before_audio": self.withdrawn,
                 "heard": {"p50": pct(self.heard, 50), "p95": pct(self.heard, 95)},
                 "end_decided": {"p50": pct(self.decide, 50), "p95": pct(self.decide, 95)},
                 "decided_to_audio": {"p50": pct(self.respond, 50), "p95": pct(self.respond, 95)}}
+
+
+def withdrawn_before_audio(done: dict) -> bool:
+    """A ``response.done`` of a reply that the caller's speech cancelled
+    before its first audio delta."""
+    r = done.get("response") or {}
+    return done["type"] == "response.done" and r.get("status") == "cancelled" \
+        and (r.get("status_details") or {}).get("reason") == "turn_detected"
 
 
 async def answer_latency(c: Caller, pcm: np.ndarray, lat: Latencies) -> int:
@@ -342,11 +352,21 @@ async def answer_latency(c: Caller, pcm: np.ndarray, lat: Latencies) -> int:
     heard, and the first's two parts (-> speech_stopped, -> audio); 1 when no
     audio came (an error).  An answer that starts before the speaker has
     finished (a pause inside the clip taken for the end of the turn) is no
-    latency: it goes to ``early``."""
+    latency: it goes to ``early``.  A reply begun in such a pause that the
+    speaker's going on cancelled before any of it played (people pause
+    mid-sentence) was never heard: it is counted in ``withdrawn`` and the
+    latency is that of the answer after the true end."""
     n = len(c.events)
     _, end = c.say(pcm)
     t_end = await asyncio.wait_for(end, 60)
     d, heard_t = await first_audio_then_cancel(c, n)
+    while withdrawn_before_audio(d):
+        lat.withdrawn += 1
+        after = next(i for i in range(len(c.events) - 1, n - 1, -1) if c.events[i] is d) + 1
+        try:
+            d, heard_t = await first_audio_then_cancel(c, after)
+        except TimeoutError:
+            return 1
     await settle(c, n, quiet_s=0.5)
     if d["type"] != "response.output_audio.delta":
         return 1
@@ -439,7 +459,9 @@ async def main_async(a) -> dict:
             print(f"{mode}: latency p50/p95 {r['latency_ms']['p50']}/{r['latency_ms']['p95']} ms "
                   f"(voice heard {r['latency_ms']['heard']['p50']}/{r['latency_ms']['heard']['p95']}), "
                   f"people {r['latency_human_ms']['p50']}/{r['latency_human_ms']['p95']} ms "
-                  f"({len(r['latency_human_ms']['answered_early'])} answered before their end), "
+                  f"({len(r['latency_human_ms']['answered_early'])} answered before their end, "
+                  f"{r['latency_human_ms']['withdrawn_before_audio']} replies withdrawn in a pause "
+                  f"before any audio), "
                   f"premature {r['premature_rate']}", flush=True)
         rt = await server.runtime()
         for p in rt.get("processes", {}).values():

@@ -6,11 +6,11 @@ with the real CPU models, one caller on the Realtime WebSocket
 long story by text; once its first audio arrived, the think stage is lost:
 
 * ``ray`` -- configs/voice-cpu-ray.yaml on a three-node Ray cluster on this
-  machine (``ray.cluster_utils.Cluster``) with Ray's DEFAULT settings (no
+  machine (``runtime.ray.local_cluster``) with Ray's DEFAULT settings (no
   ``_system_config``: Ray declares a node dead after 5 health checks 3 s
   apart).  The head has listen and speak (and this process, the driver); think
   is pinned by a ``voice_think`` resource to one of two workers.  The think
-  worker's raylet is killed (``remove_node(allow_graceful=False)``); the next
+  worker's raylet is killed (``remove_node(graceful=False)``); the next
   round adds a fresh worker first, so there is always a spare.
   Think keeps a standby (``standby: true``, as in voice-cpu-ray.yaml: a
   started launcher on the other worker); ``ray-anew`` is the same with the
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from pathlib import Path
@@ -55,7 +54,6 @@ KEY = "node-loss-key"
 RETRY_S = 0.1
 ERROR_TARGET_MS = 1000.0
 AUDIO_TARGET_MS = 3000.0
-NODE_ARGS = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 << 20, "include_dashboard": False}
 STORY = "Tell me a long story about a dragon who learns to bake bread."
 QUESTION = "What is the capital of France?"
 
@@ -74,26 +72,20 @@ class RayNodes:
     """The three-node cluster, Ray defaults; ``kill_think`` kills the worker that hosts think."""
 
     def __init__(self) -> None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node on 127.0.0.1
-        import ray
-        from ray.cluster_utils import Cluster
+        from runtime.ray.local_cluster import LocalCluster
 
-        self.ray = ray
-        self.c = Cluster(initialize_head=True, head_node_args={
-            **NODE_ARGS, "num_cpus": 3, "resources": {"voice_head": 2}})
+        self.c = LocalCluster(num_cpus=3, resources={"voice_head": 2})
         self.workers = [self.add() for _ in range(2)]
-        self.c.wait_for_nodes()
-        ray.init(address=self.c.address, include_dashboard=False, log_to_driver=False)
+        self.c.join()
 
     def add(self):
-        return self.c.add_node(**NODE_ARGS, num_cpus=2, resources={"voice_think": 1})
+        return self.c.add_node(num_cpus=2, resources={"voice_think": 1})
 
     async def kill_think(self, srv) -> str:
         node = (await srv.acall(srv.pipeline.snapshot))["processes"]["think/0"]["node"]
         doomed = next(w for w in self.workers if w.node_id == node)
         self.workers.remove(doomed)
-        await asyncio.to_thread(self.c.remove_node, doomed, False)
+        await asyncio.to_thread(self.c.remove_node, doomed, graceful=False)
         return node
 
     def spare(self) -> None:
@@ -102,8 +94,7 @@ class RayNodes:
         self.c.wait_for_nodes()
 
     def close(self) -> None:
-        self.ray.shutdown()
-        self.c.shutdown()
+        self.c.close()
 
 
 def dead_holds(p) -> tuple[int, bool]:
@@ -237,7 +228,7 @@ async def run_backend(backend: str, rounds: int, speech: dict) -> list[dict]:
                 nodes.spare()
             await wait_ready(srv)
             if backend == "ray":  # think's standby holds the other worker's room: it is up
-                await until(lambda: nodes.ray.available_resources().get("voice_think", 0) == 0, 120)
+                await until(lambda: nodes.c.available("voice_think") == 0, 120)
             row = await one_round(srv, speech, kill, backend)
             row["round"] = i + 1
             print(f"  {backend} round {i + 1}: error {row['error_ms']} ms, next audio "

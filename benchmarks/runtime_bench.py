@@ -247,20 +247,12 @@ def ray_pipeline(curve: bool) -> dict:
 
 def start_ray_cluster():
     """Head (stage a, the coordinator) + two workers (b, c), all on 127.0.0.1; dashboard off."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Single-machine mode (read when ray is imported): "this node" is 127.0.0.1, not the host's address.
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    import ray
-    from ray.cluster_utils import Cluster
+    from runtime.ray.local_cluster import LocalCluster
 
-    args = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 << 20, "include_dashboard": False,
-            "num_cpus": 2}
-    c = Cluster(initialize_head=True, head_node_args={**args, "resources": {"bench_node_a": 1}})
-    c.add_node(**args, resources={"bench_node_b": 1})
-    c.add_node(**args, resources={"bench_node_c": 1})
-    c.wait_for_nodes()
-    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-    return c
+    c = LocalCluster(num_cpus=2, resources={"bench_node_a": 1})
+    c.add_node(num_cpus=2, resources={"bench_node_b": 1})
+    c.add_node(num_cpus=2, resources={"bench_node_c": 1})
+    return c.join()
 
 
 async def run_ray(quick: bool, curve: bool) -> dict:
@@ -340,10 +332,7 @@ def main() -> None:
             for key, curve in (("ray", False), ("ray_curve", True)):
                 res[key] = asyncio.run(run_ray(args.quick, curve))
         finally:
-            import ray
-
-            ray.shutdown()
-            cluster.shutdown()
+            cluster.close()
     res["wall_s"] = round(time.time() - t0, 1)
     res["machine"] = {"cpus": os.cpu_count()}
     rows = report(res)

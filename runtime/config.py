@@ -66,7 +66,7 @@ class GroupConfig(_Strict):
     resources: dict[str, float] = {}
     # placement.backend 'ray': keep a started launcher for each replica on another node,
     # holding one more bundle, so a lost replica is re-created without waiting for Ray to
-    # start a worker (runtime/ray_standby.py).
+    # start a worker (runtime/ray/standby.py).
     standby: bool = False
 
     @field_validator("device")

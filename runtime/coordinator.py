@@ -107,7 +107,7 @@ class Coordinator:
                          "aborts": 0, "errors_by_code": {}}
         supervisor_cls = Supervisor
         if cfg.placement.backend == "ray":
-            from runtime.ray_supervisor import RaySupervisor as supervisor_cls
+            from runtime.ray.supervisor import RaySupervisor as supervisor_cls
         self.supervisor = supervisor_cls(cfg, endpoints, run_token, self._on_proc_death, self._publish, curve)
         self.supervisor.tombstone_source = self._recent_dead_ids
         self.supervisor.on_topology = self._on_topology

@@ -48,7 +48,7 @@ class Pipeline:
         else:
             cfg = load_config(config)
         if cfg.placement.backend == "ray":
-            from runtime import ray_cluster
+            from runtime.ray import cluster as ray_cluster
 
             ray_cluster.connect(cfg)
             cfg = ray_cluster.settle(cfg)
@@ -96,7 +96,7 @@ class Pipeline:
             remove_segments(self.shm_prefix)
             self.endpoints.cleanup()
             if self.cfg.placement.backend == "ray":
-                from runtime import ray_cluster
+                from runtime.ray import cluster as ray_cluster
 
                 ray_cluster.disconnect()
 

@@ -1,4 +1,4 @@
-"""The product's import graph: no circles, and a runtime that knows no model.
+"""The product's import graph: no circles, a runtime that knows no model, Ray in one room.
 
 Read with the standard ``ast`` module, so the check needs no import to succeed
 and also sees imports inside functions and ``TYPE_CHECKING`` blocks: a circle
@@ -19,6 +19,10 @@ PACKAGES = ("runtime", "voice_server")
 # The model-agnostic runtime: every module of runtime/ outside runtime/models/.
 MODELS_PACKAGE = "runtime.models"
 STAGE_NAMES = {"LISTEN", "THINK", "SPEAK", "STAGES", "LISTEN_RATE_HZ"}
+# The Ray backend's room: the only package that may import ``ray``, in the product, its
+# tests and its benchmarks alike (they build clusters through runtime.ray.local_cluster).
+RAY_ROOM = "runtime/ray"
+RAY_CHECKED = ("runtime", "voice_server", "tests", "benchmarks")
 
 
 def module_name(path: Path) -> str:
@@ -126,6 +130,23 @@ def model_imports_in_runtime(raw: dict[str, list[tuple[str, set[str]]]]) -> list
     return bad
 
 
+def imports_ray(source: str, filename: str = "<source>") -> bool:
+    """Whether ``source`` imports the ``ray`` package or one of its modules, anywhere in it."""
+    for node in ast.walk(ast.parse(source, filename)):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "ray":
+            return True
+    return False
+
+
+def ray_imports_outside_its_room() -> list[str]:
+    """Files outside runtime/ray/ that import ``ray``."""
+    room = ROOT / RAY_ROOM
+    return [str(path.relative_to(ROOT)) for folder in RAY_CHECKED for path in sorted((ROOT / folder).rglob("*.py"))
+            if room not in path.parents and imports_ray(path.read_text(), str(path))]
+
+
 def test_the_product_has_no_import_circles():
     edges, _ = graph()
     assert cycles(edges) == []
@@ -134,6 +155,18 @@ def test_the_product_has_no_import_circles():
 def test_the_runtime_outside_models_imports_no_model_and_no_stage_name():
     _, raw = graph()
     assert model_imports_in_runtime(raw) == []
+
+
+def test_only_the_ray_room_imports_ray():
+    assert ray_imports_outside_its_room() == []
+
+
+def test_the_ray_check_sees_every_form_of_import():
+    for source in ("import ray", "import ray.util as u", "from ray.exceptions import RayError",
+                   "def f():\n    import ray\n", "import os, ray"):
+        assert imports_ray(source), source
+    for source in ("from runtime.ray import cluster", "from . import ray", "import rays", "x = 'import ray'"):
+        assert not imports_ray(source), source
 
 
 def test_every_product_module_imports():
@@ -156,6 +189,7 @@ def test_the_check_sees_a_circle_and_a_model_import():
 
 if __name__ == "__main__":
     edges, raw = graph()
-    problems = [" <-> ".join(c) for c in cycles(edges)] + model_imports_in_runtime(raw)
+    problems = ([" <-> ".join(c) for c in cycles(edges)] + model_imports_in_runtime(raw)
+                + [f"{f} imports ray outside {RAY_ROOM}/" for f in ray_imports_outside_its_room()])
     print("\n".join(problems) or f"{len(edges)} modules: no circles, no model imports in the runtime")
     sys.exit(1 if problems else 0)

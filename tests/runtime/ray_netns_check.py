@@ -14,14 +14,12 @@ import json
 import os
 
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"  # the nodes' own routable addresses, not 127.0.0.1
 
 import numpy as np  # noqa: E402
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from runtime.pipeline import Pipeline  # noqa: E402
-
-ARGS = {"object_store_memory": 80 << 20, "include_dashboard": False, "num_cpus": 1}
+from runtime.ray.local_cluster import LocalCluster  # noqa: E402
 
 
 async def run() -> dict:
@@ -48,16 +46,10 @@ async def run() -> dict:
 
 
 def main() -> None:
-    c = Cluster(initialize_head=True, head_node_args={**ARGS, "node_ip_address": "10.77.0.1",
-                                                      "resources": {"n1": 1}})
-    c.add_node(**ARGS, node_ip_address="10.77.0.2", resources={"n2": 1})
-    c.wait_for_nodes()
-    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-    try:
+    c = LocalCluster(node_ip_address="10.77.0.1", num_cpus=1, resources={"n1": 1})
+    c.add_node(node_ip_address="10.77.0.2", num_cpus=1, resources={"n2": 1})
+    with c:
         print(json.dumps(asyncio.run(run())), flush=True)
-    finally:
-        ray.shutdown()
-        c.shutdown()
 
 
 if __name__ == "__main__":

@@ -15,41 +15,22 @@ import time
 import numpy as np
 import pytest
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-# Single-machine mode: Ray resolves "this node" to 127.0.0.1, never the host's routable address.
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
-
 from runtime.pipeline import Pipeline  # noqa: E402
+from runtime.ray.local_cluster import LocalCluster  # noqa: E402
 from tests.runtime.conftest import pid_alive, settle  # noqa: E402
 
-NODE_ARGS = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 << 20, "include_dashboard": False}
 # Ray's own word on a dead node comes quickly here; heartbeats are the other, faster path.
 HEAD_SYSTEM_CONFIG = {"health_check_period_ms": 300, "health_check_failure_threshold": 3,
                       "health_check_initial_delay_ms": 0, "health_check_timeout_ms": 300}
 
 
-@contextlib.contextmanager
-def joined(c: Cluster):
-    """This process as the driver of cluster ``c``; the cluster gone afterwards."""
-    c.wait_for_nodes()
-    ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(initialize_head=True, head_node_args={
-        **NODE_ARGS, "num_cpus": 2, "resources": {"node_a": 1}, "_system_config": HEAD_SYSTEM_CONFIG})
+    c = LocalCluster(num_cpus=2, resources={"node_a": 1}, _system_config=HEAD_SYSTEM_CONFIG)
     c.named = {"a": c.head_node,
-               "b": c.add_node(**NODE_ARGS, num_cpus=2, resources={"node_b": 1}),
-               "c": c.add_node(**NODE_ARGS, num_cpus=2, resources={"node_c": 1, "spare": 1})}
-    with joined(c):
+               "b": c.add_node(num_cpus=2, resources={"node_b": 1}),
+               "c": c.add_node(num_cpus=2, resources={"node_c": 1, "spare": 1})}
+    with c:
         yield c
 
 
@@ -123,7 +104,7 @@ async def test_a_group_no_node_can_host_fails_the_start_naming_what_it_asked_for
     with pytest.raises(StageStartError, match=r"stage group 'b'.*no room for 1 x .*GPU.*tts_box"):
         await Pipeline.start(cfg)
     # nothing of it is left behind: its placement groups are gone, the head's slot is free again
-    await _wait_for(lambda: ray.available_resources().get("node_a") == 1, 10, "node_a's slot back")
+    await _wait_for(lambda: LocalCluster.available("node_a") == 1, 10, "node_a's slot back")
 
 
 async def test_barge_in_abort_is_acked_by_every_stage_on_every_node(start, cluster):
@@ -180,7 +161,7 @@ async def _wait_for(cond, timeout: float, what: str):
 
 
 async def test_node_lost_mid_reply_fails_only_its_requests_and_the_group_comes_back(start, cluster):
-    doomed = cluster.add_node(**NODE_ARGS, num_cpus=2, resources={"spare": 1})
+    doomed = cluster.add_node(num_cpus=2, resources={"spare": 1})
     cluster.wait_for_nodes()
     added = [doomed]
     try:
@@ -202,7 +183,7 @@ async def test_node_lost_mid_reply_fails_only_its_requests_and_the_group_comes_b
         await _first_chunk(p, on_kept)
 
         t0 = time.monotonic()
-        cluster.remove_node(doomed, allow_graceful=False)
+        cluster.remove_node(doomed, graceful=False)
         added.remove(doomed)
         term = None
         async for ev in on_lost:  # chunks sent before the loss may still arrive first
@@ -228,7 +209,7 @@ async def test_node_lost_mid_reply_fails_only_its_requests_and_the_group_comes_b
         assert term.kind == "done"
 
         # Capacity arrives: the replica comes back there, and the next turn on it works.
-        fresh = cluster.add_node(**NODE_ARGS, num_cpus=2, resources={"spare": 1})
+        fresh = cluster.add_node(num_cpus=2, resources={"spare": 1})
         added.append(fresh)
         back = await _wait_for(lambda: (lambda pr: pr["ready"] and pr["node"] == fresh.node_id and pr)(
             p.snapshot()["processes"][f"gen/{lost}"]), 60, "the lost replica on the new node")

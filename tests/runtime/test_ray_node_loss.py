@@ -19,14 +19,11 @@ import time
 
 import pytest
 
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # nodes on 127.0.0.1 only
 import httpx  # noqa: E402
-import ray  # noqa: E402
-from ray.cluster_utils import Cluster  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 
-from tests.runtime.test_ray import NODE_ARGS, _wait_for, joined, ray_config, stage  # noqa: E402
+from runtime.ray.local_cluster import LocalCluster  # noqa: E402
+from tests.runtime.test_ray import _wait_for, ray_config, stage  # noqa: E402
 from voice_server import admin  # noqa: E402
 from voice_server.settings import ServerSettings  # noqa: E402
 from voice_server.transports import http_api  # noqa: E402
@@ -37,14 +34,14 @@ ADMIN = "node-loss-admin"
 @pytest.fixture(scope="module")
 def cluster():
     """Head (the driver, group a) and two workers that can each host the think group."""
-    c = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "num_cpus": 2, "resources": {"node_a": 1}})
-    c.workers = [c.add_node(**NODE_ARGS, num_cpus=2, resources={"voice_think": 1}) for _ in range(2)]
-    with joined(c):
+    c = LocalCluster(num_cpus=2, resources={"node_a": 1})
+    c.workers = [c.add_node(num_cpus=2, resources={"voice_think": 1}) for _ in range(2)]
+    with c:
         yield c
 
 
 def node_alive_to_ray(node_id: str) -> bool:
-    return any(n["NodeID"] == node_id and n["Alive"] for n in ray.nodes())
+    return LocalCluster.node_alive(node_id)
 
 
 class Watcher:
@@ -114,7 +111,7 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
     """killed: the node's raylet is SIGKILLed (its connection closes); frozen: every process
     of the node is SIGSTOPped, as a host that vanished (nothing closes, the raylet is mute)."""
     while len(cluster.workers) < 2:  # the run before lost one
-        cluster.workers.append(cluster.add_node(**NODE_ARGS, num_cpus=2, resources={"voice_think": 1}))
+        cluster.workers.append(cluster.add_node(num_cpus=2, resources={"voice_think": 1}))
         cluster.wait_for_nodes()
     cfg = ray_config(
         [stage("a"), stage("think", "voice_server.testing.stages:Counter", scheduler="ar", args={"step_ms": 20})],
@@ -127,7 +124,7 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
     doomed = next(w for w in cluster.workers if w.node_id == first["node"])
     other = next(w for w in cluster.workers if w is not doomed)
     if standby:  # its launcher is up on the other worker, holding the room there
-        await _wait_for(lambda: ray.available_resources().get("voice_think", 0) == 0, 30, "the standby placed")
+        await _wait_for(lambda: LocalCluster.available("voice_think") == 0, 30, "the standby placed")
 
     h = await p.submit({"start": 0, "n": 100_000})
     assert (await h.next_event(timeout=20)).kind == "chunk"
@@ -137,7 +134,7 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
         await asyncio.sleep(0.3)
         t0 = time.monotonic()
         if loss == "killed":
-            cluster.remove_node(doomed, allow_graceful=False)
+            cluster.remove_node(doomed, graceful=False)
         else:
             frozen = freeze(doomed)
         cluster.workers.remove(doomed)
@@ -175,7 +172,7 @@ async def test_think_node_lost_mid_reply_with_default_health_checks(start, clust
         await watch.http.aclose()
         if loss == "frozen":
             thaw_and_kill(frozen)
-            cluster.remove_node(doomed, allow_graceful=False)
+            cluster.remove_node(doomed, graceful=False)
 
     assert len(watch.seen) > 10
     assert not [row for row in watch.seen if row["held_by_dead"]], "a dead process was listed as holding a request"

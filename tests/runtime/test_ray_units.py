@@ -6,7 +6,7 @@ import pytest
 
 from runtime.config import ConfigError, parse_config
 from runtime.placement import COORDINATOR, NodeMap, edge_transport, transports_to
-from runtime.ray_cluster import fit_control_plane
+from runtime.ray.cluster import fit_control_plane
 
 
 def cfg(placement: dict, control: dict | None = None):
@@ -80,7 +80,7 @@ def test_metrics_label_every_replica_with_its_node():
 def test_placing_a_replica_again_backs_off():
     """A replica whose node is gone is retried while the pipeline runs, but
     ever less often: 0.5 s, doubling, at most 15 s between tries."""
-    from runtime.ray_supervisor import RETRY_PLACE_MAX_S, retry_wait_s
+    from runtime.ray.supervisor import RETRY_PLACE_MAX_S, retry_wait_s
 
     waits = [retry_wait_s(a) for a in range(1, 10)]
     assert waits[:5] == [0.5, 1.0, 2.0, 4.0, 8.0]
@@ -95,7 +95,7 @@ def test_standby_is_a_ray_setting():
 
 
 def test_node_label_selectors():
-    from runtime.ray_nodes import avoiding, pinned_to
+    from runtime.ray.nodes import avoiding, pinned_to
 
     assert avoiding(set()) is None
     assert avoiding({"bb", "aa"}) == [{"ray.io/node-id": "!in(aa,bb)"}]
@@ -108,7 +108,7 @@ async def test_a_raylet_that_goes_away_is_seen_at_once():
     import asyncio
     import time
 
-    from runtime.ray_nodes import raylet_answers, raylet_hangs_up
+    from runtime.ray.nodes import raylet_answers, raylet_hangs_up
 
     conns = []
 

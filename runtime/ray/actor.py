@@ -50,7 +50,7 @@ class StageLauncher:
                 "actor_pid": os.getpid()}
 
     def prepare(self) -> int:
-        """Start the stage process ahead of its spec (a standby: runtime/ray_standby.py).
+        """Start the stage process ahead of its spec (a standby: runtime/ray/standby.py).
 
         It imports the runtime and then waits on stdin, so a launch later skips
         the interpreter's start and those imports (about a second on a busy

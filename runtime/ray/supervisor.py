@@ -16,13 +16,13 @@ cannot tell them apart), different mechanics:
   coordinator publishes them.
 * Death is learnt four ways: the actor's ``wait`` returns (the stage process
   exited); it raises (Ray says the actor or its node died); the node is lost
-  (:mod:`runtime.ray_nodes`: its raylet closes the idle connection we hold to
+  (:mod:`runtime.ray.nodes`: its raylet closes the idle connection we hold to
   it, or does not answer once heartbeats are a few periods late -- a host
   that vanished); or heartbeats stop for ``dead_after_ms`` (a hung process).
   The first to arrive fails the replica's requests; a generation number
   makes the others no-ops.
 * A lost replica is re-created at once: in its standby if its group keeps
-  one (:mod:`runtime.ray_standby`: a launcher already started on another
+  one (:mod:`runtime.ray.standby`: a launcher already started on another
   node).  Else, if its node is lost too, its placement group is removed and
   a fresh one is made that excludes every lost node by label, so the
   replacement lands on a live node with room without waiting for Ray's
@@ -48,9 +48,9 @@ from runtime.config import GroupConfig
 from runtime.curve import is_loopback
 from runtime.messages import Ready, Shutdown
 from runtime.placement import NodeMap
-from runtime import ray_standby
-from runtime.ray_actor import RayStageLauncher
-from runtime.ray_nodes import avoiding, node_lost, pinned_to, raylet_answers, raylet_hangs_up, raylets
+from runtime.ray import standby
+from runtime.ray.actor import RayStageLauncher
+from runtime.ray.nodes import avoiding, node_lost, pinned_to, raylet_answers, raylet_hangs_up, raylets
 from runtime.supervisor import Proc, StageStartError, Supervisor
 
 STOP_WAIT_S = 3.0
@@ -98,7 +98,7 @@ class RaySupervisor(Supervisor):
         self._pg_serial = itertools.count()
         self._next_probe: dict[tuple[str, int], float] = {}  # replica -> earliest next raylet probe
         self._watched: set[str] = set()  # nodes whose raylet connection is watched
-        self.standbys: dict[tuple[str, int], ray_standby.Standby] = {}  # replica -> its launcher ready elsewhere
+        self.standbys: dict[tuple[str, int], standby.Standby] = {}  # replica -> its launcher ready elsewhere
         self.actors: dict[tuple[str, int], object] = {}
         self.gen: dict[tuple[str, int], int] = {k: 0 for k in self.procs}
         self.launched: set[tuple[str, int]] = set()
@@ -232,30 +232,30 @@ class RaySupervisor(Supervisor):
                                  "free")
             self._spawn_task(self._restart(p))
 
-    # ---- standbys (runtime/ray_standby.py) ---------------------------------------------------
+    # ---- standbys (runtime/ray/standby.py) ---------------------------------------------------
     async def _keep_standby(self, p: Proc) -> None:
         """A started launcher for ``p`` on another live node, if its group asks for one."""
         g = self.groups[p.group]
         if not g.standby or self.stopping or p.key in self.standbys:
             return
         pg = self._new_pg(g, p.replica, avoiding(self.lost_nodes | {p.node}))
-        sb = self.standbys[p.key] = ray_standby.Standby(pg, self._launcher(g, pg))
+        sb = self.standbys[p.key] = standby.Standby(pg, self._launcher(g, pg))
         try:
-            await ray_standby.warm(sb)
+            await standby.warm(sb)
             self._watch_raylet_of(sb.where)
         except RayError:
             if self.standbys.get(p.key) is sb:
                 del self.standbys[p.key]
-                ray_standby.drop(sb)
+                standby.drop(sb)
 
     async def _adopt_standby(self, p: Proc) -> bool:
         """Make ``p``'s standby its actor and placement group; False when there is none that answers."""
         sb = self.standbys.pop(p.key, None)
         if sb is None:
             return False
-        where = await ray_standby.adopt(sb)
+        where = await standby.adopt(sb)
         if where is None or where["node"] in self.lost_nodes:
-            ray_standby.drop(sb)
+            standby.drop(sb)
             return False
         old = self.pgs.get(p.key)
         self.pgs[p.key], self.actors[p.key] = sb.pg, sb.actor
@@ -306,7 +306,7 @@ class RaySupervisor(Supervisor):
         self._dead(p, self.gen[p.key], f"no heartbeat from node {p.node_ip} ({(p.node or '')[:8]})")
 
     def _suspect(self, p: Proc) -> None:
-        """Late heartbeats: ask the node's raylet (runtime/ray_nodes.py), at most every
+        """Late heartbeats: ask the node's raylet (runtime/ray/nodes.py), at most every
         PROBE_EVERY_S per replica.  A node that is gone is known in well under
         ``dead_after_ms``; a busy process on a live node still gets all of it."""
         now = time.monotonic()
@@ -351,7 +351,7 @@ class RaySupervisor(Supervisor):
         for key, sb in list(self.standbys.items()):
             if sb.where is not None and sb.where["node"] == node:  # a standby there is lost too
                 del self.standbys[key]
-                ray_standby.drop(sb)
+                standby.drop(sb)
                 self._spawn_task(self._keep_standby(self.procs[key]))
 
     def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
@@ -406,7 +406,7 @@ class RaySupervisor(Supervisor):
             ray.kill(a, no_restart=True)
         self.actors.clear()
         for sb in self.standbys.values():
-            ray_standby.drop(sb)
+            standby.drop(sb)
         self.standbys.clear()
         self.launched.clear()
         for pg in self.pgs.values():

@@ -4,7 +4,7 @@
 // State for tests and curious people: window.callsPage.
 
 const $ = (id) => document.getElementById(id);
-const page = { ready: false, calls: [], call: null, errors: [], audioDuration: 0 };
+const page = { ready: false, recordsOff: false, calls: [], call: null, errors: [], audioDuration: 0 };
 window.callsPage = page;
 
 function headers() {
@@ -21,11 +21,36 @@ function showError(message) {
   $('errors-box').hidden = false;
 }
 
+class HttpError extends Error {
+  constructor(path, status, error) {
+    super(`${path}: HTTP ${status} ${(error && error.message) || ''}`);
+    this.status = status;
+    this.code = error && error.code;
+    this.detail = error && error.message;
+  }
+}
+
 async function getJson(path) {
   const r = await fetch(path, { headers: headers() });
   const body = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(`${path}: HTTP ${r.status} ${(body.error && body.error.message) || ''}`);
+  if (!r.ok) throw new HttpError(path, r.status, body.error);
   return body;
+}
+
+// A server with records off (the default) says so on every path: show how to turn
+// them on instead of an empty table.
+function showRecordsOff(detail) {
+  page.recordsOff = true;
+  $('records-off').hidden = false;
+  $('records-off-detail').textContent = detail ? `The server says: ${detail}.` : '';
+  $('access').hidden = true;
+  $('calls-box').hidden = true;
+  $('call').hidden = true;
+}
+
+function failed(e) {
+  if (e.code === 'records_disabled') showRecordsOff(e.detail);
+  else showError(e.message);
 }
 
 function when(unixS) {
@@ -45,7 +70,7 @@ async function loadCalls() {
       td.textContent = String(v);
       tr.append(td);
     }
-    tr.addEventListener('click', () => showCall(c.id).catch((e) => showError(e.message)));
+    tr.addEventListener('click', () => showCall(c.id).catch(failed));
     tbody.append(tr);
   }
   $('no-calls').hidden = body.data.length > 0;
@@ -151,6 +176,11 @@ async function showCall(id) {
 
 $('access').addEventListener('submit', (ev) => {
   ev.preventDefault();
-  loadCalls().catch((e) => showError(e.message));
+  loadCalls().catch(failed);
 });
-page.ready = true;
+
+// On opening, list the calls at once when no key is needed; a server that wants a key
+// answers 401 and waits for one in the form.
+loadCalls()
+  .catch((e) => { if (e.status !== 401) failed(e); })
+  .finally(() => { page.ready = true; });

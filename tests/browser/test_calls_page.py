@@ -78,3 +78,20 @@ def test_a_demo_call_shows_on_the_calls_page(records_server, launch):
                              timeout=10000)
     assert b.page.evaluate("window.callsPage.errors") == []
     b.page.screenshot(path=str(screenshot_dir() / "calls-page.png"), full_page=True)
+
+
+def test_the_calls_page_says_records_are_off_and_how_to_turn_them_on(demo_fault_server, launch):
+    # A server with records off (the default) and an API key: the page opens on its form
+    # (the key is needed to ask), then says that records are off instead of an empty table.
+    b = launch([silence(100)])
+    b.page.goto(demo_fault_server.base_url + "/calls.html")
+    b.page.wait_for_function("window.callsPage && window.callsPage.ready", timeout=10000)
+    assert b.page.is_visible("#access") and not b.page.is_visible("#records-off")
+    b.page.fill("#api-key", API_KEY)
+    b.page.click("#load")
+    b.page.wait_for_function("window.callsPage.recordsOff", timeout=10000)
+    notice = b.page.inner_text("#records-off")
+    assert "records: {enabled: true" in notice and "VOICE_AGENT_RECORDS_DIR" in notice
+    assert not b.page.is_visible("#calls-box") and not b.page.is_visible("#access")
+    assert b.page.evaluate("window.callsPage.errors") == []
+    b.page.screenshot(path=str(screenshot_dir() / "calls-page-records-off.png"), full_page=True)

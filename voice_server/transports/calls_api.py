@@ -23,6 +23,9 @@ from ..session_registry import registry_for
 from .access import http_refusal
 
 MAX_LIST = 500
+# Said to whoever asks while records are off (the default), with how to turn them on.
+RECORDS_OFF = ("call records are off on this server; turn them on with extra.server.records: "
+               "{enabled: true} in the config, or VOICE_AGENT_RECORDS_DIR=<folder> in the environment")
 
 
 def _error(status: int, code: str, message: str, type_: str = "invalid_request_error",
@@ -44,8 +47,7 @@ class CallsApi:
                                 refusal.headers)
         store = registry_for(self.pipeline).records
         if store is None:
-            return None, _error(404, "records_disabled", "call records are off "
-                                "(extra.server.records.enabled)")
+            return None, _error(404, "records_disabled", RECORDS_OFF)
         return store, None
 
     async def list(self, request: Request) -> Response:

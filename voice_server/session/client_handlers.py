@@ -227,9 +227,9 @@ class ClientEventHandlers:
 
     def _find_item(self, item_id: str) -> Item | None:
         item = self.conversation.get(item_id)
-        if item is None and self._active and self._active.item and \
-                self._active.item.id == item_id:
-            item = self._active.item
+        r = self._responses.active
+        if item is None and r and r.item and r.item.id == item_id:
+            item = r.item
         return item
 
     def _on_conversation_item_truncate(self, ev, now_ms) -> list[Command]:
@@ -243,7 +243,7 @@ class ClientEventHandlers:
                               f"{item.max_truncate_ms()}ms is shorter than {ev.audio_end_ms}ms.",
                               "audio_end_ms")
         out: list[Command] = []
-        r = self._active
+        r = self._responses.active
         if r is not None and r.item is item:
             # the client stopped playing this item: stop producing it
             out += self._cancel_active("client_cancelled", now_ms, flush=False,
@@ -255,7 +255,8 @@ class ClientEventHandlers:
 
     def _on_conversation_item_delete(self, ev, now_ms) -> list[Command]:
         item = self._item_or_error(ev.item_id)
-        if self._active is not None and item.response_id == self._active.id:
+        r = self._responses.active
+        if r is not None and item.response_id == r.id:
             raise ClientError("invalid_value", "Invalid 'item_id': the item belongs to the "
                               "response in progress; cancel it first.", "item_id")
         self.conversation.delete(item.id)
@@ -271,10 +272,11 @@ class ClientEventHandlers:
         return [self._send("conversation.item.retrieved", item=item.wire())]
 
     def _on_response_create(self, ev, now_ms) -> list[Command]:
-        if self._active is not None:
+        active = self._responses.active
+        if active is not None:
             raise ClientError("conversation_already_has_active_response",
                               f"Conversation already has an active response in progress: "
-                              f"{self._active.id}. Wait until the response is finished before "
+                              f"{active.id}. Wait until the response is finished before "
                               "creating a new one.")
         p = ev.response
         s = self.settings
@@ -353,7 +355,7 @@ class ClientEventHandlers:
         return chat_messages(built)
 
     def _on_response_cancel(self, ev, now_ms) -> list[Command]:
-        r = self._active
+        r = self._responses.active
         if r is None or (ev.response_id is not None and ev.response_id != r.id):
             raise ClientError("response_cancel_not_active",
                               "Cancellation failed: no active response found.")

@@ -73,7 +73,7 @@ class Interruptions:
 
     def _agent_speaking(self) -> bool:
         """A reply is being heard: its audio started and it is active."""
-        r = self._active
+        r = self._responses.active
         return r is not None and r.audio and (self._pacer.released_ms > 0 or self.output_paused)
 
     def _start_deciding(self, audio_start_ms: int, now_ms: float) -> list[Command]:
@@ -161,7 +161,7 @@ class Interruptions:
         d = self._deciding
         if d is None or d.backchannel:
             return []
-        if self._active is None:
+        if self._responses.active is None:
             return self._interrupt(now_ms)
         if d.speaker_paused or d.stopped_end_ms is not None:
             return []
@@ -189,7 +189,8 @@ class Interruptions:
         if d.stopped_end_ms is None:       # a final without its stop: take it as both
             d.stopped_end_ms = end_ms
         short = not self._long_enough(d.stopped_end_ms) and not self._takes_turn(text, alternative)
-        if self._active is not None and (short or self._only_backchannel(text, alternative)):
+        if self._responses.active is not None and \
+                (short or self._only_backchannel(text, alternative)):
             out = self._let_reply_go_on(now_ms)
             self._forget_utterance(d.stopped_end_ms)
             return out
@@ -202,7 +203,7 @@ class Interruptions:
         started = self._send("input_audio_buffer.speech_started", audio_start_ms=d.audio_start_ms,
                              item_id=d.item_id)
         out = self._cancel_active("turn_detected", now_ms, flush=True, between=[started]) \
-            if self._active is not None else [started]
+            if self._responses.active is not None else [started]
         if d.stopped_end_ms is not None:
             out += self._commit_speech(d.stopped_end_ms)
         return out

@@ -139,7 +139,7 @@ class Turns:
         which needs min_speech_ms of speech, then cancels it as before; a sound
         too short to be speech (onset_dropped) resumes it where it stopped."""
         td = self.settings.turn_detection
-        if td is None or not td.interrupt_response or self._active is None \
+        if td is None or not td.interrupt_response or self._responses.active is None \
                 or self.output_paused:
             return []
         out = self.pause_output(now_ms)
@@ -154,7 +154,7 @@ class Turns:
         if not self._turn.paused_for_onset:
             return []
         self._turn.paused_for_onset = False
-        if self._active is not None and starts_with(text, self._interruption_phrases):
+        if self._responses.active is not None and starts_with(text, self._interruption_phrases):
             return self._start_deciding(start_ms, now_ms) + \
                 self._deciding_final(text, start_ms, end_ms, now_ms)
         return self.resume_output(now_ms)
@@ -163,7 +163,7 @@ class Turns:
         """Preemptive generation: start the reply this turn would get while the
         silence window is still deciding; the runner holds it (see PrepareReply)."""
         td, turn = self.settings.turn_detection, self._turn
-        if not text or td is None or not td.create_response or self._active is not None \
+        if not text or td is None or not td.create_response or self._responses.active is not None \
                 or turn.speech_item is None or turn.awaiting_final or turn.pending_transcripts \
                 or self._holding_for_machine:
             return []
@@ -208,7 +208,7 @@ class Turns:
                              item_id=self._turn.speech_item)
         if td is None or not td.interrupt_response:
             return [started] + self._prefill_conversation()
-        if self._active is not None:
+        if self._responses.active is not None:
             return self._cancel_active("turn_detected", now_ms, flush=True, between=[started])
         return [started] + self._interrupt_playback() + self._prefill_conversation()
 
@@ -217,7 +217,7 @@ class Turns:
         reply's prompt but their words (the session's first turn without
         instructions has nothing to decode: the system prompt is cached)."""
         td, s = self.settings.turn_detection, self.settings
-        if td is None or not td.create_response or self._active is not None \
+        if td is None or not td.create_response or self._responses.active is not None \
                 or not (self.conversation.items or s.instructions):
             return []
         return [self._prefill(s)]
@@ -238,7 +238,7 @@ class Turns:
         if self._turn.speech_item is None or self._deciding is not None or not words:
             return []
         td, s = self.settings.turn_detection, self.settings
-        if td is None or not td.create_response or self._active is not None:
+        if td is None or not td.create_response or self._responses.active is not None:
             return []
         return [self._prefill(s, " ".join(words))]
 
@@ -298,7 +298,7 @@ class Turns:
             self._turn.unanswered = True
             self._silence.caller_spoke()
         else:
-            self._silence.noise(reply_active=self._active is not None)
+            self._silence.noise(reply_active=self._responses.active is not None)
         out += self._maybe_auto_respond(now_ms)
         return out
 
@@ -333,7 +333,7 @@ class Turns:
         td = self.settings.turn_detection
         if td is None or not td.create_response or not self._turn.unanswered or \
                 self._turn.speech_item is not None or self._turn.awaiting_final or \
-                self._active is not None or self._holding_for_machine:
+                self._responses.active is not None or self._holding_for_machine:
             return []
         return self._auto_response(now_ms)
 

@@ -235,7 +235,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         if self._echo is not None:
             self._pacer.on_play = self._reply_played
         self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
-        self._paused_item: str | None = None  # item a stream transport holds paused
+        self._paused_item: str | None = None  # item a stream transport holds paused (playback.py)
         self.extension_events = extension_events
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
         self._silence = SilenceWatch(hang_up_after)  # the idle deadline, check-ins, the hang-up

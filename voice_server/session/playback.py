@@ -50,6 +50,14 @@ class Playback:
             out += self._extension_event(RESUMED_EVENT, r, now_ms)
         return out + self.pump_output(now_ms)
 
+    def _end_pause(self) -> str | None:
+        """The reply ends early (responses.py ``_drop_held``): a pause ends with
+        it.  Returns the item a stream transport holds paused, if any, for the
+        caller to resume or flush."""
+        paused_item, self._paused_item = self._paused_item, None
+        self._pacer.paused = False
+        return paused_item
+
     @property
     def output_paused(self) -> bool:
         return self._pacer.paused

@@ -425,9 +425,7 @@ class Responses:
         """The reply ends early: forget the audio still held and cut its item
         to what was released (the listener never got the rest).  Returns the
         item a stream transport holds paused, if any."""
-        paused_item = self._paused_item
-        self._paused_item = None
-        self._pacer.paused = False
+        paused_item = self._end_pause()
         if not self._pacer.holding:
             return paused_item
         self._pacer.drop()

@@ -205,8 +205,7 @@ class ClientEventHandlers:
         if item.type == FUNCTION_CALL_OUTPUT:
             self._check_function_output(item)
         elif item.type == FUNCTION_CALL:
-            self._check_new_call_id(item)
-            self._call_ids.add(item.call_id)
+            self._claim_call_id(item)
         prev = self.conversation.add(item, ev.previous_item_id)
         out: list[Command] = [self._send("conversation.item.added", previous_item_id=prev,
                                          item=item.wire())]

@@ -228,7 +228,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             if self.interruptions.echo_guard else None
         # responses
         self._responses = ResponseState()  # the active one, the last to speak (responses.py)
-        self._call_ids: set[str] = set()  # every function call's call_id, server's and client's
+        # every function call's call_id, the server's and the client's (function_calls.py)
+        self._call_ids: set[str] = set()
         self._out_of_context: set[str] = set()  # items truncation took out (prompt.py)
         # output pacing and pause (output_pacer.py, playback.py)
         self._pacer = OutputPacer(output_lead_ms)

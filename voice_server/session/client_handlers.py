@@ -84,7 +84,7 @@ class ClientEventHandlers:
             out.append(self._client_error(err))
         out.append(self._send("session.updated", session=self._session_wire()))
         if old.turn_detection is not None and self.settings.turn_detection is None:
-            self._buffer.clear()  # the PTT buffer starts empty
+            self._buffer.clear(keep_report=True)  # the PTT buffer starts empty
         out += self._sync_listen(old)
         return out
 
@@ -107,7 +107,6 @@ class ClientEventHandlers:
                               f"at least {self.limits.min_commit_ms:g}ms of audio, but buffer "
                               f"only has {ms:.2f}ms of audio.")
         pcm = self._buffer.take_all()
-        self._buffer_full_reported = False
         item = Item(self.ids.new("item"), "user", [Content("input_audio")], status="in_progress")
         prev = self.conversation.add(item)
         self._turn.pending_transcripts[item.id] = 0
@@ -117,7 +116,6 @@ class ClientEventHandlers:
 
     def _on_input_audio_buffer_clear(self, ev, now_ms) -> list[Command]:
         self._buffer.clear()
-        self._buffer_full_reported = False
         return [self._send("input_audio_buffer.cleared")]
 
     def _build_item(self, it: ItemIn, allow_transcribe: bool, param: str = "item"):

@@ -156,7 +156,7 @@ from __future__ import annotations
 
 import base64
 
-from ..audio_codec import StreamResampler, decode_wire_audio
+from ..audio_codec import decode_wire_audio
 from .backchannel import InterruptionSettings
 from .client_handlers import ClientEventHandlers
 from .commands import AudioOut, Close, Command, ConfigureListen, SendEvent, StopListen
@@ -176,7 +176,7 @@ from .prompt import Prompt
 from .rate_limit import TokenBucket
 from .responses import ResponseState, Responses
 from .server_events import EventFactory, IdFactory, error_body
-from .turns import Turns, TurnState
+from .turns import InputAudio, Turns, TurnState
 
 
 # audio per released slice when pacing: WebSocket deltas of 40 ms; stream
@@ -213,10 +213,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self.closed = False
         self._start_ms: float | None = None
         # input path
-        self._in_resampler: StreamResampler | None = None
-        self._in_samples = 0  # 16 kHz samples on the input timeline
+        self._input = InputAudio()  # the resampler to 16 kHz and the input timeline (turns.py)
         self._buffer = InputBuffer(self.limits.max_buffered_input_s)
-        self._buffer_full_reported = False
         self._listening: dict | None = None  # last ConfigureListen params
         self._turn = TurnState()  # what the caller's turns leave open (turns.py)
         # talked over while a reply plays: backchannel or interruption (interruption.py)

@@ -39,6 +39,16 @@ class TurnState:
     paused_for_onset: bool = False     # the reply was paused when the caller made a sound
 
 
+@dataclass
+class InputAudio:
+    """The caller's audio on its way in (``_ingest``); the session holds one
+    (``Session._input``) and this module writes it."""
+
+    # the input's rate to 16 kHz: made at the first chunk, made again when the rate changes
+    resampler: StreamResampler | None = None
+    samples: int = 0  # 16 kHz samples received: the input timeline (input_ms)
+
+
 class Turns:
     def input_audio(self, pcm: np.ndarray, sample_rate: int, now_ms: float) -> list[Command]:
         if self.closed:
@@ -51,13 +61,14 @@ class Turns:
         return out + self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
 
     def _ingest(self, pcm: np.ndarray, rate: int, now_ms: float) -> list[Command]:
-        if self._in_resampler is None or self._in_resampler.in_rate != rate:
-            self._in_resampler = StreamResampler(rate, LISTEN_RATE_HZ,
+        audio_in = self._input
+        if audio_in.resampler is None or audio_in.resampler.in_rate != rate:
+            audio_in.resampler = StreamResampler(rate, LISTEN_RATE_HZ,
                                                  low_latency_quality(rate, LISTEN_RATE_HZ))
-        pcm16 = self._in_resampler.process(pcm)
+        pcm16 = audio_in.resampler.process(pcm)
         if pcm16.size == 0:
             return []
-        self._in_samples += pcm16.size
+        audio_in.samples += pcm16.size
         out: list[Command] = []
         if self._machine is not None:
             out += self._machine_heard(pcm16, now_ms)
@@ -65,13 +76,12 @@ class Turns:
             if self._echo is not None:
                 pcm16 = self._echo.process(pcm16, now_ms)   # the reply's own voice is not the caller
             out.append(FeedListen(pcm16))
-            self._buffer.append(pcm16, self._in_samples, ring=True)
+            self._buffer.append(pcm16, audio_in.samples, ring=True)
             # speech over a reply that goes on long enough interrupts it (every transport)
             out += self._check_decision(now_ms)
         else:
-            ok = self._buffer.append(pcm16, self._in_samples, ring=False)
-            if not ok and not self._buffer_full_reported:
-                self._buffer_full_reported = True
+            ok = self._buffer.append(pcm16, audio_in.samples, ring=False)
+            if not ok and self._buffer.report_full():
                 out.append(self._error("invalid_request_error", "input_audio_buffer_full",
                                        f"Input audio buffer is full ("
                                        f"{self.limits.max_buffered_input_s:g}s); later audio "
@@ -81,7 +91,7 @@ class Turns:
     @property
     def input_ms(self) -> float:
         """Position of the input timeline (ms of input audio received)."""
-        return self._in_samples * 1000.0 / LISTEN_RATE_HZ
+        return self._input.samples * 1000.0 / LISTEN_RATE_HZ
 
     def listen_event(self, ev: dict, now_ms: float) -> list[Command]:
         if self.closed:

@@ -165,7 +165,7 @@ from .echo_guard import EchoGuard
 from .errors import ClientError
 from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
-from .interruption import Interruptions
+from .interruption import InterruptionState, Interruptions
 from .items import Content, Conversation, Item
 from .answering_machine import NO_ANSWER_MS, AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
@@ -219,9 +219,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._turn = TurnState()  # what the caller's turns leave open (turns.py)
         # talked over while a reply plays: backchannel or interruption (interruption.py)
         self.interruptions = interruptions or InterruptionSettings()
-        self._backchannel_phrases = self.interruptions.phrases()
-        self._interruption_phrases = self.interruptions.interruption_phrases()
-        self._deciding = None
+        self._interruption = InterruptionState.from_settings(self.interruptions)
         self._echo = EchoGuard(self.interruptions.echo_margin_db) \
             if self.interruptions.echo_guard else None
         # responses

@@ -119,7 +119,7 @@ class Turns:
         elif t == SPEECH_STOPPED and (vad or self._turn.speech_item):
             if self._turn.speech_item is None:
                 return out  # stray stop
-            if self._deciding is not None:
+            if self._interruption.deciding is not None:
                 return out + self._deciding_stopped(int(ev.get("audio_end_ms", 0)))
             out += self._commit_speech(int(ev.get("audio_end_ms", 0)))
         elif t == FINAL and (vad or self._turn.speech_item or self._turn.awaiting_final):
@@ -127,7 +127,7 @@ class Turns:
                                 int(ev.get("audio_end_ms", 0)))
             if self._dropped_final():
                 return out
-            if self._deciding is not None and not self._turn.awaiting_final:
+            if self._interruption.deciding is not None and not self._turn.awaiting_final:
                 return out + self._deciding_final(text, start, end, now_ms,
                                                   str(ev.get("alternative") or ""))
             out += self._final(text, start, end, now_ms)
@@ -164,7 +164,8 @@ class Turns:
         if not self._turn.paused_for_onset:
             return []
         self._turn.paused_for_onset = False
-        if self._responses.active is not None and starts_with(text, self._interruption_phrases):
+        if self._responses.active is not None and \
+                starts_with(text, self._interruption.interruption_phrases):
             return self._start_deciding(start_ms, now_ms) + \
                 self._deciding_final(text, start_ms, end_ms, now_ms)
         return self.resume_output(now_ms)
@@ -198,7 +199,7 @@ class Turns:
         out: list[Command] = []
         if self._turn.speech_item is not None:
             out += self.listen_event(speech_stopped_event(int(self.input_ms)), now_ms)
-        for _ in range(len(self._turn.awaiting_final) + (self._deciding is not None)):
+        for _ in range(len(self._turn.awaiting_final) + (self._interruption.deciding is not None)):
             pos = int(self.input_ms)
             out += self.listen_event(final_event("", pos, pos), now_ms)
         return out
@@ -245,7 +246,7 @@ class Turns:
         transcript's end, it is the one most likely to read differently at the
         pause, and the think stage reuses a prompt only up to the first change."""
         words = text.split()[:-1]
-        if self._turn.speech_item is None or self._deciding is not None or not words:
+        if self._turn.speech_item is None or self._interruption.deciding is not None or not words:
             return []
         td, s = self.settings.turn_detection, self.settings
         if td is None or not td.create_response or self._responses.active is not None:

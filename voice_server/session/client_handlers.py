@@ -24,8 +24,7 @@ class ClientEventHandlers:
     def client_event(self, raw, now_ms: float) -> list[Command]:
         if self.closed:
             return []
-        out = self._ensure_started(now_ms)
-        self._last_traffic_ms = now_ms
+        out = self._client_traffic(now_ms)
         if not self._bucket.take(now_ms):
             eid = raw.get("event_id") if isinstance(raw, dict) else None
             out.append(self._rate_limited(eid if isinstance(eid, str) else None))
@@ -55,8 +54,7 @@ class ClientEventHandlers:
         - which a transport calling ``send_error`` itself would bypass."""
         if self.closed:
             return []
-        out = self._ensure_started(now_ms)
-        self._last_traffic_ms = now_ms
+        out = self._client_traffic(now_ms)
         if not self._bucket.take(now_ms):
             out.append(self._rate_limited(None))
         else:

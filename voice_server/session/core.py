@@ -239,7 +239,9 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         # outbound calls: who answered (answering_machine.py); None: not asked
         self._machine = AnsweringMachineDetector() if answering_machine else None
         self._message_left = False  # the message for a machine was asked for
-        # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
+        # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s);
+        # the idle limit counts from _last_traffic_ms: the client's last input
+        # (_client_traffic), or the last tick while a reply was in progress
         self._last_traffic_ms: float | None = None
         self._bucket = TokenBucket(self.limits.max_client_events_per_s,
                                    self.limits.client_events_burst)
@@ -269,6 +271,14 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
 
     def _ensure_started(self, now_ms: float) -> list[Command]:
         return [] if self.started else self.start(now_ms)
+
+    def _client_traffic(self, now_ms: float) -> list[Command]:
+        """The client sent something (an event, a frame it could not turn into
+        one, audio, a key): the session starts if it has not, and the idle
+        limit counts from now.  Returns what starting sends."""
+        out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        return out
 
     @property
     def active_response_id(self) -> str | None:
@@ -443,8 +453,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         the model reads, and is answered like an utterance."""
         if self.closed or key not in KEYS:
             return []
-        out = self._ensure_started(now_ms)
-        self._last_traffic_ms = now_ms
+        out = self._client_traffic(now_ms)
         if not self._bucket.take(now_ms):  # a key is a client event: the same rate limit
             return out + [self._rate_limited(None)]
         self._silence.count_until(None)  # the caller is there

@@ -56,8 +56,7 @@ class Turns:
         pcm = np.asarray(pcm)
         if pcm.dtype != np.int16:
             raise TypeError("input_audio expects int16 PCM")
-        out = self._ensure_started(now_ms)
-        self._last_traffic_ms = now_ms
+        out = self._client_traffic(now_ms)
         return out + self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
 
     def _ingest(self, pcm: np.ndarray, rate: int, now_ms: float) -> list[Command]:

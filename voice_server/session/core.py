@@ -219,7 +219,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._turn = TurnState()  # what the caller's turns leave open (turns.py)
         # talked over while a reply plays: backchannel or interruption (interruption.py)
         self.interruptions = interruptions or InterruptionSettings()
-        self._interruption = InterruptionState.from_settings(self.interruptions)
+        self._interruption = InterruptionState.from_settings(self.interruptions)  # phrases, decision
         self._echo = EchoGuard(self.interruptions.echo_margin_db) \
             if self.interruptions.echo_guard else None
         # responses

@@ -242,6 +242,27 @@ def test_push_to_talk_clear_and_buffer_limit():
     assert s._buffer.samples == 0
 
 
+def test_push_to_talk_buffer_full_is_reported_again_after_clear_or_commit():
+    from voice_server.session import ServerLimits
+    s = Session("s", SessionSettings(turn_detection=None),
+                limits=ServerLimits(max_buffered_input_s=1.0))
+    events(s.start(0))
+
+    def overflow() -> list[str]:  # 1.8 s of audio into a 1 s buffer
+        cmds = []
+        for _ in range(2):
+            cmds += s.client_event({"type": "input_audio_buffer.append",
+                                    "audio": b64_pcm(tone(900, 24000))}, 0)
+        return [e["error"]["code"] for e in events(cmds) if e["type"] == "error"]
+
+    assert overflow() == ["input_audio_buffer_full"]
+    assert overflow() == []  # reported once
+    events(s.client_event({"type": "input_audio_buffer.clear"}, 0))
+    assert overflow() == ["input_audio_buffer_full"]
+    events(s.client_event({"type": "input_audio_buffer.commit"}, 0))
+    assert overflow() == ["input_audio_buffer_full"]
+
+
 def test_transcription_failure_in_push_to_talk():
     s = new_session(turn_detection=None)
     s.client_event({"type": "input_audio_buffer.append", "audio": b64_pcm(tone(300, 24000))}, 0)

@@ -24,8 +24,7 @@ class ClientEventHandlers:
     def client_event(self, raw, now_ms: float) -> list[Command]:
         if self.closed:
             return []
-        out = self._ensure_started(now_ms)
-        self._last_traffic_ms = now_ms
+        out = self._client_traffic(now_ms)
         if not self._bucket.take(now_ms):
             eid = raw.get("event_id") if isinstance(raw, dict) else None
             out.append(self._rate_limited(eid if isinstance(eid, str) else None))
@@ -55,8 +54,7 @@ class ClientEventHandlers:
         - which a transport calling ``send_error`` itself would bypass."""
         if self.closed:
             return []
-        out = self._ensure_started(now_ms)
-        self._last_traffic_ms = now_ms
+        out = self._client_traffic(now_ms)
         if not self._bucket.take(now_ms):
             out.append(self._rate_limited(None))
         else:
@@ -84,7 +82,7 @@ class ClientEventHandlers:
             out.append(self._client_error(err))
         out.append(self._send("session.updated", session=self._session_wire()))
         if old.turn_detection is not None and self.settings.turn_detection is None:
-            self._buffer.clear()  # the PTT buffer starts empty
+            self._buffer.clear(keep_report=True)  # the PTT buffer starts empty
         out += self._sync_listen(old)
         return out
 
@@ -107,7 +105,6 @@ class ClientEventHandlers:
                               f"at least {self.limits.min_commit_ms:g}ms of audio, but buffer "
                               f"only has {ms:.2f}ms of audio.")
         pcm = self._buffer.take_all()
-        self._buffer_full_reported = False
         item = Item(self.ids.new("item"), "user", [Content("input_audio")], status="in_progress")
         prev = self.conversation.add(item)
         self._turn.pending_transcripts[item.id] = 0
@@ -117,7 +114,6 @@ class ClientEventHandlers:
 
     def _on_input_audio_buffer_clear(self, ev, now_ms) -> list[Command]:
         self._buffer.clear()
-        self._buffer_full_reported = False
         return [self._send("input_audio_buffer.cleared")]
 
     def _build_item(self, it: ItemIn, allow_transcribe: bool, param: str = "item"):
@@ -205,8 +201,7 @@ class ClientEventHandlers:
         if item.type == FUNCTION_CALL_OUTPUT:
             self._check_function_output(item)
         elif item.type == FUNCTION_CALL:
-            self._check_new_call_id(item)
-            self._call_ids.add(item.call_id)
+            self._claim_call_id(item)
         prev = self.conversation.add(item, ev.previous_item_id)
         out: list[Command] = [self._send("conversation.item.added", previous_item_id=prev,
                                          item=item.wire())]
@@ -227,9 +222,9 @@ class ClientEventHandlers:
 
     def _find_item(self, item_id: str) -> Item | None:
         item = self.conversation.get(item_id)
-        if item is None and self._active and self._active.item and \
-                self._active.item.id == item_id:
-            item = self._active.item
+        r = self._responses.active
+        if item is None and r and r.item and r.item.id == item_id:
+            item = r.item
         return item
 
     def _on_conversation_item_truncate(self, ev, now_ms) -> list[Command]:
@@ -243,7 +238,7 @@ class ClientEventHandlers:
                               f"{item.max_truncate_ms()}ms is shorter than {ev.audio_end_ms}ms.",
                               "audio_end_ms")
         out: list[Command] = []
-        r = self._active
+        r = self._responses.active
         if r is not None and r.item is item:
             # the client stopped playing this item: stop producing it
             out += self._cancel_active("client_cancelled", now_ms, flush=False,
@@ -255,7 +250,8 @@ class ClientEventHandlers:
 
     def _on_conversation_item_delete(self, ev, now_ms) -> list[Command]:
         item = self._item_or_error(ev.item_id)
-        if self._active is not None and item.response_id == self._active.id:
+        r = self._responses.active
+        if r is not None and item.response_id == r.id:
             raise ClientError("invalid_value", "Invalid 'item_id': the item belongs to the "
                               "response in progress; cancel it first.", "item_id")
         self.conversation.delete(item.id)
@@ -271,10 +267,11 @@ class ClientEventHandlers:
         return [self._send("conversation.item.retrieved", item=item.wire())]
 
     def _on_response_create(self, ev, now_ms) -> list[Command]:
-        if self._active is not None:
+        active = self._responses.active
+        if active is not None:
             raise ClientError("conversation_already_has_active_response",
                               f"Conversation already has an active response in progress: "
-                              f"{self._active.id}. Wait until the response is finished before "
+                              f"{active.id}. Wait until the response is finished before "
                               "creating a new one.")
         p = ev.response
         s = self.settings
@@ -353,7 +350,7 @@ class ClientEventHandlers:
         return chat_messages(built)
 
     def _on_response_cancel(self, ev, now_ms) -> list[Command]:
-        r = self._active
+        r = self._responses.active
         if r is None or (ev.response_id is not None and ev.response_id != r.id):
             raise ClientError("response_cancel_not_active",
                               "Cancellation failed: no active response found.")

@@ -156,17 +156,16 @@ from __future__ import annotations
 
 import base64
 
-from ..audio_codec import StreamResampler, decode_wire_audio
+from ..audio_codec import decode_wire_audio
 from .backchannel import InterruptionSettings
 from .client_handlers import ClientEventHandlers
-from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen, SendEvent,
-                       StopListen)
+from .commands import AudioOut, Close, Command, ConfigureListen, SendEvent, StopListen
 from .config import ServerLimits, SessionSettings, session_to_wire
 from .echo_guard import EchoGuard
 from .errors import ClientError
 from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
-from .interruption import Interruptions
+from .interruption import InterruptionState, Interruptions
 from .items import Content, Conversation, Item
 from .answering_machine import NO_ANSWER_MS, AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
@@ -175,9 +174,9 @@ from .output_pacer import OutputPacer
 from .playback import Playback
 from .prompt import Prompt
 from .rate_limit import TokenBucket
-from .responses import Responses, _Response
+from .responses import ResponseState, Responses
 from .server_events import EventFactory, IdFactory, error_body
-from .turns import Turns, TurnState
+from .turns import InputAudio, Turns, TurnState
 
 
 # audio per released slice when pacing: WebSocket deltas of 40 ms; stream
@@ -214,51 +213,49 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self.closed = False
         self._start_ms: float | None = None
         # input path
-        self._in_resampler: StreamResampler | None = None
-        self._in_samples = 0  # 16 kHz samples on the input timeline
-        self._usage_input_ms = 0.0  # input timeline billed by the last response.done's usage
+        self._input = InputAudio()  # the resampler to 16 kHz and the input timeline (turns.py)
         self._buffer = InputBuffer(self.limits.max_buffered_input_s)
-        self._buffer_full_reported = False
         self._listening: dict | None = None  # last ConfigureListen params
         self._turn = TurnState()  # what the caller's turns leave open (turns.py)
         # talked over while a reply plays: backchannel or interruption (interruption.py)
         self.interruptions = interruptions or InterruptionSettings()
-        self._backchannel_phrases = self.interruptions.phrases()
-        self._interruption_phrases = self.interruptions.interruption_phrases()
-        self._deciding = None
+        self._interruption = InterruptionState.from_settings(self.interruptions)  # phrases, decision
         self._echo = EchoGuard(self.interruptions.echo_margin_db) \
             if self.interruptions.echo_guard else None
         # responses
-        self._active: _Response | None = None
-        self._last_audio: _Response | None = None
-        self._call_ids: set[str] = set()  # every function call's call_id, server's and client's
+        self._responses = ResponseState()  # the active one, the last to speak (responses.py)
+        # every function call's call_id, the server's and the client's (function_calls.py)
+        self._call_ids: set[str] = set()
         self._out_of_context: set[str] = set()  # items truncation took out (prompt.py)
         # output pacing and pause (output_pacer.py, playback.py)
         self._pacer = OutputPacer(output_lead_ms)
         if self._echo is not None:
             self._pacer.on_play = self._reply_played
         self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
-        self._paused_item: str | None = None  # item a stream transport holds paused
+        self._paused_item: str | None = None  # item a stream transport holds paused (playback.py)
         self.extension_events = extension_events
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
         self._silence = SilenceWatch(hang_up_after)  # the idle deadline, check-ins, the hang-up
         # outbound calls: who answered (answering_machine.py); None: not asked
         self._machine = AnsweringMachineDetector() if answering_machine else None
         self._message_left = False  # the message for a machine was asked for
-        # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s)
+        # operator limits on client traffic (ServerLimits.idle_timeout_s, max_client_events_per_s);
+        # the idle limit counts from _last_traffic_ms: the client's last input
+        # (_client_traffic), or the last tick while a reply was in progress
         self._last_traffic_ms: float | None = None
         self._bucket = TokenBucket(self.limits.max_client_events_per_s,
                                    self.limits.client_events_burst)
 
     def _reply_played(self, cmd: Command, start_ms: float) -> None:
         """The echo guard's reference: reply audio the listener plays from ``start_ms``."""
+        r = self._responses.active
         if isinstance(cmd, AudioOut):
             self._echo.played(cmd.pcm, cmd.sample_rate, start_ms, cmd.response_id)
         elif isinstance(cmd, SendEvent) and cmd.type == "response.output_audio.delta" \
-                and self._active is not None:
-            fmt = self._active.output_format
+                and r is not None:
+            fmt = r.output_format
             pcm = decode_wire_audio(base64.b64decode(cmd.event["delta"]), fmt.type)
-            self._echo.played(pcm, fmt.sample_rate, start_ms, self._active.id)
+            self._echo.played(pcm, fmt.sample_rate, start_ms, r.id)
 
     # ------------------------------------------------------- events and state
     def _send(self, type_: str, **fields) -> SendEvent:
@@ -275,9 +272,17 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
     def _ensure_started(self, now_ms: float) -> list[Command]:
         return [] if self.started else self.start(now_ms)
 
+    def _client_traffic(self, now_ms: float) -> list[Command]:
+        """The client sent something (an event, a frame it could not turn into
+        one, audio, a key): the session starts if it has not, and the idle
+        limit counts from now.  Returns what starting sends."""
+        out = self._ensure_started(now_ms)
+        self._last_traffic_ms = now_ms
+        return out
+
     @property
     def active_response_id(self) -> str | None:
-        return self._active.id if self._active else None
+        return self._responses.active.id if self._responses.active else None
 
     @property
     def user_speaking(self) -> bool:
@@ -326,7 +331,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         if now_ms - self._start_ms >= self.limits.max_session_s * 1000.0:
             return self._expire(now_ms)
         idle_s = self.limits.idle_timeout_s
-        if self._active is not None:  # a reply in progress is not idleness
+        if self._responses.active is not None:  # a reply in progress is not idleness
             self._last_traffic_ms = now_ms
         elif idle_s > 0 and \
                 now_ms - (self._last_traffic_ms or self._start_ms) >= idle_s * 1000.0:
@@ -339,7 +344,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             return self._hang_up()
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or not self._silence.due(now_ms) or \
-                self._active is not None or self._turn.speech_item is not None or self._turn.awaiting_final:
+                self._responses.active is not None or self._turn.speech_item is not None or \
+                self._turn.awaiting_final:
             return []
         return self._caller_silent(td, now_ms)
 
@@ -363,15 +369,15 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         ]
         if td.create_response:
             out += self._auto_response(now_ms)
-            if goodbye and self._active is not None:
-                self._silence.goodbye_id = self._active.id
+            if goodbye and self._responses.active is not None:
+                self._silence.goodbye_id = self._responses.active.id
         return out
 
     def _goodbye_heard(self, now_ms: float) -> bool:
         """The goodbye is done and the caller heard it (or its playback report
         is overdue by GOODBYE_GRACE_MS)."""
-        r = self._last_audio
-        if self._active is not None:
+        r = self._responses.last_audio
+        if self._responses.active is not None:
             return False
         if r is None or r.id != self._silence.goodbye_id or r.item is None:
             return True  # no audio (text only, or it failed)
@@ -427,8 +433,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         out = self._user_note("[an answering machine is recording: leave a short message, "
                               "then say goodbye]", now_ms)
         out += self._auto_response(now_ms)
-        if self._active is not None:
-            self._silence.goodbye_id = self._active.id
+        if self._responses.active is not None:
+            self._silence.goodbye_id = self._responses.active.id
         return out
 
     def _user_note(self, note: str, now_ms: float) -> list[Command]:
@@ -447,8 +453,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         the model reads, and is answered like an utterance."""
         if self.closed or key not in KEYS:
             return []
-        out = self._ensure_started(now_ms)
-        self._last_traffic_ms = now_ms
+        out = self._client_traffic(now_ms)
         if not self._bucket.take(now_ms):  # a key is a client event: the same rate limit
             return out + [self._rate_limited(None)]
         self._silence.count_until(None)  # the caller is there
@@ -465,18 +470,18 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         out: list[Command] = []
         if td is not None and td.interrupt_response:
             out += self._cancel_active("turn_detected", now_ms, flush=True) \
-                if self._active is not None else self._interrupt_playback()
+                if self._responses.active is not None else self._interrupt_playback()
         self._silence.caller_spoke()
         out += self._user_note(entry_text(keys), now_ms)
         out += self._maybe_auto_respond(now_ms)
-        if self._active is None and td is not None and td.idle_timeout_ms:
+        if self._responses.active is None and td is not None and td.idle_timeout_ms:
             self._silence.count_until(now_ms + td.idle_timeout_ms)  # no answer: the silence counts
         return out
 
     def _expire(self, now_ms: float, code: str = "session_expired",
                 message: str | None = None) -> list[Command]:
         out: list[Command] = []
-        if self._active is not None:
+        if self._responses.active is not None:
             out += self._cancel_active("client_cancelled", now_ms, flush=True,
                                        reason_cmd=code)
         out.append(self._error("invalid_request_error", code, message or
@@ -493,13 +498,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         if self.closed:
             return []
         self.closed = True
-        out: list[Command] = []
-        r = self._active
-        if r is not None:
-            if r.started and not r.generated:
-                out.append(CancelResponse(r.id, "disconnected"))
-            r.done = True
-            self._active = None
+        out = self._abandon_active()
         self._pacer.drop()
         if self._listening is not None:
             self._listening = None

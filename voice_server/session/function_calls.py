@@ -128,8 +128,11 @@ class FunctionCalls:
             raise ClientError("function_call_output_duplicate", f"Invalid '{param}.call_id': "
                               f"call '{cid}' already has an output.", f"{param}.call_id")
 
-    def _check_new_call_id(self, item: Item, param: str = "item") -> None:
+    def _claim_call_id(self, item: Item, param: str = "item") -> None:
+        """A client's ``function_call``: its call_id must be new, and is taken
+        from now on (by the client's call and the server's alike)."""
         if item.call_id in self._call_ids:
             raise ClientError("invalid_value", f"Invalid '{param}.call_id': a function call "
                               f"with call_id '{item.call_id[:64]}' already exists.",
                               f"{param}.call_id")
+        self._call_ids.add(item.call_id)

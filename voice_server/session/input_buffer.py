@@ -18,6 +18,9 @@ class InputBuffer:
         self._chunks: list[np.ndarray] = []
         self.samples = 0
         self.start_sample = 0  # timeline position of the first buffered sample
+        # push-to-talk: the client was told that audio is refused (report_full); it is
+        # told again only after the buffer is emptied (take_all, clear)
+        self._full_reported = False
 
     @property
     def duration_ms(self) -> float:
@@ -43,6 +46,13 @@ class InputBuffer:
             self._drop_front(self.samples - self.max_samples)
         return ok
 
+    def report_full(self) -> bool:
+        """``append`` refused audio: True when the client is to be told, the
+        first time since the buffer was last emptied."""
+        first = not self._full_reported
+        self._full_reported = True
+        return first
+
     def _drop_front(self, n: int) -> None:
         while n > 0 and self._chunks:
             c = self._chunks[0]
@@ -67,7 +77,12 @@ class InputBuffer:
         self.clear()
         return pcm
 
-    def clear(self) -> None:
+    def clear(self, *, keep_report: bool = False) -> None:
+        """Empty the buffer; refused audio is reported again, unless
+        ``keep_report`` (a session.update's switch to push-to-talk, which has
+        always kept the report of an earlier overflow)."""
         self.start_sample += self.samples
         self._chunks = []
         self.samples = 0
+        if not keep_report:
+            self._full_reported = False

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .backchannel import only_backchannel, starts_with, word_count
+from .backchannel import InterruptionSettings, only_backchannel, starts_with, word_count
 from .commands import Command
 
 # speech_paused comes after 64 ms of silence plus the trip from the listen
@@ -64,6 +64,24 @@ class _Deciding:
     peeked: bool = False            # the words so far were heard once already
 
 
+@dataclass
+class InterruptionState:
+    """What deciding interruptions works with; the session holds one
+    (``Session._interruption``) and this module writes it."""
+
+    # InterruptionSettings' words, parsed once: those that let the reply go on
+    # ("mm hmm", "yeah") and those that take the turn even alone ("stop", "wait")
+    backchannel_phrases: frozenset[tuple[str, ...]]
+    interruption_phrases: frozenset[tuple[str, ...]]
+    # the utterance heard over a reply: set at its speech_started (or a word that
+    # takes the turn alone), None again once it interrupts or is let go
+    deciding: _Deciding | None = None
+
+    @classmethod
+    def from_settings(cls, settings: InterruptionSettings) -> InterruptionState:
+        return cls(settings.phrases(), settings.interruption_phrases())
+
+
 class Interruptions:
     @property
     def agent_speaking(self) -> bool:
@@ -73,14 +91,15 @@ class Interruptions:
 
     def _agent_speaking(self) -> bool:
         """A reply is being heard: its audio started and it is active."""
-        r = self._active
+        r = self._responses.active
         return r is not None and r.audio and (self._pacer.released_ms > 0 or self.output_paused)
 
     def _start_deciding(self, audio_start_ms: int, now_ms: float) -> list[Command]:
         self._turn.speech_item = self.ids.new("item")
         self._turn.speech_start_ms = audio_start_ms
         self._silence.count_until(None)
-        self._deciding = _Deciding(self._turn.speech_item, audio_start_ms, float(audio_start_ms))
+        self._interruption.deciding = _Deciding(self._turn.speech_item, audio_start_ms,
+                                                float(audio_start_ms))
         out = [] if self.output_paused else self.pause_output(now_ms)
         self._turn.paused_for_onset = False     # onset_dropped no longer resumes: we decide
         return out
@@ -88,22 +107,23 @@ class Interruptions:
     def _takes_turn(self, text: str, alternative: str) -> bool:
         """Either reading starts with ``interruption_words`` (400 ms of a flat
         "stop and ...": "Open." as heard, "Stop and..." read again)."""
-        return starts_with(text, self._interruption_phrases) or \
-            starts_with(alternative, self._interruption_phrases)
+        phrases = self._interruption.interruption_phrases
+        return starts_with(text, phrases) or starts_with(alternative, phrases)
 
     def _only_backchannel(self, text: str, alternative: str) -> bool:
         """The words, or the listen stage's other reading of a short sound, are
         only backchannels; words that take the turn ("stop") always count."""
         if self._takes_turn(text, alternative):
             return False
-        return only_backchannel(text, self._backchannel_phrases) or \
-            bool(alternative) and only_backchannel(alternative, self._backchannel_phrases)
+        phrases = self._interruption.backchannel_phrases
+        return only_backchannel(text, phrases) or \
+            bool(alternative) and only_backchannel(alternative, phrases)
 
     def _words_heard(self, text: str, paused: bool, now_ms: float,
                      alternative: str = "") -> list[Command]:
         """An early transcript of the deciding utterance (``paused``: the
         speaker is silent after these words)."""
-        d = self._deciding
+        d = self._interruption.deciding
         if d is None or d.backchannel:
             return []
         if not paused:
@@ -139,11 +159,12 @@ class Interruptions:
     def _long_enough(self, end_ms: int) -> bool:
         """The deciding utterance, ended (or paused) at ``end_ms``, is long
         enough to take the turn."""
-        return end_ms - self._deciding.audio_start_ms >= self.interruptions.min_interruption_ms
+        start_ms = self._interruption.deciding.audio_start_ms
+        return end_ms - start_ms >= self.interruptions.min_interruption_ms
 
     def _speaker_paused(self, paused: bool, now_ms: float,
                         audio_end_ms: int | None = None) -> list[Command]:
-        d = self._deciding
+        d = self._interruption.deciding
         if d is None:
             return []
         d.speaker_paused = paused
@@ -158,10 +179,10 @@ class Interruptions:
     def _check_decision(self, now_ms: float) -> list[Command]:
         """Called as input arrives: speech that went on long enough interrupts;
         a reply that ended meanwhile leaves an ordinary user turn."""
-        d = self._deciding
+        d = self._interruption.deciding
         if d is None or d.backchannel:
             return []
-        if self._active is None:
+        if self._responses.active is None:
             return self._interrupt(now_ms)
         if d.speaker_paused or d.stopped_end_ms is not None:
             return []
@@ -175,7 +196,7 @@ class Interruptions:
     def _deciding_stopped(self, audio_end_ms: int) -> list[Command]:
         """speech_stopped of the deciding utterance: a backchannel is dropped;
         otherwise its final decides (it is not committed before)."""
-        d = self._deciding
+        d = self._interruption.deciding
         if d.backchannel:
             self._forget_utterance(audio_end_ms)
             self._turn.awaiting_final.append(DROPPED)
@@ -185,11 +206,12 @@ class Interruptions:
 
     def _deciding_final(self, text: str, start_ms: int, end_ms: int,
                         now_ms: float, alternative: str = "") -> list[Command]:
-        d = self._deciding
+        d = self._interruption.deciding
         if d.stopped_end_ms is None:       # a final without its stop: take it as both
             d.stopped_end_ms = end_ms
         short = not self._long_enough(d.stopped_end_ms) and not self._takes_turn(text, alternative)
-        if self._active is not None and (short or self._only_backchannel(text, alternative)):
+        if self._responses.active is not None and \
+                (short or self._only_backchannel(text, alternative)):
             out = self._let_reply_go_on(now_ms)
             self._forget_utterance(d.stopped_end_ms)
             return out
@@ -197,24 +219,24 @@ class Interruptions:
 
     def _interrupt(self, now_ms: float) -> list[Command]:
         """A real interruption: what barge-in always did, with the utterance's start."""
-        d = self._deciding
-        self._deciding = None
+        d = self._interruption.deciding
+        self._interruption.deciding = None
         started = self._send("input_audio_buffer.speech_started", audio_start_ms=d.audio_start_ms,
                              item_id=d.item_id)
         out = self._cancel_active("turn_detected", now_ms, flush=True, between=[started]) \
-            if self._active is not None else [started]
+            if self._responses.active is not None else [started]
         if d.stopped_end_ms is not None:
             out += self._commit_speech(d.stopped_end_ms)
         return out
 
     def _let_reply_go_on(self, now_ms: float) -> list[Command]:
-        self._deciding.backchannel = True
+        self._interruption.deciding.backchannel = True
         return self.resume_output(now_ms)
 
     def _forget_utterance(self, audio_end_ms: int) -> None:
         self._turn.partial.pop(self._turn.speech_item, None)
         self._turn.speech_item = None
-        self._deciding = None
+        self._interruption.deciding = None
         self._buffer.drop_until_ms(audio_end_ms)
 
     def _dropped_final(self) -> bool:

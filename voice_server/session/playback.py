@@ -24,7 +24,7 @@ class Playback:
         holds (at most ``output_lead_ms``; nothing on WebRTC, whose track
         stops).  ``voice_agent.output_audio.paused`` says where playback is.
         Nothing when no reply with audio is active or it is paused already."""
-        r = self._active
+        r = self._responses.active
         if self.closed or r is None or not r.audio or self._pacer.paused:
             return []
         self._pacer.paused = True
@@ -38,7 +38,7 @@ class Playback:
     def resume_output(self, now_ms: float) -> list[Command]:
         """Release the paused reply again from exactly where it stopped (the
         same response and item; no ``response.done`` in between)."""
-        r = self._active
+        r = self._responses.active
         if self.closed or not self._pacer.paused:
             return []
         self._pacer.paused = False
@@ -50,6 +50,14 @@ class Playback:
             out += self._extension_event(RESUMED_EVENT, r, now_ms)
         return out + self.pump_output(now_ms)
 
+    def _end_pause(self) -> str | None:
+        """The reply ends early (responses.py ``_drop_held``): a pause ends with
+        it.  Returns the item a stream transport holds paused, if any, for the
+        caller to resume or flush."""
+        paused_item, self._paused_item = self._paused_item, None
+        self._pacer.paused = False
+        return paused_item
+
     @property
     def output_paused(self) -> bool:
         return self._pacer.paused
@@ -57,12 +65,13 @@ class Playback:
     @property
     def output_held(self) -> bool:
         """A reply's output is still held for release (pacing or a pause)."""
-        return self._pacer.holding or (self._active is not None and self._active.generated)
+        r = self._responses.active
+        return self._pacer.holding or (r is not None and r.generated)
 
     def played_position_ms(self, now_ms: float) -> float:
         """Where the listener is in the active (or last) reply's audio: the
         transport's report on stream transports, else the playout model."""
-        r = self._active or self._last_audio
+        r = self._responses.active or self._responses.last_audio
         item = r.item if r is not None else None
         if self.audio_out_mode == "stream" and item is not None and item.played_ms is not None:
             return item.played_ms
@@ -83,18 +92,19 @@ class Playback:
         queue).  The reply is no longer active, so there is nothing to cancel;
         its audio is flushed and its item truncated to what was heard, exactly
         as a client's ``output_audio_buffer.clear`` would."""
-        r = self._last_audio
+        r = self._responses.last_audio
         if self.audio_out_mode != "stream" or r is None or not r.done or r.item is None \
                 or not r.buffer_started or r.playback_stopped:
             return []
         return self._on_output_audio_buffer_clear(None, None)
 
     def _on_output_audio_buffer_clear(self, ev, now_ms) -> list[Command]:
-        r = self._active if (self._active and self._active.item) else self._last_audio
+        active = self._responses.active
+        r = active if (active and active.item) else self._responses.last_audio
         if r is None:
             return []
         out: list[Command] = []
-        if r is self._active:
+        if r is active:
             self._drop_held(r)  # the client cut the audio: what is held goes too
         if self.audio_out_mode == "stream" and r.item is not None:
             out.append(FlushAudio(r.item.id))
@@ -127,7 +137,8 @@ class Playback:
             return []
         played = min(float(played_ms), item.audio_ms)
         item.played_ms = played if item.played_ms is None else max(item.played_ms, played)
-        r = self._last_audio if self._last_audio and self._last_audio.item is item else None
+        last = self._responses.last_audio
+        r = last if last and last.item is item else None
         if r is not None and r.done and r.first_audio_ms is not None:
             td = self.settings.turn_detection
             if td is not None and td.idle_timeout_ms:

@@ -67,6 +67,20 @@ class _Response:
         return self.outputs.index(self.item)
 
 
+@dataclass
+class ResponseState:
+    """The session's responses between events; the session holds one
+    (``Session._responses``) and this module writes it."""
+
+    # the response being made or still released: set when it is created, None
+    # again at its response.done (or when the client disconnects)
+    active: _Response | None = None
+    # the last response the speaker sent audio or words for (set at each chunk); kept
+    # after it ends for what the listener still plays (playback.py) and the goodbye
+    last_audio: _Response | None = None
+    usage_input_ms: float = 0.0  # input timeline reported as heard by the last response.done
+
+
 class Responses:
     def _auto_response(self, now_ms: float) -> list[Command]:
         """A response the server starts itself (a turn ended, a check-in, a
@@ -100,7 +114,7 @@ class Responses:
                       output_format=s.output_format, voice=s.voice,
                       input_messages=input_messages,
                       tools=think_tools, tool_choice=think_choice)
-        self._active = r
+        self._responses.active = r
         self._pacer.reset()
         self._turn.unanswered = False
         self._silence.count_until(None)
@@ -171,7 +185,7 @@ class Responses:
                                             "error": {"type": etype, "code": code}}, usage)
 
     def _maybe_start_waiting(self) -> list[Command]:
-        r = self._active
+        r = self._responses.active
         if r is not None and not r.started and not r.done and not self._turn.pending_transcripts:
             return self._start(r)
         return []
@@ -203,7 +217,7 @@ class Responses:
 
     def response_chunk(self, response_id: str, stage: str, payload, now_ms: float) \
             -> list[Command]:
-        r = self._active
+        r = self._responses.active
         if self.closed or r is None or r.id != response_id or r.done or not r.started:
             return []
         if stage == THINK:
@@ -272,7 +286,7 @@ class Responses:
             held.append((self._send("response.output_audio_transcript.delta", response_id=r.id,
                                     item_id=item.id, output_index=r.msg_index,
                                     content_index=0, delta=text), 0.0))
-        self._last_audio = r
+        self._responses.last_audio = r
         self._pacer.hold([c for c, _ in held], [ms for _, ms in held])
         return out + self._pacer.release(now_ms)
 
@@ -317,8 +331,8 @@ class Responses:
         if status == "completed" and r.tokens is not None and r.tokens.get("finish_reason") == LENGTH:
             status, details = "incomplete", {"type": "incomplete", "reason": "max_output_tokens"}
         r.done = True
-        if self._active is r:
-            self._active = None
+        if self._responses.active is r:
+            self._responses.active = None
         out: list[Command] = []
         for item in r.outputs:
             if item is r.item:
@@ -341,7 +355,8 @@ class Responses:
         previous response.done (what this turn listened to) and the reply's
         audio made, in seconds (speech is recognised and synthesised, not
         tokenised, so the API's audio token counts stay 0)."""
-        heard_ms, self._usage_input_ms = self.input_ms - self._usage_input_ms, self.input_ms
+        heard_ms = self.input_ms - self._responses.usage_input_ms
+        self._responses.usage_input_ms = self.input_ms
         spoken_ms = r.item.audio_ms if r.item is not None and r.audio else 0.0
         return {"input_audio_seconds": round(heard_ms / 1000.0, 3),
                 "output_audio_seconds": round(spoken_ms / 1000.0, 3)}
@@ -367,7 +382,7 @@ class Responses:
     def _cancel_active(self, reason: str, now_ms: float, flush: bool,
                        between: list | None = None, reason_cmd: str | None = None) \
             -> list[Command]:
-        r = self._active
+        r = self._responses.active
         out: list[Command] = []
         if r is None:
             return list(between or [])
@@ -396,13 +411,21 @@ class Responses:
         self._set_idle_deadline(r, now_ms)
         return out
 
+    def _abandon_active(self) -> list[Command]:
+        """The client is gone: the active response, if any, ends without events
+        (``CancelResponse`` while it is still generating)."""
+        r = self._responses.active
+        if r is None:
+            return []
+        r.done = True
+        self._responses.active = None
+        return [CancelResponse(r.id, "disconnected")] if r.started and not r.generated else []
+
     def _drop_held(self, r: _Response) -> str | None:
         """The reply ends early: forget the audio still held and cut its item
         to what was released (the listener never got the rest).  Returns the
         item a stream transport holds paused, if any."""
-        paused_item = self._paused_item
-        self._paused_item = None
-        self._pacer.paused = False
+        paused_item = self._end_pause()
         if not self._pacer.holding:
             return paused_item
         self._pacer.drop()
@@ -440,7 +463,7 @@ class Responses:
 
     def response_finished(self, response_id: str, status: str, error: dict | None,
                           now_ms: float, usage: dict | None = None) -> list[Command]:
-        r = self._active
+        r = self._responses.active
         if self.closed or r is None or r.id != response_id or r.done:
             return []
         out: list[Command] = []
@@ -473,7 +496,7 @@ class Responses:
         if self.closed:
             return []
         out = self._pacer.release(now_ms)
-        r = self._active
+        r = self._responses.active
         if r is not None and r.generated and not r.done and not self._pacer.holding \
                 and not self._pacer.paused:
             out += self._done_events(r, "completed", None, r.usage)

@@ -39,6 +39,16 @@ class TurnState:
     paused_for_onset: bool = False     # the reply was paused when the caller made a sound
 
 
+@dataclass
+class InputAudio:
+    """The caller's audio on its way in (``_ingest``); the session holds one
+    (``Session._input``) and this module writes it."""
+
+    # the input's rate to 16 kHz: made at the first chunk, made again when the rate changes
+    resampler: StreamResampler | None = None
+    samples: int = 0  # 16 kHz samples received: the input timeline (input_ms)
+
+
 class Turns:
     def input_audio(self, pcm: np.ndarray, sample_rate: int, now_ms: float) -> list[Command]:
         if self.closed:
@@ -46,18 +56,18 @@ class Turns:
         pcm = np.asarray(pcm)
         if pcm.dtype != np.int16:
             raise TypeError("input_audio expects int16 PCM")
-        out = self._ensure_started(now_ms)
-        self._last_traffic_ms = now_ms
+        out = self._client_traffic(now_ms)
         return out + self._ingest(pcm.reshape(-1), int(sample_rate), now_ms)
 
     def _ingest(self, pcm: np.ndarray, rate: int, now_ms: float) -> list[Command]:
-        if self._in_resampler is None or self._in_resampler.in_rate != rate:
-            self._in_resampler = StreamResampler(rate, LISTEN_RATE_HZ,
+        audio_in = self._input
+        if audio_in.resampler is None or audio_in.resampler.in_rate != rate:
+            audio_in.resampler = StreamResampler(rate, LISTEN_RATE_HZ,
                                                  low_latency_quality(rate, LISTEN_RATE_HZ))
-        pcm16 = self._in_resampler.process(pcm)
+        pcm16 = audio_in.resampler.process(pcm)
         if pcm16.size == 0:
             return []
-        self._in_samples += pcm16.size
+        audio_in.samples += pcm16.size
         out: list[Command] = []
         if self._machine is not None:
             out += self._machine_heard(pcm16, now_ms)
@@ -65,13 +75,12 @@ class Turns:
             if self._echo is not None:
                 pcm16 = self._echo.process(pcm16, now_ms)   # the reply's own voice is not the caller
             out.append(FeedListen(pcm16))
-            self._buffer.append(pcm16, self._in_samples, ring=True)
+            self._buffer.append(pcm16, audio_in.samples, ring=True)
             # speech over a reply that goes on long enough interrupts it (every transport)
             out += self._check_decision(now_ms)
         else:
-            ok = self._buffer.append(pcm16, self._in_samples, ring=False)
-            if not ok and not self._buffer_full_reported:
-                self._buffer_full_reported = True
+            ok = self._buffer.append(pcm16, audio_in.samples, ring=False)
+            if not ok and self._buffer.report_full():
                 out.append(self._error("invalid_request_error", "input_audio_buffer_full",
                                        f"Input audio buffer is full ("
                                        f"{self.limits.max_buffered_input_s:g}s); later audio "
@@ -81,7 +90,7 @@ class Turns:
     @property
     def input_ms(self) -> float:
         """Position of the input timeline (ms of input audio received)."""
-        return self._in_samples * 1000.0 / LISTEN_RATE_HZ
+        return self._input.samples * 1000.0 / LISTEN_RATE_HZ
 
     def listen_event(self, ev: dict, now_ms: float) -> list[Command]:
         if self.closed:
@@ -109,7 +118,7 @@ class Turns:
         elif t == SPEECH_STOPPED and (vad or self._turn.speech_item):
             if self._turn.speech_item is None:
                 return out  # stray stop
-            if self._deciding is not None:
+            if self._interruption.deciding is not None:
                 return out + self._deciding_stopped(int(ev.get("audio_end_ms", 0)))
             out += self._commit_speech(int(ev.get("audio_end_ms", 0)))
         elif t == FINAL and (vad or self._turn.speech_item or self._turn.awaiting_final):
@@ -117,7 +126,7 @@ class Turns:
                                 int(ev.get("audio_end_ms", 0)))
             if self._dropped_final():
                 return out
-            if self._deciding is not None and not self._turn.awaiting_final:
+            if self._interruption.deciding is not None and not self._turn.awaiting_final:
                 return out + self._deciding_final(text, start, end, now_ms,
                                                   str(ev.get("alternative") or ""))
             out += self._final(text, start, end, now_ms)
@@ -139,7 +148,7 @@ class Turns:
         which needs min_speech_ms of speech, then cancels it as before; a sound
         too short to be speech (onset_dropped) resumes it where it stopped."""
         td = self.settings.turn_detection
-        if td is None or not td.interrupt_response or self._active is None \
+        if td is None or not td.interrupt_response or self._responses.active is None \
                 or self.output_paused:
             return []
         out = self.pause_output(now_ms)
@@ -154,7 +163,8 @@ class Turns:
         if not self._turn.paused_for_onset:
             return []
         self._turn.paused_for_onset = False
-        if self._active is not None and starts_with(text, self._interruption_phrases):
+        if self._responses.active is not None and \
+                starts_with(text, self._interruption.interruption_phrases):
             return self._start_deciding(start_ms, now_ms) + \
                 self._deciding_final(text, start_ms, end_ms, now_ms)
         return self.resume_output(now_ms)
@@ -163,7 +173,7 @@ class Turns:
         """Preemptive generation: start the reply this turn would get while the
         silence window is still deciding; the runner holds it (see PrepareReply)."""
         td, turn = self.settings.turn_detection, self._turn
-        if not text or td is None or not td.create_response or self._active is not None \
+        if not text or td is None or not td.create_response or self._responses.active is not None \
                 or turn.speech_item is None or turn.awaiting_final or turn.pending_transcripts \
                 or self._holding_for_machine:
             return []
@@ -188,7 +198,7 @@ class Turns:
         out: list[Command] = []
         if self._turn.speech_item is not None:
             out += self.listen_event(speech_stopped_event(int(self.input_ms)), now_ms)
-        for _ in range(len(self._turn.awaiting_final) + (self._deciding is not None)):
+        for _ in range(len(self._turn.awaiting_final) + (self._interruption.deciding is not None)):
             pos = int(self.input_ms)
             out += self.listen_event(final_event("", pos, pos), now_ms)
         return out
@@ -208,7 +218,7 @@ class Turns:
                              item_id=self._turn.speech_item)
         if td is None or not td.interrupt_response:
             return [started] + self._prefill_conversation()
-        if self._active is not None:
+        if self._responses.active is not None:
             return self._cancel_active("turn_detected", now_ms, flush=True, between=[started])
         return [started] + self._interrupt_playback() + self._prefill_conversation()
 
@@ -217,7 +227,7 @@ class Turns:
         reply's prompt but their words (the session's first turn without
         instructions has nothing to decode: the system prompt is cached)."""
         td, s = self.settings.turn_detection, self.settings
-        if td is None or not td.create_response or self._active is not None \
+        if td is None or not td.create_response or self._responses.active is not None \
                 or not (self.conversation.items or s.instructions):
             return []
         return [self._prefill(s)]
@@ -235,10 +245,10 @@ class Turns:
         transcript's end, it is the one most likely to read differently at the
         pause, and the think stage reuses a prompt only up to the first change."""
         words = text.split()[:-1]
-        if self._turn.speech_item is None or self._deciding is not None or not words:
+        if self._turn.speech_item is None or self._interruption.deciding is not None or not words:
             return []
         td, s = self.settings.turn_detection, self.settings
-        if td is None or not td.create_response or self._active is not None:
+        if td is None or not td.create_response or self._responses.active is not None:
             return []
         return [self._prefill(s, " ".join(words))]
 
@@ -298,7 +308,7 @@ class Turns:
             self._turn.unanswered = True
             self._silence.caller_spoke()
         else:
-            self._silence.noise(reply_active=self._active is not None)
+            self._silence.noise(reply_active=self._responses.active is not None)
         out += self._maybe_auto_respond(now_ms)
         return out
 
@@ -333,7 +343,7 @@ class Turns:
         td = self.settings.turn_detection
         if td is None or not td.create_response or not self._turn.unanswered or \
                 self._turn.speech_item is not None or self._turn.awaiting_final or \
-                self._active is not None or self._holding_for_machine:
+                self._responses.active is not None or self._holding_for_machine:
             return []
         return self._auto_response(now_ms)
 

@@ -40,6 +40,9 @@ DEFAULTS = {
 
 
 class ApiContext:
+    """The pipeline and the settings of one set of HTTP routes, and the checks
+    every endpoint makes with them; an endpoint raises the ApiError a check gives."""
+
     def __init__(self, pipeline: Any, settings: Any = None) -> None:
         self._pipeline = pipeline   # a Pipeline, or a callable returning one (None while not up)
         self.settings = settings    # ServerSettings, a dict or None: read through setting()

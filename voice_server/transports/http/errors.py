@@ -31,6 +31,9 @@ STATUS_OF = {
 
 
 class ApiError(Exception):
+    """A request refused before the first byte: its HTTP status, OpenAI-style body
+    and headers.  Raise it from an endpoint; :mod:`.routes` sends ``response()``."""
+
     def __init__(self, status: int, message: str, type_: str = "invalid_request_error",
                  code: str | None = None, param: str | None = None,
                  headers: dict[str, str] | None = None) -> None:

@@ -27,6 +27,7 @@ from starlette.responses import Response
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
+    """One SSE message: ``data`` (a string as is, else compact JSON), named ``event`` if given."""
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
     head = f"event: {event}\n" if event else ""
     return f"{head}data: {text}\n\n".encode()

@@ -3,7 +3,7 @@
     app = build_app(pipeline, settings)      # routes: /v1/realtime (WebSocket),
                                              # /v1/telephony/twilio (+ /twiml),
                                              # /v1/realtime/calls (WebRTC),
-                                             # voice_server.transports.http_api routes,
+                                             # voice_server.transports.http routes,
                                              # /metrics (voice_server.metrics),
                                              # /v1/sessions, /v1/requests/{id} (.admin),
                                              # /v1/calls (.transports.calls_api),
@@ -45,10 +45,10 @@ from .drain import DrainGate, install_signal_drain
 from .records.store import CallStore
 from .session_registry import registry_for
 from .settings import ServerSettings
-from .transports import http_api
 from .transports.access import is_loopback
 from .transports.calls_api import calls_routes
 from .transports.client_secrets import ClientSecretStore
+from .transports.http.routes import http_routes
 from .transports.realtime_ws import realtime_route
 from .transports.phone.routes import phone_routes
 from .transports.webrtc import webrtc_routes
@@ -104,7 +104,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     routes: list[Any] = [ws_route]
     ph_routes, phone = phone_routes(pipeline, settings)
     routes += ph_routes
-    routes += list(http_api.routes(pipeline, settings))
+    routes += list(http_routes(pipeline, settings))
     routes += metrics.routes(pipeline, settings, places=lambda p: registry_for(p).places)
     routes += admin.routes(pipeline, settings)
     rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, client_secrets)

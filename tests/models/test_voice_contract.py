@@ -11,7 +11,7 @@ from runtime.errors import ErrorCode
 from runtime.models import voice_contract as vc
 from runtime.models.listen.pocketsphinx_asr import StreamingRecognizer
 from runtime.models.listen.utterance_asr import StreamingDecoder
-from voice_server.transports.http_api import STATUS_OF
+from voice_server.transports.http.errors import STATUS_OF
 
 
 def test_constructors_build_valid_events_of_every_type():

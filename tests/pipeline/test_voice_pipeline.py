@@ -26,7 +26,7 @@ from runtime.models.listen.pocketsphinx_asr import StreamingRecognizer
 from voice_server.testing.speech_corpus import human_clips, phone_line
 from tests.pipeline.conftest import CONFIG, ROOT, wer
 from tests.runtime.conftest import fresh_snapshot
-from voice_server.transports.http_api import routes
+from voice_server.transports.http.routes import http_routes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -280,7 +280,7 @@ async def test_cli_missing_model_exit_2(pipeline, tmp_path):
 # ---------------------------------------------------------------------------------- HTTP
 @pytest.fixture
 def client(pipeline):
-    app = Starlette(routes=routes(pipeline))
+    app = Starlette(routes=http_routes(pipeline))
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test", timeout=60)
 
 
@@ -373,7 +373,7 @@ async def test_http_errors_before_first_byte(pipeline, client, monkeypatch):
                                                             "temperature": 99, "stream": True})
         assert r.status_code == 400 and r.json()["error"]["code"] == "bad_input", r.text
     monkeypatch.setenv("VOICE_AGENT_API_KEYS", "k1,k2")
-    app = Starlette(routes=routes(pipeline))
+    app = Starlette(routes=http_routes(pipeline))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         assert (await c.get("/v1/models")).status_code == 401
         assert (await c.get("/v1/models", headers={"Authorization": "Bearer nope"})).status_code == 401
@@ -385,7 +385,7 @@ async def test_http_errors_before_first_byte(pipeline, client, monkeypatch):
 async def server(pipeline):
     """A real uvicorn on 127.0.0.1 (ephemeral port) in this loop: disconnects are real."""
     import uvicorn
-    app = Starlette(routes=routes(pipeline))
+    app = Starlette(routes=http_routes(pipeline))
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
     task = asyncio.ensure_future(srv.serve())
     while not srv.started:

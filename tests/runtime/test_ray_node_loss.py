@@ -26,7 +26,7 @@ from runtime.ray.local_cluster import LocalCluster  # noqa: E402
 from tests.runtime.test_ray import _wait_for, ray_config, stage  # noqa: E402
 from voice_server import admin  # noqa: E402
 from voice_server.settings import ServerSettings  # noqa: E402
-from voice_server.transports import http_api  # noqa: E402
+from voice_server.transports.http.routes import http_routes  # noqa: E402
 
 ADMIN = "node-loss-admin"
 
@@ -49,7 +49,7 @@ class Watcher:
 
     def __init__(self, p, rid: int) -> None:
         settings = ServerSettings(admin_keys=[ADMIN])
-        app = Starlette(routes=http_api.routes(p, settings) + admin.routes(p, settings))
+        app = Starlette(routes=http_routes(p, settings) + admin.routes(p, settings))
         self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://va",
                                       headers={"Authorization": f"Bearer {ADMIN}"})
         self.rid = rid

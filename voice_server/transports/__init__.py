@@ -8,7 +8,7 @@ and back, and nothing else.
 * :mod:`.phone` - ``/v1/telephony/<provider>``: phone calls from Twilio,
   Telnyx, Plivo, Exotel and Vonage on one bridge with a small codec per
   provider, and Twilio's TwiML webhook.
-* :mod:`.http_api` - ``/health``, ``/health/ready``, ``/health/live``,
+* :mod:`.http` - ``/health``, ``/health/ready``, ``/health/live``,
   ``/v1/models``, ``/v1/audio/speech``, ``/v1/chat/completions``.
 
 Every transport lets callers in through :mod:`.access` (keys, Origin policy,

@@ -89,9 +89,9 @@ def sampling_cost_ms(thinker: LlamaCppThinker) -> dict:
     lc = thinker._lc
     thinker.prefill(WorkItem(1, "Hello", params={"max_tokens": 8}))
     thinker.step([1])
-    n_vocab = thinker._n_vocab
+    n_vocab = thinker._vocab.n_tokens
     row = np.ctypeslib.as_array(lc.llama_get_logits_ith(thinker._ctx, -1), shape=(n_vocab,)).copy()
-    chain = thinker._new_sampler(Sampling(seed=1))
+    chain = thinker._samplers.chain(Sampling(seed=1), index=0)
     t0 = time.perf_counter()
     for _ in range(200):
         lc.llama_sampler_sample(chain, thinker._ctx, -1)

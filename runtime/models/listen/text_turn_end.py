@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from runtime.errors import ErrorCode, StageError
-from runtime.models.think.llama_cpp_thinker import common_prefix, llama_tokenize
+from runtime.models.think.llama_sequences import common_prefix
+from runtime.models.think.llama_vocab import llama_tokenize
 
 # What may follow the last word when the message is over.
 END_MARKS = ("<|im_end|>", "?", ".", "!")
@@ -48,10 +49,10 @@ class TextTurnEnd:
     """P(the user's message ends after ``text``) from a chat model's next token."""
 
     def __init__(self, model_path: str | None = None, threads: int = 1) -> None:
-        from runtime.models.think.llama_cpp_thinker import _import_llama_cpp
+        from runtime.models.think.llama_vocab import import_llama_cpp
         from runtime.models.model_files import ModelFileMissing, smollm2_gguf
 
-        lc = _import_llama_cpp()
+        lc = import_llama_cpp()
         try:
             path = model_path or smollm2_gguf()
         except ModelFileMissing as e:

@@ -155,9 +155,9 @@ def file_sha256(path: Path) -> str:
 def requantize(source: Path, dest: Path, expected: str, n_threads: int = 2) -> str:
     """Write ``source`` as Q4_0 at ``dest`` (about 3 s); returns the result's SHA-256."""
     from runtime.models.think.gguf_requant import quantize_file
-    from runtime.models.think.llama_cpp_thinker import _import_llama_cpp
+    from runtime.models.think.llama_vocab import import_llama_cpp
 
-    lc = _import_llama_cpp()
+    lc = import_llama_cpp()
     lc.llama_backend_init()
     quantize_file(lc, source, dest, "q4_0", n_threads)
     got = file_sha256(dest)

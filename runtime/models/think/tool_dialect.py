@@ -12,7 +12,7 @@ Two dialects, picked from the GGUF's own chat template:
   of spoken answers it puts ~0 on those too, even when asked to set a timer.
   So a reply begins as a call at a low start probability (0.005) and the name
   the model then writes decides (a callable tool's, with probability >= 0.5:
-  see the thinker's ``_Probe``).  Measured in 10-turn sessions
+  see ``tool_call_decision``).  Measured in 10-turn sessions
   (``benchmarks/answer_bench.py``, 24 tool and 12 other requests): start 0.3
   called right 3 times, 0.02 9, 0.005 15, 0 (always probe) 18 but with 7
   false calls, against none for the others.
@@ -44,7 +44,7 @@ class ToolDialect:
     start_texts: tuple[str, ...]     # a reply whose first token begins one of these is a call
     threshold: float                 # ... when their probabilities sum to at least this
     name_threshold: float | None     # native: then the name the model writes must be a callable
-                                     # tool's, this likely (None: no such check, see _Probe)
+                                     # tool's, this likely (None: no such check, see tool_call_decision)
     unspoken: tuple[str, ...]        # no token of a text reply starts with these while tools
                                      # are shown (the model would write a call as words to speak)
     prepare: Callable[[Sequence[Message], Tools], Rendering]

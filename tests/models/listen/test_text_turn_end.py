@@ -155,7 +155,7 @@ def test_smart_turn_is_asked_only_where_the_reading_leaves_the_wait_open():
 def test_a_reading_decodes_only_past_the_words_read_before(reader):
     """Read while the caller speaks, the pause's words decode only their new
     tail; the reading is the one a fresh model gives."""
-    from runtime.models.think.llama_cpp_thinker import common_prefix
+    from runtime.models.think.llama_sequences import common_prefix
 
     assert common_prefix([1, 2, 3], [1, 2, 4, 5], 3) == 2 and common_prefix([1, 2, 3], [1, 2, 3], 2) == 2
     fresh = TextTurnEnd()

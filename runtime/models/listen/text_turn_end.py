@@ -57,11 +57,6 @@ class TextTurnEnd:
             path = model_path or smollm2_gguf()
         except ModelFileMissing as e:
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, str(e)) from None
-        try:
-            from llama_cpp import _logger
-            _logger.set_verbose(False)
-        except Exception:  # logging silence is a nicety, never a reason to fail
-            pass
         lc.llama_backend_init()
         self._lc = lc
         self._model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())

@@ -44,6 +44,7 @@ from runtime.models.think.llama_emit import ReplyEmitter
 from runtime.models.think.llama_options import LlamaOptions
 from runtime.models.think.llama_sampler import SamplerChains
 from runtime.models.think.llama_sequences import CALL, DECIDE, TEXT, Seq, SequencePool
+from runtime.models.think.llama_log import route_to_logger
 from runtime.models.think.llama_vocab import LlamaVocab, import_llama_cpp
 from runtime.models.model_files import SMOLLM2, ModelFileMissing, thinker_gguf
 from runtime.models.think.thinker_request import read_request
@@ -146,11 +147,7 @@ class LlamaCppThinker(ARExecutor):
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, str(e)) from None
         if not os.path.exists(path):
             raise StageError(ErrorCode.STAGE_UNAVAILABLE, f"model file not found: {path}")
-        try:
-            from llama_cpp import _logger
-            _logger.set_verbose(self.opts.verbose)
-        except Exception:  # logging silence is a nicety, never a reason to fail
-            pass
+        route_to_logger(lc, verbose=self.opts.verbose)
         lc.llama_backend_init()
         t0 = time.perf_counter()
         if self.opts.requantize:

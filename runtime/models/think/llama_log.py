@@ -11,7 +11,8 @@ of ``make serve`` reads that line as something broken.
 
 :func:`route_to_logger` replaces that callback: every message goes to the
 ``llama.cpp`` logger, errors at ERROR (still shown) and everything else at
-DEBUG (shown with ``--log-level debug``).  ggml sends a line in pieces (a
+DEBUG (shown with ``--log-level debug``; at INFO with the thinker's
+``verbose: true``).  ggml sends a line in pieces (a
 ``CONT`` piece continues the one before), so pieces are joined into lines.
 """
 
@@ -37,12 +38,13 @@ class LineJoiner:
         self._lock = threading.Lock()  # ggml may log from its worker threads
         self._text = ""                # the line so far
         self._level = logging.DEBUG    # the level of the line so far
+        self.chatter = logging.DEBUG   # the level of every line that is not an error
 
     def piece(self, ggml_level: int, text: str) -> None:
         """Take one piece; every line it completes is logged."""
         with self._lock:
             if ggml_level != GGML_CONT:  # a new piece's own level; an error anywhere makes the line one
-                level = logging.ERROR if ggml_level == GGML_ERROR else logging.DEBUG
+                level = logging.ERROR if ggml_level == GGML_ERROR else self.chatter
                 self._level = max(self._level, level) if self._text else level
             self._text += text
             *lines, self._text = self._text.split("\n")
@@ -56,13 +58,15 @@ _joiner = LineJoiner(log)
 _callback: Any = None  # kept alive: ggml holds only a C pointer to it
 
 
-def route_to_logger(lc: Any) -> None:
+def route_to_logger(lc: Any, *, verbose: bool = False) -> None:
     """Send llama.cpp's log (``lc`` is the imported ``llama_cpp`` module) to the ``llama.cpp`` logger.
 
     Idempotent; call it before loading a model, or the load's messages are
-    printed by the callback installed before.
+    printed by the callback installed before.  ``verbose`` logs what is not an
+    error at INFO instead of DEBUG.
     """
     global _callback
+    _joiner.chatter = logging.INFO if verbose else logging.DEBUG
     if _callback is None:
         _callback = lc.llama_log_callback(
             lambda level, text, _user: _joiner.piece(level, (text or b"").decode("utf-8", "replace")))

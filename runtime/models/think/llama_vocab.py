@@ -15,6 +15,7 @@ import os
 from typing import Any, Sequence
 
 from runtime.errors import ErrorCode, StageError
+from runtime.models.think.llama_log import route_to_logger
 
 _INSTALL = "pip install llama-cpp-python"
 
@@ -31,6 +32,7 @@ def import_llama_cpp() -> Any:
     except ImportError as e:
         raise StageError(ErrorCode.STAGE_UNAVAILABLE,
                          f"llama-cpp-python is not installed ({e}); fix: {_INSTALL}") from None
+    route_to_logger(llama_cpp)  # its load chatter at debug level, not on stderr
     return llama_cpp
 
 

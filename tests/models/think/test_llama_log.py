@@ -52,14 +52,13 @@ def test_a_real_model_load_prints_nothing_on_stderr():
     # SmolLM2 (the wheel's GGUF) line by line, warnings included.
     code = """
 import logging, sys
-import llama_cpp as lc
-from runtime.models.think.llama_log import route_to_logger
+from runtime.models.think.llama_vocab import import_llama_cpp
 from runtime.models.model_files import smollm2_gguf
 lines = []
 class H(logging.Handler):
     def emit(self, r): lines.append((r.levelno, r.getMessage()))
 logging.getLogger("llama.cpp").addHandler(H()); logging.getLogger("llama.cpp").setLevel(logging.DEBUG)
-route_to_logger(lc)
+lc = import_llama_cpp()  # routes the log by itself
 lc.llama_backend_init()
 params = lc.llama_model_default_params()
 model = lc.llama_model_load_from_file(str(smollm2_gguf()).encode(), params)

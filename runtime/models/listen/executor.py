@@ -50,7 +50,6 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,14 +60,14 @@ from runtime.executor import ChunkExecutor, WorkItem
 from runtime.heap import trim_heap
 from runtime.thread_cpu import thread_cpu_s
 from runtime.models.listen.asr_thread import RecognitionThread
-from runtime.models.listen.denoise import ENGINES as DENOISE_ENGINES
-from runtime.models.listen.denoise import NOISE_REDUCTION_TYPES, make_denoiser
+from runtime.models.listen.client_audio import to_mono_float32
+from runtime.models.listen.denoise import make_denoiser
 from runtime.models.listen.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.whisper_asr import ALT_PROMPT
 from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
-from runtime.models.listen.turn_wait import (EAGERNESS_WAIT_MS, TEXT_CUT_P, TEXT_END_P, Pause,
-                                             semantic_wait_ms)
+from runtime.models.listen.turn_wait import TEXT_CUT_P, TEXT_END_P, Pause
+from runtime.models.listen.vad_params import DEFAULTS, VadParams
 from runtime.models.voice_contract import (AGENT_SPEAKING, INTERIM, LISTEN_RATE_HZ, PARTIAL,
                                            SPEECH_STARTED, SPEECH_STOPPED, TURN_LIKELY_OVER,
                                            onset_dropped_event, onset_event, partial_event,
@@ -88,15 +87,12 @@ BLIP_WORD_MS = 150
 # silero's authors recommend ending speech on a lower threshold than the one
 # that starts it, so one word's energy dip does not split an utterance.
 HYSTERESIS = 0.15
-MAX_CHANNELS = 8
-MIN_RATE, MAX_RATE = 4000, 384000
 # The chat LLM reads every pause whose words read finished, as soon as they
 # are in, on a thread of its own at this much lower priority: on 2 cores its
 # ~70-100 ms would otherwise slow the prepared reply's prompt, which the caller
 # waits for, by about half.  Smart Turn's thread too: the turn's decision that
 # waits for its verdict comes before the reply's first audio on a slow CPU.
 READ_NICE = 5
-TURN_MODES = ("silence", "semantic")
 SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
 # Smart Turn needs a little silence after the words to hear a finished turn
 # (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
@@ -109,140 +105,12 @@ VERDICT_LATE_MS = 300.0
 SEMANTIC_PAUSE_MS = 32.0       # recognition starts at the first silent frame: the wait may be 150-250 ms
 PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
 
-DEFAULTS: dict[str, Any] = {
-    "sample_rate": LISTEN_RATE_HZ,
-    "threshold": 0.5,
-    "silence_duration_ms": 500,
-    "prefix_padding_ms": 300,
-    "min_speech_ms": 250,
-    "max_utterance_s": 30.0,
-}
-
 
 def _trim_heap() -> None:
     import gc
 
     gc.collect()
     trim_heap()
-
-
-@dataclass(frozen=True)
-class VadParams:
-    """Validated per-request turn-detection settings (ms unless named otherwise)."""
-
-    sample_rate: int
-    threshold: float
-    silence_duration_ms: float
-    prefix_padding_ms: float
-    min_speech_ms: float
-    max_utterance_s: float
-    turn_mode: str = "silence"      # "semantic": the end-of-turn model sets the wait
-    eagerness: str = "auto"
-    noise_reduction: str | None = None  # denoise.py: near_field | far_field | an engine | None
-
-    @property
-    def semantic(self) -> bool:
-        return self.turn_mode == "semantic"
-
-    def wait_ms(self, pause: Pause) -> float:
-        """Silence needed to end the turn: the fixed window, or in semantic mode
-        what the evidence gathered at the pause allows (turn_wait.py)."""
-        return semantic_wait_ms(pause, self.eagerness) if self.semantic else self.silence_duration_ms
-
-    @classmethod
-    def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
-        """Per-request params override the stage's YAML defaults; bad values are the client's fault."""
-        merged = {**DEFAULTS, **{k: v for k, v in defaults.items() if k in DEFAULTS},
-                  **{k: v for k, v in (params or {}).items() if k in DEFAULTS and v is not None}}
-        try:
-            rate_f = float(merged["sample_rate"])
-            vals = {k: float(merged[k]) for k in DEFAULTS if k != "sample_rate"}
-        except (TypeError, ValueError) as exc:
-            raise StageError(ErrorCode.BAD_INPUT, f"listen: non-numeric parameter: {exc}") from None
-        if not rate_f.is_integer() or not MIN_RATE <= rate_f <= MAX_RATE:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: sample_rate must be an integer in {MIN_RATE}..{MAX_RATE}, "
-                             f"got {merged['sample_rate']!r}")
-        if not all(math.isfinite(v) for v in vals.values()):
-            raise StageError(ErrorCode.BAD_INPUT, "listen: parameters must be finite numbers")
-        if not 0.0 < vals["threshold"] < 1.0:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: threshold must be in (0, 1), got {vals['threshold']}")
-        for k in ("silence_duration_ms", "prefix_padding_ms", "min_speech_ms"):
-            if not 0.0 <= vals[k] <= 60_000:
-                raise StageError(ErrorCode.BAD_INPUT, f"listen: {k} must be in 0..60000, got {vals[k]}")
-        if not 0.5 <= vals["max_utterance_s"] <= 3600:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: max_utterance_s must be in 0.5..3600, got {vals['max_utterance_s']}")
-        merged_str = {**{k: v for k, v in defaults.items() if k in ("turn_mode", "eagerness")},
-                      **{k: v for k, v in (params or {}).items()
-                         if k in ("turn_mode", "eagerness") and v is not None}}
-        noise = (params or {}).get("noise_reduction", defaults.get("noise_reduction"))
-        if noise is not None and noise not in NOISE_REDUCTION_TYPES + DENOISE_ENGINES:
-            raise StageError(ErrorCode.BAD_INPUT, "listen: noise_reduction must be one of "
-                             f"{NOISE_REDUCTION_TYPES + DENOISE_ENGINES} or null, got {noise!r}")
-        mode = str(merged_str.get("turn_mode", "silence"))
-        eagerness = str(merged_str.get("eagerness", "auto"))
-        if mode not in TURN_MODES:
-            raise StageError(ErrorCode.BAD_INPUT, f"listen: turn_mode must be one of {TURN_MODES}, "
-                             f"got {mode!r}")
-        if eagerness not in EAGERNESS_WAIT_MS:
-            raise StageError(ErrorCode.BAD_INPUT, "listen: eagerness must be one of "
-                             f"{tuple(EAGERNESS_WAIT_MS)}, got {eagerness!r}")
-        return cls(sample_rate=int(rate_f), turn_mode=mode, eagerness=eagerness,
-                   noise_reduction=noise, **vals)
-
-
-def to_mono_float32(payload: Any) -> np.ndarray:
-    """Bring whatever a client sent to mono float32 in [-1, 1], or say clearly why not.
-
-    Clients differ (browsers send float32, telephony int16, numpy users
-    float64, some stereo); converting the unambiguous cases is friendlier than
-    rejecting them, while integer widths we would have to guess the scale of
-    are refused.
-    """
-    if isinstance(payload, (bytes, bytearray, memoryview)):
-        raw = bytes(payload)
-        if len(raw) % 2:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: byte payload must be int16 PCM (even length), got {len(raw)} bytes")
-        payload = np.frombuffer(raw, dtype="<i2")
-    elif not isinstance(payload, np.ndarray):
-        if isinstance(payload, (list, tuple)):
-            try:
-                payload = np.asarray(payload, dtype=np.float32)
-            except (TypeError, ValueError):
-                raise StageError(ErrorCode.BAD_INPUT, "listen: list payload is not numeric audio") from None
-        else:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: expected a numpy int16/float32 array, got {type(payload).__name__}")
-    a = payload
-    if a.size == 0:
-        return np.zeros(0, dtype=np.float32)
-    if a.ndim == 2:
-        rows, cols = a.shape
-        if cols <= MAX_CHANNELS and (rows >= cols or rows == 0):
-            a = a.mean(axis=1) if cols > 1 else a[:, 0]        # [frames, channels]
-        elif rows <= MAX_CHANNELS:
-            a = a.mean(axis=0) if rows > 1 else a[0]           # [channels, frames]
-        else:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: cannot tell channels from frames in shape {payload.shape}")
-    elif a.ndim > 2:
-        raise StageError(ErrorCode.BAD_INPUT, f"listen: audio must be 1-D mono, got shape {a.shape}")
-    a = a.reshape(-1)
-    kind = payload.dtype
-    if kind == np.int16:
-        out = a.astype(np.float32) / 32768.0
-    elif kind in (np.float32, np.float64, np.float16):
-        out = a.astype(np.float32)
-        if not np.isfinite(out).all():
-            out = np.nan_to_num(out, nan=0.0, posinf=1.0, neginf=-1.0)
-        np.clip(out, -1.0, 1.0, out=out)
-    else:
-        raise StageError(ErrorCode.BAD_INPUT,
-                         f"listen: unsupported sample type {kind}; send int16 PCM or float32 in [-1, 1]")
-    return np.ascontiguousarray(out, dtype=np.float32)
 
 
 class _State(enum.Enum):

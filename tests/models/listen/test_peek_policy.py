@@ -5,8 +5,9 @@ plays; without it every one runs, as before."""
 
 import numpy as np
 
-from runtime.models.listen.executor import VadParams, _Stream
+from runtime.models.listen.executor import _Stream
 from runtime.models.listen.silero_vad import FRAME_SAMPLES
+from runtime.models.listen.vad_params import VadParams
 
 FRAME_MS = FRAME_SAMPLES * 1000 / 16000
 

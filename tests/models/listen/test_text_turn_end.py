@@ -5,7 +5,7 @@ once the end-of-turn model, the words and that reading are known."""
 import numpy as np
 import pytest
 
-from runtime.models.listen.executor import VadParams
+from runtime.models.listen.vad_params import VadParams
 from runtime.models.listen.turn_wait import EAGERNESS_WAIT_MS, SURE_P, TEXT_CUT_P, TEXT_END_P, Pause
 from runtime.models.listen.text_turn_end import TextTurnEnd, normalised
 

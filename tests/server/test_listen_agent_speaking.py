@@ -1,7 +1,7 @@
 """The runner tells the listen stage whether the caller hears a reply
 (``agent_speaking``), on the first chunk after it changed, so that the stage
 spends early readings only where they change something (asr_thread.py,
-executor.py).  A unit test of voice_server.listening against a stand-in
+stream.py).  A unit test of voice_server.listening against a stand-in
 pipeline that records what is sent; the stage's side is
 tests/models/listen/test_peek_policy.py and the params path
 tests/runtime/test_background_chunks.py."""

@@ -1,1 +1,2 @@
-"""The listen stage's room: ``executor`` (the stage) and the models it drives."""
+"""The listen stage's room: ``executor`` (the stage), ``stream`` (one caller's
+utterances) and the models they drive."""

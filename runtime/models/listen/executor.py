@@ -40,83 +40,46 @@ semantic mode: the turn ends after the wait that the end-of-turn model's
 verdict, the transcript at the pause and a chat LLM's reading of it allow
 together (runtime.models.listen.turn_wait; runtime.models.listen.turn_text:
 a turn that stops on "for" or "the" is not over).
+
+This module is what exists once per process: the threads, the model objects
+(VAD session, recognisers, end-of-turn models) and the batching across
+callers.  Each caller's state machine is an ``UtteranceStream`` (stream.py),
+its settings a ``VadParams`` (vad_params.py), and its audio is brought to mono
+float32 by client_audio.py.
 """
 
 from __future__ import annotations
 
 import logging
-import enum
-import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import soxr
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ChunkExecutor, WorkItem
 from runtime.heap import trim_heap
 from runtime.thread_cpu import thread_cpu_s
 from runtime.models.listen.asr_thread import RecognitionThread
-from runtime.models.listen.denoise import ENGINES as DENOISE_ENGINES
-from runtime.models.listen.denoise import NOISE_REDUCTION_TYPES, make_denoiser
-from runtime.models.listen.silero_vad import FRAME_SAMPLES, SileroVAD, make_session
+from runtime.models.listen.client_audio import to_mono_float32
+from runtime.models.listen.silero_vad import SileroVAD, make_session
+from runtime.models.listen.stream import UtteranceStream
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
+from runtime.models.listen.vad_params import DEFAULTS, VadParams
 from runtime.models.listen.whisper_asr import ALT_PROMPT
-from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
-from runtime.models.listen.turn_wait import (EAGERNESS_WAIT_MS, TEXT_CUT_P, TEXT_END_P, Pause,
-                                             semantic_wait_ms)
-from runtime.models.voice_contract import (AGENT_SPEAKING, INTERIM, LISTEN_RATE_HZ, PARTIAL,
-                                           SPEECH_STARTED, SPEECH_STOPPED, TURN_LIKELY_OVER,
-                                           onset_dropped_event, onset_event, partial_event,
-                                           speech_paused_event, speech_resumed_event,
-                                           speech_started_event, speech_stopped_event,
-                                           turn_continues_event)
+from runtime.models.voice_contract import (AGENT_SPEAKING, LISTEN_RATE_HZ, SPEECH_STARTED,
+                                           SPEECH_STOPPED)
 
 log = logging.getLogger(__name__)
 
-# A pending onset survives short dips (plosives, pauses between syllables) but
-# not a real pause: a click followed by silence must not later be glued to
-# the start of genuine speech.
-PENDING_GAP_MS = 160
-# A dropped sound this long may be one word ("Stop.", "No."): it is read, and
-# onset_dropped carries its words (a server decides if they interrupt a reply).
-BLIP_WORD_MS = 150
-# silero's authors recommend ending speech on a lower threshold than the one
-# that starts it, so one word's energy dip does not split an utterance.
-HYSTERESIS = 0.15
-MAX_CHANNELS = 8
-MIN_RATE, MAX_RATE = 4000, 384000
 # The chat LLM reads every pause whose words read finished, as soon as they
 # are in, on a thread of its own at this much lower priority: on 2 cores its
 # ~70-100 ms would otherwise slow the prepared reply's prompt, which the caller
 # waits for, by about half.  Smart Turn's thread too: the turn's decision that
 # waits for its verdict comes before the reply's first audio on a slow CPU.
 READ_NICE = 5
-TURN_MODES = ("silence", "semantic")
-SMART_TURN_WINDOW_S = 8.0      # the model looks at the last 8 s of the turn
-# Smart Turn needs a little silence after the words to hear a finished turn
-# (flite's "what is the capital of france": 0.25 at 0 ms, 0.71 at 100 ms, 0.89
-# at 150 ms); asked later, cut speech starts to sound finished too.
-TURN_ASK_MS = 128.0
-# Where the chat model reads the words (turn_text_model), Smart Turn is asked
-# once the reading says it matters (_Stream._verdict_matters), or after this
-# much silence if the words or their reading are not in by then.
-VERDICT_LATE_MS = 300.0
-SEMANTIC_PAUSE_MS = 32.0       # recognition starts at the first silent frame: the wait may be 150-250 ms
-PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
-
-DEFAULTS: dict[str, Any] = {
-    "sample_rate": LISTEN_RATE_HZ,
-    "threshold": 0.5,
-    "silence_duration_ms": 500,
-    "prefix_padding_ms": 300,
-    "min_speech_ms": 250,
-    "max_utterance_s": 30.0,
-}
 
 
 def _trim_heap() -> None:
@@ -124,484 +87,6 @@ def _trim_heap() -> None:
 
     gc.collect()
     trim_heap()
-
-
-@dataclass(frozen=True)
-class VadParams:
-    """Validated per-request turn-detection settings (ms unless named otherwise)."""
-
-    sample_rate: int
-    threshold: float
-    silence_duration_ms: float
-    prefix_padding_ms: float
-    min_speech_ms: float
-    max_utterance_s: float
-    turn_mode: str = "silence"      # "semantic": the end-of-turn model sets the wait
-    eagerness: str = "auto"
-    noise_reduction: str | None = None  # denoise.py: near_field | far_field | an engine | None
-
-    @property
-    def semantic(self) -> bool:
-        return self.turn_mode == "semantic"
-
-    def wait_ms(self, pause: Pause) -> float:
-        """Silence needed to end the turn: the fixed window, or in semantic mode
-        what the evidence gathered at the pause allows (turn_wait.py)."""
-        return semantic_wait_ms(pause, self.eagerness) if self.semantic else self.silence_duration_ms
-
-    @classmethod
-    def from_dicts(cls, defaults: dict, params: dict) -> "VadParams":
-        """Per-request params override the stage's YAML defaults; bad values are the client's fault."""
-        merged = {**DEFAULTS, **{k: v for k, v in defaults.items() if k in DEFAULTS},
-                  **{k: v for k, v in (params or {}).items() if k in DEFAULTS and v is not None}}
-        try:
-            rate_f = float(merged["sample_rate"])
-            vals = {k: float(merged[k]) for k in DEFAULTS if k != "sample_rate"}
-        except (TypeError, ValueError) as exc:
-            raise StageError(ErrorCode.BAD_INPUT, f"listen: non-numeric parameter: {exc}") from None
-        if not rate_f.is_integer() or not MIN_RATE <= rate_f <= MAX_RATE:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: sample_rate must be an integer in {MIN_RATE}..{MAX_RATE}, "
-                             f"got {merged['sample_rate']!r}")
-        if not all(math.isfinite(v) for v in vals.values()):
-            raise StageError(ErrorCode.BAD_INPUT, "listen: parameters must be finite numbers")
-        if not 0.0 < vals["threshold"] < 1.0:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: threshold must be in (0, 1), got {vals['threshold']}")
-        for k in ("silence_duration_ms", "prefix_padding_ms", "min_speech_ms"):
-            if not 0.0 <= vals[k] <= 60_000:
-                raise StageError(ErrorCode.BAD_INPUT, f"listen: {k} must be in 0..60000, got {vals[k]}")
-        if not 0.5 <= vals["max_utterance_s"] <= 3600:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: max_utterance_s must be in 0.5..3600, got {vals['max_utterance_s']}")
-        merged_str = {**{k: v for k, v in defaults.items() if k in ("turn_mode", "eagerness")},
-                      **{k: v for k, v in (params or {}).items()
-                         if k in ("turn_mode", "eagerness") and v is not None}}
-        noise = (params or {}).get("noise_reduction", defaults.get("noise_reduction"))
-        if noise is not None and noise not in NOISE_REDUCTION_TYPES + DENOISE_ENGINES:
-            raise StageError(ErrorCode.BAD_INPUT, "listen: noise_reduction must be one of "
-                             f"{NOISE_REDUCTION_TYPES + DENOISE_ENGINES} or null, got {noise!r}")
-        mode = str(merged_str.get("turn_mode", "silence"))
-        eagerness = str(merged_str.get("eagerness", "auto"))
-        if mode not in TURN_MODES:
-            raise StageError(ErrorCode.BAD_INPUT, f"listen: turn_mode must be one of {TURN_MODES}, "
-                             f"got {mode!r}")
-        if eagerness not in EAGERNESS_WAIT_MS:
-            raise StageError(ErrorCode.BAD_INPUT, "listen: eagerness must be one of "
-                             f"{tuple(EAGERNESS_WAIT_MS)}, got {eagerness!r}")
-        return cls(sample_rate=int(rate_f), turn_mode=mode, eagerness=eagerness,
-                   noise_reduction=noise, **vals)
-
-
-def to_mono_float32(payload: Any) -> np.ndarray:
-    """Bring whatever a client sent to mono float32 in [-1, 1], or say clearly why not.
-
-    Clients differ (browsers send float32, telephony int16, numpy users
-    float64, some stereo); converting the unambiguous cases is friendlier than
-    rejecting them, while integer widths we would have to guess the scale of
-    are refused.
-    """
-    if isinstance(payload, (bytes, bytearray, memoryview)):
-        raw = bytes(payload)
-        if len(raw) % 2:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: byte payload must be int16 PCM (even length), got {len(raw)} bytes")
-        payload = np.frombuffer(raw, dtype="<i2")
-    elif not isinstance(payload, np.ndarray):
-        if isinstance(payload, (list, tuple)):
-            try:
-                payload = np.asarray(payload, dtype=np.float32)
-            except (TypeError, ValueError):
-                raise StageError(ErrorCode.BAD_INPUT, "listen: list payload is not numeric audio") from None
-        else:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: expected a numpy int16/float32 array, got {type(payload).__name__}")
-    a = payload
-    if a.size == 0:
-        return np.zeros(0, dtype=np.float32)
-    if a.ndim == 2:
-        rows, cols = a.shape
-        if cols <= MAX_CHANNELS and (rows >= cols or rows == 0):
-            a = a.mean(axis=1) if cols > 1 else a[:, 0]        # [frames, channels]
-        elif rows <= MAX_CHANNELS:
-            a = a.mean(axis=0) if rows > 1 else a[0]           # [channels, frames]
-        else:
-            raise StageError(ErrorCode.BAD_INPUT,
-                             f"listen: cannot tell channels from frames in shape {payload.shape}")
-    elif a.ndim > 2:
-        raise StageError(ErrorCode.BAD_INPUT, f"listen: audio must be 1-D mono, got shape {a.shape}")
-    a = a.reshape(-1)
-    kind = payload.dtype
-    if kind == np.int16:
-        out = a.astype(np.float32) / 32768.0
-    elif kind in (np.float32, np.float64, np.float16):
-        out = a.astype(np.float32)
-        if not np.isfinite(out).all():
-            out = np.nan_to_num(out, nan=0.0, posinf=1.0, neginf=-1.0)
-        np.clip(out, -1.0, 1.0, out=out)
-    else:
-        raise StageError(ErrorCode.BAD_INPUT,
-                         f"listen: unsupported sample type {kind}; send int16 PCM or float32 in [-1, 1]")
-    return np.ascontiguousarray(out, dtype=np.float32)
-
-
-class _State(enum.Enum):
-    IDLE = "idle"          # no utterance: waiting for an onset
-    PENDING = "pending"    # an onset, not yet min_speech_ms of speech
-    SPEECH = "speech"      # a confirmed utterance, until the wait after it ends it
-
-
-class _Stream:
-    """All per-conversation state: resampler, VAD recurrence, utterance state machine."""
-
-    def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
-                 pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0, reader=None,
-                 peek_every_ms: float = 0.0) -> None:
-        self.p = p
-        self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
-        self.peek_every_ms = peek_every_ms   # and again this often while it goes on (0: once)
-        self.next_peek_ms = peek_ms
-        self.agent_speaking: bool | None = None   # the server's AGENT_SPEAKING param (None: unsaid)
-        self.spoken_over = False      # the agent spoke since this utterance's onset
-        # peeks run, and peeks that could change nothing (_peek_matters) and were not
-        self.peeks = {"peeks_asked": 0, "peeks_skipped": 0}
-        self.last_partial = ""
-        self.pause = Pause()          # what this silence run has gathered (turn_wait.py)
-        self.judge = judge            # submits an end-of-turn verdict job (semantic mode)
-        self.reader = reader          # submits a text end-of-turn job (semantic mode, optional)
-        self.vad = vad
-        self.utt = utt
-        self.resampler = (soxr.ResampleStream(p.sample_rate, LISTEN_RATE_HZ, 1, dtype="float32")
-                          if p.sample_rate != LISTEN_RATE_HZ else None)
-        self.denoiser = make_denoiser(p.noise_reduction)  # before VAD and ASR (None: off)
-        self.pad_samples = int(p.prefix_padding_ms * LISTEN_RATE_HZ / 1000)
-        self.neg_threshold = max(0.01, p.threshold - HYSTERESIS)
-        self.pending = np.zeros(0, dtype=np.float32)   # 16 kHz samples short of a frame
-        self.preroll = np.zeros(0, dtype=np.float32)   # recent audio before a possible onset
-        self.pos = 0                                   # 16 kHz samples already framed
-        self.state = _State.IDLE
-        self.onset = 0                                 # sample index of the utterance's onset
-        self.speech_frames = 0
-        self.silence_start: int | None = None          # first sample of the current silent run
-        self.held_partial: str | None = None           # partial seen before speech was confirmed
-        self.utterances = 0
-        # silence before recognition starts (sooner in semantic mode: the wait is short)
-        self.pause_ms = min(pause_ms, SEMANTIC_PAUSE_MS) if p.semantic else pause_ms
-        self.paused = False                            # recognition started for this silence
-        self.pause_said = False                        # speech_paused sent for this silence
-        self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * LISTEN_RATE_HZ
-                                                              // FRAME_SAMPLES))
-        self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0,
-                         "text_cut": 0}
-        self.likely_over = False                       # turn_likely_over sent for this pause
-
-    @staticmethod
-    def _ms(samples: int) -> int:
-        return int(round(samples * 1000 / LISTEN_RATE_HZ))
-
-    def _end_utterance(self, end_sample: int, out: list) -> None:
-        """Close a confirmed utterance: stopped first, so the client can react before the text is in."""
-        end_ms = max(self._ms(end_sample), self._ms(self.onset))
-        out.append(speech_stopped_event(end_ms))
-        out += self.utt.end(self._ms(self.onset), end_ms)
-        self.utterances += 1
-        self._to_idle()
-
-    def _to_idle(self) -> None:
-        self.utt.drop()            # a blip's words are not wanted (no-op after end())
-        self.state = _State.IDLE
-        self.silence_start = None
-        self.likely_over = False
-        self._forget_verdict()
-        self.turn_audio.clear()
-        self.paused = False
-        self.pause_said = False
-        self.next_peek_ms = self.peek_ms
-        self.spoken_over = False
-        self.last_partial = ""
-        self.speech_frames = 0
-        self.held_partial = None
-
-    # -- per frame -------------------------------------------------------
-    def _frame(self, frame: np.ndarray, prob: float, out: list) -> None:
-        start = self.pos
-        end = start + FRAME_SAMPLES
-        self.pos = end
-        if self.state is _State.IDLE:
-            self._idle_frame(frame, prob, start, out)
-            return
-        self.utt.feed(frame)
-        self.turn_audio.append(frame)
-        if prob >= self.neg_threshold:
-            self._voiced_frame(out)
-        elif self.silence_start is None:
-            self.silence_start = start
-        silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / LISTEN_RATE_HZ
-        if self.state is _State.PENDING:
-            self._pending_frame(silent_ms, out)
-        else:
-            self._speech_frame(end, silent_ms, out)
-
-    def _idle_frame(self, frame: np.ndarray, prob: float, start: int, out: list) -> None:
-        """No utterance: a frame over the threshold is an onset; the rest is kept
-        as the next onset's lead-in."""
-        if prob < self.p.threshold:
-            keep = self.pad_samples
-            if keep:
-                self.preroll = np.concatenate([self.preroll, frame])[-keep:]
-            return
-        self.state = _State.PENDING
-        self.onset = start
-        self.spoken_over = bool(self.agent_speaking)
-        self.speech_frames = 1
-        self.silence_start = None
-        self.held_partial = None
-        # Said at once, before min_speech_ms confirms it: a server playing a
-        # reply can pause it within a frame of the caller starting to talk.
-        out.append(onset_event(self._ms(self.onset)))
-        # Prefix padding gives the recogniser the quiet lead-in it was trained on
-        # and the soft consonant silero scores low.
-        self.utt.begin(np.concatenate([self.preroll, frame]) if self.preroll.size else frame)
-        if self.preroll.size:
-            self.turn_audio.append(self.preroll)
-        self.turn_audio.append(frame)
-        self.preroll = np.zeros(0, dtype=np.float32)
-        self._maybe_confirm(out)
-
-    def _voiced_frame(self, out: list) -> None:
-        """A frame of speech inside an utterance: a pause it ends is taken back."""
-        self.speech_frames += 1
-        if self.silence_start is None:
-            return
-        self.silence_start = None
-        self._forget_verdict()
-        if self.likely_over:
-            self.likely_over = False
-            out.append(turn_continues_event())
-        if self.paused:
-            self.paused = False
-            self.utt.resume()
-        if self.pause_said:
-            self.pause_said = False
-            out.append(speech_resumed_event())
-
-    def _pending_frame(self, silent_ms: float, out: list) -> None:
-        """An onset not yet confirmed: min_speech_ms of speech makes it an
-        utterance, a gap before that drops it."""
-        if silent_ms >= min(PENDING_GAP_MS, max(self.p.silence_duration_ms, 1.0)):
-            # too short to be speech (a click, a cough): no turn; but a sound
-            # as long as a word is read first ("Stop." said over a reply)
-            sound_ms = (self.silence_start - self.onset) * 1000 / LISTEN_RATE_HZ
-            if sound_ms >= BLIP_WORD_MS:
-                out += self.utt.blip(self._ms(self.onset), self._ms(self.silence_start))
-            else:
-                out.append(onset_dropped_event())
-            self._to_idle()
-            return
-        self._maybe_confirm(out)
-
-    def _speech_frame(self, end: int, silent_ms: float, out: list) -> None:
-        """A confirmed utterance: during a pause the verdicts are asked and
-        recognition starts; while it goes on, early readings; the wait the
-        evidence allows ends it."""
-        p = self.p
-        silent = self.silence_start is not None
-        if silent:
-            self._maybe_ask(silent_ms)
-            if not self.paused and silent_ms >= self.pause_ms:
-                self.paused = True
-                self.utt.pause()     # recognise now; the silence window may confirm the turn
-                if not isinstance(self.utt, SpeculativeSegments) and self.last_partial:
-                    self._heard_words(self.last_partial)
-            if not self.pause_said and silent_ms >= PAUSE_EVENT_MS:
-                self.pause_said = True
-                out.append(speech_paused_event(self._ms(self.silence_start)))
-        spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
-        if self.peek_ms and not silent and spoken_ms >= self.next_peek_ms:
-            self._peek(spoken_ms)
-        if silent and silent_ms >= p.wait_ms(self.pause):
-            self._end_utterance(self.silence_start, out)
-        elif (end - self.onset) >= p.max_utterance_s * LISTEN_RATE_HZ:
-            # A monologue (or endless noise) still has to yield transcripts periodically.
-            self._end_utterance(end, out)
-            self.preroll = np.zeros(0, dtype=np.float32)
-
-    def _maybe_confirm(self, out: list) -> None:
-        if self.speech_frames * FRAME_SAMPLES * 1000 / LISTEN_RATE_HZ >= self.p.min_speech_ms:
-            self.state = _State.SPEECH
-            out.append(speech_started_event(self._ms(self.onset)))
-            if self.held_partial:
-                out.append(partial_event(self.held_partial))
-            self.held_partial = None
-
-    def hear_agent(self, speaking: bool | None) -> None:
-        """The server's word (``AGENT_SPEAKING``) on whether the caller hears a reply now."""
-        self.agent_speaking = None if speaking is None else bool(speaking)
-        if speaking and self.state is not _State.IDLE:
-            self.spoken_over = True
-
-    def _peek(self, spoken_ms: float) -> None:
-        """An early reading is due: the words so far, while they go on.  A
-        server deciding an interruption uses the first; the think stage and the
-        chat model reading the words decode the later ones ahead of the pause
-        (only the last words are left then).  The later ones wait for a
-        recogniser with nothing else to do for anyone, so they never delay a
-        pause's transcript (theirs or another caller's); the first is queued
-        at once, behind every transcript (asr_thread.Reading)."""
-        first = self.next_peek_ms == self.peek_ms
-        if not first:
-            thread = getattr(self.utt, "thread", None)
-            if thread is None or not thread.idle:
-                return                 # asked again at the next frame
-        self.next_peek_ms = spoken_ms + self.peek_every_ms if self.peek_every_ms else math.inf
-        if self._peek_matters(first):
-            self.peeks["peeks_asked"] += 1
-            self.utt.peek()
-        else:
-            self.peeks["peeks_skipped"] += 1
-
-    def _peek_matters(self, first: bool) -> bool:
-        """Where the server says whether a reply plays, a reading runs only
-        where it can change something: the first when the agent spoke since
-        the onset (backchannel or interruption?), the later ones while it does
-        not speak (the session readies the next reply's prompt with them only
-        while no reply is active; an interruption cancels the reply, and the
-        later readings come back)."""
-        if self.agent_speaking is None:
-            return True
-        return self.spoken_over if first else not self.agent_speaking
-
-    # -- end-of-turn model ----------------------------------------------------
-    def _maybe_ask(self, silent_ms: float) -> None:
-        if self.p.semantic and self.judge is not None and not self.pause.asked \
-                and silent_ms >= TURN_ASK_MS and self._verdict_matters(silent_ms):
-            self.pause.asked = True
-            self._ask_verdict()
-
-    def _verdict_matters(self, silent_ms: float) -> bool:
-        """Smart Turn only where its verdict can change the wait: on 2 cores its
-        ~60 ms slow the prepared reply's prompt, which the caller waits for.
-        Words that read unfinished or cut wait ``incomplete`` whatever it
-        hears, and words the chat model reads as a whole message end halfway
-        from ``complete`` to ``likely`` without it (with it, after ``complete``:
-        on a slow CPU the reply is not ready sooner).  Until the reading is in
-        it waits for it, up to ``VERDICT_LATE_MS`` of silence (a busy stage:
-        the words are late); words with nothing to read (none) do not wait."""
-        if self.reader is None:
-            return True
-        heard = self.pause
-        if heard.words is False:
-            return False
-        if heard.text_p is None:
-            return silent_ms >= VERDICT_LATE_MS or (heard.words is not None and not heard.read)
-        return not (heard.words and (heard.text_p < TEXT_CUT_P or heard.text_p >= TEXT_END_P))
-
-    def _ask_verdict(self) -> None:
-        # tagged with this silence run's number, as the reading is: what comes
-        # back after the speaker went on is for a silence that ended
-        self.judge(("turn", self.pause.gen), np.concatenate(list(self.turn_audio)))
-
-    def _forget_verdict(self) -> None:
-        self.pause = Pause(gen=self.pause.gen + 1)    # a new silence run
-
-    def _heard_words(self, text: str) -> None:
-        self.pause.words = not looks_unfinished(text)
-        self.pause.question = asks_the_agent(text)   # read once a pause, not every frame of it
-        self.pause.text = text
-        self._maybe_read()
-
-    def _maybe_read(self) -> None:
-        """Wherever the words read finished, as soon as they are in: a reading
-        of "cut" overrules any verdict, and Smart Turn's comes ~30 ms after
-        the words, too late to wait for (the reading would miss a sure
-        verdict's short wait)."""
-        if self.reader is not None and not self.pause.read and self.pause.words and self.pause.text:
-            self.pause.read = True
-            self.reader(("words", self.pause.gen), self.pause.text)
-
-    # -- recognition results ------------------------------------------------
-    def on_result(self, tag, value) -> list:
-        if isinstance(tag, tuple) and tag[0] == "turn":
-            if tag[1] == self.pause.gen and not isinstance(value, BaseException):
-                self.pause.verdict, self.pause.verdict_p = value >= 0.5, float(value)
-                self.verdicts["complete" if self.pause.verdict else "incomplete"] += 1
-            return []
-        if isinstance(tag, tuple) and tag[0] == "ahead":
-            return []     # a reading of the words so far: it only readied the model's cache
-        if isinstance(tag, tuple) and tag[0] == "words":
-            if tag[1] == self.pause.gen and not isinstance(value, BaseException):
-                # nan: no words to read, neither whole nor cut (``unsure``)
-                self.pause.text_p = math.nan if value is None else float(value)
-                self.verdicts["text_end" if self.pause.text_p >= TEXT_END_P else
-                              "text_cut" if self.pause.text_p < TEXT_CUT_P else "text_goes_on"] += 1
-                if self.state is _State.SPEECH and self.silence_start is not None:
-                    self._maybe_ask((self.pos - self.silence_start) * 1000 / LISTEN_RATE_HZ)
-            return []
-        out = []
-        in_pause = self.state is _State.SPEECH and self.silence_start is not None and self.paused
-        for ev in self.utt.result(tag, value):
-            if ev["type"] == PARTIAL:
-                self.last_partial = ev["text"]
-                if self.state is not _State.SPEECH:
-                    self.held_partial = ev["text"]    # not speech yet: say it once confirmed
-                    continue
-                if in_pause:
-                    self._heard_words(ev["text"])
-                out.append(ev)
-            elif ev["type"] == INTERIM:
-                if ev["paused"] and in_pause:
-                    self._heard_words(ev["text"])
-                elif ev["paused"] or self.state is not _State.SPEECH:
-                    continue     # the pause it was for is over, or the utterance is
-                elif self.reader is not None and self.silence_start is None:
-                    self.reader(("ahead", self.pause.gen), ev["text"])
-                out.append(ev)
-            elif ev["type"] == TURN_LIKELY_OVER:
-                # Prepared even when the model heard "unfinished": the words read
-                # finished, so the turn ends after the ``unsure`` wait at the latest.
-                if in_pause and self.pause.words is not False:
-                    self.likely_over = True
-                    out.append(ev)
-            else:
-                out.append(ev)
-        return out
-
-    # -- per chunk -------------------------------------------------------
-    def frames(self, audio: np.ndarray, final: bool) -> list[np.ndarray]:
-        """Resample and cut into whole VAD frames; the remainder waits for the next chunk."""
-        if self.resampler is not None and (audio.size or final):
-            audio = self.resampler.resample_chunk(audio, last=final)
-        if self.denoiser is not None and audio.size:
-            audio = self.denoiser.process(audio)
-        if not audio.size:
-            return []
-        buf = np.concatenate([self.pending, audio]) if self.pending.size else audio
-        n = (buf.shape[0] // FRAME_SAMPLES) * FRAME_SAMPLES
-        self.pending = buf[n:].copy()
-        return [buf[i:i + FRAME_SAMPLES].copy() for i in range(0, n, FRAME_SAMPLES)]
-
-    def advance(self, frames: list[np.ndarray], probs, final: bool) -> list:
-        """Run the utterance state machine over frames whose VAD probabilities are known."""
-        out: list = []
-        for frame, prob in zip(frames, probs):
-            self._frame(frame, float(prob), out)
-        if final:
-            self._flush(out)
-        return out
-
-    def _flush(self, out: list) -> None:
-        tail = self.pending
-        self.pending = np.zeros(0, dtype=np.float32)
-        if self.state is _State.IDLE:
-            return
-        if tail.size:
-            self.utt.feed(tail)
-        if self.state is _State.SPEECH:
-            end = self.silence_start if self.silence_start is not None else self.pos + tail.size
-            self._end_utterance(end, out)
-        else:
-            self._to_idle()
-            out.append(onset_dropped_event())
 
 
 class ListenExecutor(ChunkExecutor):
@@ -700,7 +185,7 @@ class ListenExecutor(ChunkExecutor):
         self._thread: RecognitionThread | None = None
         self._pool: list = []
         self._pool_lock = threading.Lock()
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, UtteranceStream] = {}
         self._counters = {"frames": 0, "utterances": 0, "bad_input": 0, "speculative": 0,
                           "speculative_used": 0, "speculative_wasted": 0}
         self._decision_ms: deque[float] = deque(maxlen=self.DECISION_WINDOW)
@@ -836,7 +321,7 @@ class ListenExecutor(ChunkExecutor):
             from runtime.models.listen.pocketsphinx_asr import StreamingRecognizer
 
             utt = StreamingDecoder(request_id, self._thread, StreamingRecognizer(self._take_decoder()))
-        self._streams[request_id] = _Stream(
+        self._streams[request_id] = UtteranceStream(
             p, SileroVAD(self._session), utt, self.pause_ms,
             self._turn_job(self._turn_thread, request_id, self._judge.probability)
             if p.semantic else None,
@@ -920,7 +405,7 @@ class ListenExecutor(ChunkExecutor):
         # streams in the batch (SileroVAD.probs) instead of once per stream.
         self._loop_ident = threading.get_ident()
         results: list[Any] = [None] * len(items)
-        plans: list[tuple[int, _Stream, list[np.ndarray], bool]] = []
+        plans: list[tuple[int, UtteranceStream, list[np.ndarray], bool]] = []
         for i, item in enumerate(items):
             try:
                 s = self._streams.get(item.request_id)
@@ -954,14 +439,14 @@ class ListenExecutor(ChunkExecutor):
         return exc
 
     @staticmethod
-    def _vad_probs(work: list[tuple["_Stream", list[np.ndarray]]]) -> list[list[float]]:
+    def _vad_probs(work: list[tuple[UtteranceStream, list[np.ndarray]]]) -> list[list[float]]:
         """VAD probabilities for every frame of every planned chunk, in order.
 
         A stream can have several chunks in one batch; its frames are one
         sequence (the graph is recurrent), so round r runs the r-th frame of
         every stream that has one.
         """
-        seqs: dict[int, tuple[_Stream, list[np.ndarray]]] = {}
+        seqs: dict[int, tuple[UtteranceStream, list[np.ndarray]]] = {}
         for s, frames in work:
             seqs.setdefault(id(s), (s, []))[1].extend(frames)
         got: dict[int, list[float]] = {k: [] for k in seqs}

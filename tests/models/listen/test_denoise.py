@@ -54,7 +54,7 @@ def test_off_and_unknown_names():
 
 
 def test_the_stream_feeds_its_vad_denoised_audio_when_asked(speech):
-    """What reaches the VAD: the frames the stream cuts (``_Stream.frames``)."""
+    """What reaches the VAD: the frames the stream cuts (``UtteranceStream.frames``)."""
     noisy = np.concatenate([pink(SR * 2), speech + pink(speech.size, seed=4)])
     ex = ListenExecutor(threads=1, asr_threads=1, asr_engine="pocketsphinx")
     ex.load()

@@ -5,8 +5,9 @@ plays; without it every one runs, as before."""
 
 import numpy as np
 
-from runtime.models.listen.executor import VadParams, _Stream
 from runtime.models.listen.silero_vad import FRAME_SAMPLES
+from runtime.models.listen.stream import UtteranceStream
+from runtime.models.listen.vad_params import VadParams
 
 FRAME_MS = FRAME_SAMPLES * 1000 / 16000
 
@@ -16,7 +17,7 @@ class _IdleThread:
 
 
 class RecordingUtterance:
-    """The utterance hooks _Stream calls; it records the peeks (unit-test stand-in
+    """The utterance hooks UtteranceStream calls; it records the peeks (unit-test stand-in
     for SpeculativeSegments, which needs a recogniser)."""
 
     def __init__(self) -> None:
@@ -47,7 +48,7 @@ def _speak(agent: list[bool | None], speech_ms: float = 1500) -> list[int]:
     each frame (its last value holds on).  Returns when the peeks were asked for."""
     p = VadParams(16000, 0.5, 500, 300, 250, 30)
     utt = RecordingUtterance()
-    s = _Stream(p, None, utt, peek_ms=400, peek_every_ms=500)
+    s = UtteranceStream(p, None, utt, peek_ms=400, peek_every_ms=500)
     frame = np.zeros(FRAME_SAMPLES, np.float32)
     for i in range(int(speech_ms / FRAME_MS)):
         s.hear_agent(agent[min(i, len(agent) - 1)])

@@ -5,7 +5,7 @@ once the end-of-turn model, the words and that reading are known."""
 import numpy as np
 import pytest
 
-from runtime.models.listen.executor import VadParams
+from runtime.models.listen.vad_params import VadParams
 from runtime.models.listen.turn_wait import EAGERNESS_WAIT_MS, SURE_P, TEXT_CUT_P, TEXT_END_P, Pause
 from runtime.models.listen.text_turn_end import TextTurnEnd, normalised
 
@@ -95,12 +95,12 @@ def test_the_wait_by_what_is_known():
 def test_the_words_are_read_as_soon_as_they_are_in():
     """Whatever Smart Turn says, and before it says it: a sure verdict's short
     wait would not outlast a reading that waited for it."""
-    from runtime.models.listen.executor import _Stream
+    from runtime.models.listen.stream import UtteranceStream
 
     read: list[str] = []
     p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")
-    s = _Stream(p, None, None, judge=lambda tag, audio: None,
-                reader=lambda tag, text: read.append(text))
+    s = UtteranceStream(p, None, None, judge=lambda tag, audio: None,
+                        reader=lambda tag, text: read.append(text))
     words = "I would like to book a table."
     s._heard_words(words)
     assert read == [words]                         # no verdict yet
@@ -120,13 +120,14 @@ def test_smart_turn_is_asked_only_where_the_reading_leaves_the_wait_open():
     the reading calls whole or cut end (or wait) without it; in between it is
     asked once the reading is in, and if the reading is late, after
     VERDICT_LATE_MS of silence anyway."""
-    from runtime.models.listen.executor import TURN_ASK_MS, VERDICT_LATE_MS, _State, _Stream
+    from runtime.models.listen.stream import (TURN_ASK_MS, VERDICT_LATE_MS, StreamState,
+                                              UtteranceStream)
 
     asked: list[int] = []
     p = VadParams(16000, 0.5, 500, 300, 250, 30, turn_mode="semantic", eagerness="auto")
-    s = _Stream(p, None, None, judge=lambda tag, audio: asked.append(tag[1]),
-                reader=lambda tag, text: None)
-    s.state, s.silence_start, s.pos = _State.SPEECH, 0, 3200     # 200 ms into a pause
+    s = UtteranceStream(p, None, None, judge=lambda tag, audio: asked.append(tag[1]),
+                        reader=lambda tag, text: None)
+    s.state, s.silence_start, s.pos = StreamState.SPEECH, 0, 3200     # 200 ms into a pause
     s.turn_audio.append(np.zeros(512, np.float32))
     for text_p, wanted in ((0.3, False), (0.001, False), (0.02, True)):
         s._forget_verdict()

@@ -28,11 +28,13 @@ from runtime.messages import (ENTRY_SRC, Abort, AbortAck, Data, Done, DoneItem, 
                               Ready, Release, Stats, Topology)
 from runtime.placement import COORDINATOR, NodeMap, transports_to
 from runtime.request_ids import RequestIds
-from runtime.request_lifecycle import OutputEvent, RequestHandle, RequestRecord, StageProgress, State
+from runtime.request_lifecycle import (OutputEvent, RequestHandle, RequestRecord, RequestView, StageProgress,
+                                       State)
 from runtime.shm import ShmPool
 from runtime.sockets import Peers, make_socket
 from runtime.supervisor import Proc, Supervisor
 
+# finished requests remembered at most (Coordinator.recent), however recent
 RECENT_MAX = 4096
 # after a request ends, how long its unreleased input buffers may stay lent
 INPUT_RECLAIM_AFTER_S = 2.0
@@ -97,7 +99,13 @@ class Coordinator:
         self.pool = ShmPool(f"va-{run_token}-coord-{os.getpid()}", dp.max_lent_mb << 20, dp.max_cached_mb << 20)
         self.data = DataPlane(endpoints.coordinator, self.pool, dp.inline_max_bytes)
         self.live: dict[int, RequestRecord] = {}
-        self.recent: OrderedDict[int, RequestRecord] = OrderedDict()
+        # Finished requests, oldest first, for /v1/requests/{id}, late stage
+        # reports and a restarted stage's tombstones: kept as long as a stage
+        # keeps an aborted id's tombstone (tombstones.ttl_s) and RECENT_MAX at
+        # most.  Without the age bound the table sat full on any busy server,
+        # several views per call that ended minutes ago.
+        self.recent: OrderedDict[int, RequestView] = OrderedDict()
+        self.recent_ttl_s = cfg.tombstones.ttl_s
         self.tickets: dict[int, AbortTicket] = {}
         self._ids = RequestIds(g.replicas for g in cfg.placement.groups)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -274,9 +282,8 @@ class Coordinator:
             # release is in flight, but a stage killed while reading one never
             # sends it.  Whatever is still out after a grace period comes back.
             self.loop.call_later(INPUT_RECLAIM_AFTER_S, self.pool.reclaim, rec.request_id)
-        self.recent[rec.request_id] = rec.finished_view()
-        while len(self.recent) > RECENT_MAX:
-            self.recent.popitem(last=False)
+        self.recent[rec.request_id] = rec.view()
+        self._forget_finished(rec.t_end)
         if state == State.COMPLETED:
             self.counters["completed"] += 1
             rec.push(OutputEvent("done", rec.request_id))
@@ -290,6 +297,18 @@ class Coordinator:
             self.counters["errors_by_code"][code] = self.counters["errors_by_code"].get(code, 0) + 1
             rec.push(OutputEvent("error", rec.request_id, stage=error.stage if error else None,
                                  error=error, reason=reason))
+
+    def _forget_finished(self, now: float) -> None:
+        """Drop the finished requests past RECENT_MAX or older than ``recent_ttl_s``."""
+        recent = self.recent
+        while len(recent) > RECENT_MAX:
+            recent.popitem(last=False)
+        cutoff = now - self.recent_ttl_s
+        while recent:
+            oldest = next(iter(recent.values()))
+            if oldest.t_end is not None and oldest.t_end >= cutoff:
+                break
+            recent.popitem(last=False)
 
     def _fail(self, rec: RequestRecord, error: ErrorInfo) -> None:
         if rec.state.terminal:
@@ -411,7 +430,7 @@ class Coordinator:
     def _on_done(self, items: list[DoneItem]) -> None:
         for rid, stage, n_out, queue_ms, compute_ms in items:
             rec = self.live.get(rid) or self.recent.get(rid)
-            if rec is None or not isinstance(rec, RequestRecord):
+            if rec is None:
                 continue
             prog = rec.stages.setdefault(stage, StageProgress())
             prog.done = True
@@ -445,6 +464,7 @@ class Coordinator:
         return s
 
     def snapshot(self) -> dict:
+        self._forget_finished(time.monotonic())  # an idle server lets go of them too
         procs = {}
         for p in self.supervisor.procs.values():
             st = p.stats
@@ -461,6 +481,7 @@ class Coordinator:
                 "tombstones": st.get("tombstones", 0), "stages": st.get("stages", {}),
             }
         ps = self.pool.stats()
-        return {"live_requests": len(self.live), "counters": dict(self.counters),
+        return {"live_requests": len(self.live), "finished_requests": len(self.recent),
+                "counters": dict(self.counters),
                 "coordinator_pool": {"segments": ps.segments, "lent": ps.lent, "lent_bytes": ps.lent_bytes},
                 "processes": procs}

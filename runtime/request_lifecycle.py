@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, AsyncIterator, Awaitable, Protocol
 
@@ -57,7 +57,7 @@ class OutputEvent:
         return self.kind != "chunk"
 
 
-@dataclass
+@dataclass(slots=True)
 class StageProgress:
     chunks: int = 0
     queue_ms: float = 0.0
@@ -93,17 +93,39 @@ class RequestRecord:
         if w is not None and not w.done():
             w.set_result(None)
 
-    def finished_view(self) -> "RequestRecord":
-        """What the table of finished requests keeps: everything ``summary`` shows,
-        none of the payloads.
+    def view(self) -> "RequestView":
+        """What ``summary`` shows of this request, in a small record of its own:
+        the coordinator keeps one per finished request (``Coordinator.recent``)."""
+        return RequestView(self.request_id, self.entry, self.route, self.state, self.reason,
+                           self.error, self.t_submit, self.t_first_output, self.t_end, self.stages)
 
-        Why: undelivered output events (audio chunks of an aborted reply), the
-        input params (a think request carries the whole conversation) and the
-        waiter would otherwise live on for the last RECENT_MAX requests, which
-        is a slow climb of the server's RSS over hours.  ``stages`` stays
-        shared, so stage reports that arrive after the end still show up.
-        """
-        return replace(self, events=deque(), params={}, waiter=None, timer=None)
+    def summary(self) -> dict:
+        return self.view().summary()
+
+
+@dataclass(slots=True)
+class RequestView:
+    """A request as ``GET /v1/requests/{id}`` shows it, and all the coordinator
+    keeps of it once it has ended.
+
+    Why not the record itself: a record also carries its output events (audio
+    chunks of an aborted reply), its params (a think request's whole
+    conversation), its waiter and timer, an event deque and two sets even when
+    empty.  The coordinator keeps the finished requests of the last
+    ``tombstones.ttl_s`` (up to RECENT_MAX), several per call, so each byte
+    here is kept thousands of times.  ``stages`` is the record's own dict, so
+    stage reports that arrive after the end still show up."""
+
+    request_id: int
+    entry: str
+    route: list[str]
+    state: State
+    reason: str | None
+    error: ErrorInfo | None
+    t_submit: float
+    t_first_output: float | None
+    t_end: float | None
+    stages: dict[str, StageProgress]
 
     def summary(self) -> dict:
         return {
@@ -113,7 +135,7 @@ class RequestRecord:
             "age_ms": round((time.monotonic() - self.t_submit) * 1000, 3),
             "first_output_ms": round((self.t_first_output - self.t_submit) * 1000, 3) if self.t_first_output else None,
             "total_ms": round((self.t_end - self.t_submit) * 1000, 3) if self.t_end else None,
-            "stages": {k: vars(v).copy() for k, v in self.stages.items()},
+            "stages": {k: asdict(v) for k, v in self.stages.items()},
         }
 
 

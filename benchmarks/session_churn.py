@@ -1,0 +1,152 @@
+"""Session churn: what N short calls leave in the server process's memory.
+
+A real server (``voice-agent serve`` in its own process on 127.0.0.1, the real
+configs/voice-cpu.yaml pipeline; voice_server.testing.server_process) and one
+caller that opens N Realtime WebSocket sessions one after another: each
+connects, waits for ``session.created``, with ``--turn`` (the default) asks one
+short text turn (``conversation.item.create`` + ``response.create``, text out,
+``--max-output-tokens`` tokens) and waits for its ``response.done``, then
+closes.  ``--bare``: connect and close only.
+
+Reports the server process's RSS after a warm-up, after 100 sessions and after
+N, and the difference N - 100 (the target: within 2 MB for N = 1000), with the
+coordinator's live and finished requests and the live sessions each time, all
+read from outside through the admin endpoint ``GET /v1/runtime``.  The server
+trims its heap at most every 30 s after a session closes (runtime/heap.py), so
+each reading waits that long after the last session first.
+
+    python benchmarks/session_churn.py                  # 1000 sessions, one turn each
+    python benchmarks/session_churn.py -n 200 --bare    # writes benchmarks/results/session_churn.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from voice_server.testing.realtime_client import RTClient
+from voice_server.testing.report import write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+
+KEY = "churn-key"
+FIRST_MARK = 100          # the reading the growth is measured from
+TRIM_WAIT_S = 31.0        # runtime/heap.py trims at most every 30 s
+RSS_TARGET_MB = 2.0       # growth from FIRST_MARK to N sessions (N = 1000)
+
+
+def rss_mb(pid: int) -> float:
+    import psutil
+    return round(psutil.Process(pid).memory_info().rss / 2**20, 2)
+
+
+async def one_session(url: str, turn: bool, max_tokens: int) -> None:
+    c = await RTClient.connect(url, key=KEY)
+    try:
+        await c.wait("session.created", timeout=30)
+        if turn:
+            await c.send({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": "Say hello."}]}})
+            await c.send({"type": "response.create", "response": {
+                "output_modalities": ["text"], "max_output_tokens": max_tokens}})
+            await c.wait("response.done", timeout=60)
+    finally:
+        await c.close()
+
+
+async def reading(srv, sessions: int, wait_s: float) -> dict:
+    """The server's RSS and tables once its sessions closed and the heap trim ran."""
+    deadline = time.monotonic() + 30
+    rt = await srv.runtime()
+    while (rt["sessions"] or rt["live_requests"]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        rt = await srv.runtime()
+    await asyncio.sleep(wait_s)
+    rt = await srv.runtime()
+    return {"sessions_done": sessions, "rss_mb": rss_mb(rt["pid"]),
+            "live_sessions": rt["sessions"], "live_requests": rt["live_requests"],
+            "finished_requests": rt.get("finished_requests")}
+
+
+async def churn(srv, n: int, turn: bool, max_tokens: int, warmup: int, wait_s: float) -> dict:
+    marks = sorted({min(FIRST_MARK, n), n})
+    for _ in range(warmup):
+        await one_session(srv.url, turn, max_tokens)
+    readings = [await reading(srv, 0, wait_s)]
+    t0 = time.monotonic()
+    done = 0
+    for mark in marks:
+        while done < mark:
+            await one_session(srv.url, turn, max_tokens)
+            done += 1
+        readings.append(await reading(srv, done, wait_s))
+    first = next(r for r in readings if r["sessions_done"] == marks[0])
+    growth = round(readings[-1]["rss_mb"] - first["rss_mb"], 2)
+    return {"sessions": n, "turn": turn, "max_output_tokens": max_tokens, "warmup": warmup,
+            "wall_s": round(time.monotonic() - t0, 1), "readings": readings,
+            "rss_growth_mb": growth, "rss_growth_per_session_kb":
+                round(growth * 1024 / max(n - marks[0], 1), 2) if n > marks[0] else None,
+            "rss_target_mb": RSS_TARGET_MB}
+
+
+def run_churn(n: int, turn: bool = True, max_tokens: int = 8, warmup: int = 20,
+              wait_s: float = TRIM_WAIT_S, config: str | None = None) -> dict:
+    from voice_server.testing.server_process import ServerProcess
+    cfg = config or str(ROOT / "configs" / "voice-cpu.yaml")
+    env = {"VOICE_AGENT_API_KEYS": KEY, "VOICE_AGENT_MAX_SESSIONS": "4",
+           "VOICE_AGENT_DRAIN_GRACE_S": "1", "VOICE_AGENT_ADMIN_KEYS": None}
+    srv = ServerProcess(cfg, env).start(180)
+
+    async def main() -> dict:
+        try:
+            return await churn(srv, n, turn, max_tokens, warmup, wait_s)
+        finally:
+            await srv.aclose()
+    try:
+        r = asyncio.run(main())
+    finally:
+        r_exit = srv.stop()
+    r["server_exit_code"] = r_exit
+    return r
+
+
+def print_report(r: dict) -> None:
+    kind = "one text turn each" if r["turn"] else "bare (connect, close)"
+    print(f"session churn: {r['sessions']} sessions, {kind}, {r['wall_s']} s")
+    print(f"  {'after sessions':>14} {'server RSS MB':>13} {'live sessions':>13} "
+          f"{'live requests':>13} {'finished requests':>17}")
+    for x in r["readings"]:
+        label = f"{x['sessions_done']}" if x["sessions_done"] else "warm-up"
+        print(f"  {label:>14} {x['rss_mb']:>13} {x['live_sessions']:>13} "
+              f"{x['live_requests']:>13} {x['finished_requests']!s:>17}")
+    per = r["rss_growth_per_session_kb"]
+    print(f"  RSS growth after {FIRST_MARK} -> {r['sessions']}: {r['rss_growth_mb']:+.2f} MB"
+          + (f" ({per:+.2f} KB per session)" if per is not None else "")
+          + f"; target within {r['rss_target_mb']} MB for 1000")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-n", "--sessions", type=int, default=1000)
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--turn", dest="turn", action="store_true", default=True,
+                      help="one short text turn per session (default)")
+    mode.add_argument("--bare", dest="turn", action="store_false", help="connect and close only")
+    ap.add_argument("--max-output-tokens", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=20, help="sessions before the first reading")
+    ap.add_argument("--wait-s", type=float, default=TRIM_WAIT_S,
+                    help="seconds to wait before each reading (the heap trim)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "session_churn.json"))
+    a = ap.parse_args(argv)
+    r = run_churn(a.sessions, a.turn, a.max_output_tokens, a.warmup, a.wait_s)
+    print_report(r)
+    write_json(a.out, r)
+    return 0 if r["server_exit_code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -367,6 +367,8 @@ class LlamaCppThinker(ARExecutor):
             "kept_sequences": len(pool.kept),
             "conversation_hits": pool.conversation_hits,
             "conversation_tokens_reused": pool.conversation_tokens_reused,
+            "shifted_hits": pool.shifted_hits,
+            "shifted_tokens_dropped": pool.shifted_tokens_dropped,
             "kept_dropped_for_room": pool.kept_dropped_for_room,
             "kept_forgotten": pool.kept_forgotten,
             "active": len(self._seqs),

@@ -8,6 +8,13 @@ requests: the free ids, the cells a finished sequence keeps for the next turn
 of its conversation (the conversation cache), and the system prompt decoded
 once into a reserved sequence (the prefix cache).  It is the one place that
 removes or copies cells, so what the books say the cache holds is decided here.
+
+A long call outgrows a sequence's window, and then its oldest turns leave the
+prompt (the session's ``truncation``, or the thinker's own fit): the prompt
+is the kept one with a run of tokens cut out after the system prompt.  Its
+cells are still good after the cut: the run is removed and the cells after
+it are shifted down by its length (llama.cpp re-rotates their keys), so the
+turn decodes only what is new instead of the whole conversation again.
 """
 
 from __future__ import annotations
@@ -20,6 +27,11 @@ from runtime.models.think.text_stream import Utf8Stream
 from runtime.models.think.tool_call_format import CallStream
 
 MIN_CONVERSATION_MATCH = 8  # tokens past the system prompt for a kept sequence to be reused
+# A kept conversation with its oldest turns cut out is found by the first SHIFT_PROBE
+# tokens after the cut, and reused when at least SHIFT_MIN_MATCH tokens go on matching:
+# the same run of turns, token for token, is the same conversation.
+SHIFT_PROBE = 16
+SHIFT_MIN_MATCH = 32
 
 # How a reply is being written: plain text, a grammar-constrained tool call,
 # not decided yet (tool_choice auto: the first token decides), or, in a native
@@ -84,6 +96,7 @@ class SequencePool:
         self._mem = mem
         self._max_sequences = max_sequences
         self._conversation_cache = conversation_cache   # whether a released sequence keeps its cells
+        self._can_shift = bool(lc.llama_memory_can_shift(mem))  # cells can move (K-shift)
         # ids no request holds, the least recently released first
         self.free: list[int] = list(range(max_sequences - 1, -1, -1))
         self.kept: dict[int, list[int]] = {}  # free seq id -> tokens its cells still hold
@@ -93,6 +106,8 @@ class SequencePool:
         self.prefix_hits = 0                  # requests that shared the prefix's cells
         self.conversation_hits = 0            # requests that took a kept sequence
         self.conversation_tokens_reused = 0   # prompt tokens those found decoded
+        self.shifted_hits = 0                 # of those, kept cells reused after a cut (shifted)
+        self.shifted_tokens_dropped = 0       # cells the cuts removed
         self.kept_dropped_for_room = 0        # times the kept cells were dropped for a decode
         self.kept_forgotten = 0               # kept sequences dropped because their conversation ended
 
@@ -128,6 +143,9 @@ class SequencePool:
             self.conversation_hits += 1
             self.conversation_tokens_reused += best_n
             return best, best_n
+        cut = self._cut_match(ids) if self._conversation_cache and self._can_shift else None
+        if cut is not None:
+            return self._take_cut(cut)
         seq_id = self.free.pop(0)  # least recently released: its conversation is the stalest
         self.kept.pop(seq_id, None)
         self._kept_for.pop(seq_id, None)
@@ -135,6 +153,42 @@ class SequencePool:
         cached = self._reuse_prefix(seq_id, ids) if self.prefix else 0
         self.prefix_hits += 1 if cached else 0
         return seq_id, cached
+
+    def _cut_match(self, ids: list[int]) -> "_Cut | None":
+        """The kept sequence that holds ``ids`` but for a run cut out after their
+        common head (the system prompt), the one that covers most of ``ids``."""
+        best: _Cut | None = None
+        limit = len(ids) - 1  # keep one token to decode for logits
+        for sid, kept in self.kept.items():
+            head = common_prefix(kept, ids, limit)
+            if head < 4 or limit - head < SHIFT_MIN_MATCH:
+                continue
+            probe = ids[head:head + SHIFT_PROBE]
+            for at in range(head + 1, len(kept) - SHIFT_MIN_MATCH + 1):
+                if kept[at:at + SHIFT_PROBE] != probe:
+                    continue
+                run = common_prefix(kept[at:], ids[head:], limit - head)
+                if run >= SHIFT_MIN_MATCH and (best is None or head + run > best.reused):
+                    best = _Cut(sid, head, at - head, head + run)
+                break  # the first place the probe matches: the earliest cut, the most kept
+        return best
+
+    def _take_cut(self, cut: "_Cut") -> tuple[int, int]:
+        """Claim ``cut.seq_id``: remove the cut run, shift the cells after it down, drop
+        what follows the match.  Returns (seq id, tokens decoded)."""
+        lc, mem, sid = self._lc, self._mem, cut.seq_id
+        self.free.remove(sid)
+        del self.kept[sid]
+        self._kept_for.pop(sid, None)
+        start, end = cut.head, cut.head + cut.dropped
+        lc.llama_memory_seq_rm(mem, sid, start, end)
+        lc.llama_memory_seq_add(mem, sid, end, -1, -cut.dropped)
+        lc.llama_memory_seq_rm(mem, sid, cut.reused, -1)
+        self.conversation_hits += 1
+        self.conversation_tokens_reused += cut.reused
+        self.shifted_hits += 1
+        self.shifted_tokens_dropped += cut.dropped
+        return sid, cut.reused
 
     def _reuse_prefix(self, seq_id: int, ids: list[int]) -> int:
         """Share the cached system-prompt cells; returns how many prompt tokens they cover."""
@@ -194,6 +248,16 @@ class SequencePool:
             if hi >= 0:
                 used += hi - lc.llama_memory_seq_pos_min(self._mem, sid) + 1
         return used
+
+
+@dataclass(frozen=True)
+class _Cut:
+    """A kept sequence whose prompt is the new one with ``dropped`` tokens cut at ``head``."""
+
+    seq_id: int
+    head: int       # tokens shared from the start (the system prompt, at least)
+    dropped: int    # tokens cut out after the head (the oldest turns)
+    reused: int     # tokens of the new prompt the cells hold once the cut is made
 
 
 def common_prefix(a: list[int], b: list[int], limit: int) -> int:

@@ -198,6 +198,36 @@ def test_next_turn_reuses_the_conversation_and_changes_nothing(thinker):
         plain.close()
 
 
+def test_a_turn_after_the_oldest_turns_were_cut_reuses_the_cells_shifted(thinker):
+    """A long call's prompt loses its oldest turns: the kept cells are reused with the
+    cut run removed and the rest shifted down, so the turn decodes only what is new."""
+    params = {"temperature": 0.0, "max_tokens": 8}
+    said = ["My name is Ada and I live in a small house by the sea with two cats.",
+            "I work as a baker and I start every morning at four to bake the bread.",
+            "On Sundays I walk along the beach and collect shells for my sister."]
+    replies = ["Nice to meet you, Ada.", "That is an early start.", "That sounds lovely."]
+    turns = [{"role": "user", "content": said[0]}, {"role": "assistant", "content": replies[0]},
+             {"role": "user", "content": said[1]}, {"role": "assistant", "content": replies[1]},
+             {"role": "user", "content": said[2]}]
+    thinker.prefill(WorkItem(960, {"messages": turns}, params=params))
+    reply = _drain(thinker, 960)
+    st0 = thinker.stats()
+    # the next turn, with the first exchange out of the window
+    later = turns[2:] + [{"role": "assistant", "content": reply.strip()},
+                         {"role": "user", "content": "What do I collect?"}]
+    thinker.prefill(WorkItem(961, {"messages": later}, params=params))
+    st1 = thinker.stats()
+    assert st1["shifted_hits"] == st0["shifted_hits"] + 1
+    dropped = st1["shifted_tokens_dropped"] - st0["shifted_tokens_dropped"]
+    cut = len(thinker.tokenize(thinker.render(turns))) - len(thinker.tokenize(thinker.render(turns[2:])))
+    assert dropped == cut, (dropped, cut)   # exactly the first exchange's tokens
+    kept = len(thinker.tokenize(thinker.render(turns[2:])))
+    reused = st1["conversation_tokens_reused"] - st0["conversation_tokens_reused"]
+    assert reused >= kept, (reused, kept)   # everything after the cut was decoded already
+    assert _drain(thinker, 961).strip()     # and the reply reads on from the shifted cells
+    assert thinker.stats()["kv_cells_used"] <= st1["kv_cells_total"]
+
+
 def test_kept_cells_give_way_when_the_cache_is_full():
     """Kept conversations are a cache: a request that needs their room gets it."""
     t = LlamaCppThinker(n_threads=2, max_sequences=3, n_ctx=512, max_tokens=8, seed=3,

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
+from runtime.models.think.tool_call_format import JsonStrings
 from runtime.models.think.tools import Tool
 
 NAME_KEYS = ("name", "function", "tool", "tool_name", "function_name")
@@ -74,22 +75,10 @@ def _loads(text: str) -> Any:
 
 
 def _outside_strings(text: str) -> tuple[list[tuple[int, str]], bool]:
-    """The characters outside JSON strings, with their index (a string's quotes
-    count as outside), and whether the text ends inside a string."""
-    out: list[tuple[int, str]] = []
-    in_string = escaped = False
-    for i, ch in enumerate(text):
-        if not in_string:
-            out.append((i, ch))
-            in_string = ch == '"'
-        elif escaped:
-            escaped = False
-        elif ch == "\\":
-            escaped = True
-        elif ch == '"':
-            in_string = False
-            out.append((i, ch))
-    return out, in_string
+    """The characters outside JSON strings, with their index, and whether the
+    text ends inside a string."""
+    strings = JsonStrings()
+    return [(i, ch) for i, ch in enumerate(text) if not strings.inside(ch)], strings.in_string
 
 
 def _value_end(text: str, start: int) -> int:

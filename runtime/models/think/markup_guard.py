@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 from runtime.executor import StepResult
 from runtime.models.think.markup_call import MarkupCall, call_in_markup
-from runtime.models.think.tool_call_format import new_call_id
+from runtime.models.think.tool_call_format import JsonStrings, new_call_id
 from runtime.models.think.tools import Tool
 from runtime.models.voice_contract import (TOOL_CALL_DELTA, USAGE, ThinkEvent, think_chunk,
                                            think_events, tool_call_delta_event, tool_call_done_event)
@@ -70,8 +70,7 @@ class MarkupGuard:
         self._held = ""                       # text not decided yet, from a possible markup start
         self._segment: Segment | None = None  # the markup being held, None in prose
         self._depth = 0                       # open brackets in the segment (outside strings)
-        self._in_string = False               # the segment is inside a JSON string
-        self._escaped = False                 # ... right after a backslash
+        self._strings = JsonStrings()         # whether the segment is inside a JSON string
         self._markup: list[str] = []          # the reply's markup segments, held back
         self.spoke = False                    # prose (not only whitespace) was released
         self.call_like = False                # markup began as a call does: an object, a JSON
@@ -154,7 +153,7 @@ class MarkupGuard:
         self.call_like = (self.call_like or kind is Segment.KEY
                           or self._held.startswith(("{", "<tool", "<function")))
         self._segment, self._depth = kind, 0
-        self._in_string = self._escaped = False
+        self._strings = JsonStrings()
         self._markup.append(self._held[:skip])
         self._held = self._held[skip:]
         return True
@@ -182,7 +181,7 @@ class MarkupGuard:
                 if ch == ">":
                     return i + 1
                 continue
-            if self._in_json_string(ch):
+            if self._strings.inside(ch):
                 continue
             if ch in "{[":
                 self._depth += 1
@@ -199,21 +198,6 @@ class MarkupGuard:
         seen = self._markup[-1] + self._held
         at = seen.find(FENCE, len(FENCE))
         return None if at < 0 else at + len(FENCE) - len(self._markup[-1])
-
-    def _in_json_string(self, ch: str) -> bool:
-        """Advance the string state by ``ch``; True when ``ch`` is inside a string."""
-        if self._in_string:
-            if self._escaped:
-                self._escaped = False
-            elif ch == "\\":
-                self._escaped = True
-            elif ch == '"':
-                self._in_string = False
-            return True
-        if ch == '"':
-            self._in_string = True
-            return True
-        return False
 
 
 # ---------------------------------------------------------------- per reply

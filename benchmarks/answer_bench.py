@@ -16,7 +16,8 @@ and scores the replies by rule:
 * tools, ``tool_choice: auto`` with four everyday tools: 24 requests that
   need a call (right = the expected tool with the expected arguments) and 12
   that need none (a call there is a false call).  Every call's arguments are
-  checked against the tool's JSON Schema.
+  checked against the tool's JSON Schema.  Also counted: replies whose
+  spoken text holds markup (a call written as text, JSON, fences, tags).
 * tools deep in a session: the same requests in sessions of 10 turns (chat
   and tool turns mixed, each call answered by a result and the model's reply
   kept in the history): right calls on the tool turns, false calls on the rest.
@@ -174,6 +175,9 @@ RESULT_OF = {"get_weather": '{"temperature_c": 18, "sky": "light rain"}',
              "send_message": '{"status": "sent"}'}
 SESSION_TURNS = 10
 UNSPOKEN = re.compile(r"(\*\*|^\s*[-*#] |^\s*\d+\.\s|```|\n\s*\n)", re.M)
+# Markup in a reply's spoken text: JSON's brackets, fences, tags, a call's keys
+# (issue 43; runtime/models/think/markup_guard.py keeps them from speech).
+SPOKEN_MARKUP = re.compile(r'[{}\[\]`]|</?[A-Za-z_][\w-]*>|"(?:name|function|arguments|parameters|tools)"\s*:')
 
 
 @dataclass(frozen=True)
@@ -325,9 +329,10 @@ def tools_in_sessions(asker: Asker, items: list) -> dict:
         for turn, (request, want, args) in enumerate(order[start:start + SESSION_TURNS]):
             history.append({"role": "user", "content": request})
             reply = asker.ask(history, TOOLS)
-            rows.append({"q": request, "turn": turn + 1, "want": want,
-                         "calls": [(c["name"], c["arguments"]) for c in reply.calls],
-                         "ttft_s": reply.ttft_s, **call_verdict(reply.calls, want, args)})
+            row = {"q": request, "turn": turn + 1, "want": want, "text": reply.text,
+                   "calls": [(c["name"], c["arguments"]) for c in reply.calls],
+                   "ttft_s": reply.ttft_s, **call_verdict(reply.calls, want, args)}
+            rows.append(row)
             if reply.calls:
                 history.append({"role": "assistant", "content": "", "tool_calls": [
                     {"id": c["call_id"], "type": "function",
@@ -335,6 +340,7 @@ def tools_in_sessions(asker: Asker, items: list) -> dict:
                 history += [{"role": "tool", "tool_call_id": c["call_id"],
                              "content": RESULT_OF.get(c["name"], "{}")} for c in reply.calls]
                 reply = asker.ask(history, TOOLS)
+                row["text"] += reply.text   # what it said with the result is spoken too
             history.append({"role": "assistant", "content": reply.text})
     return _tool_figures(rows)
 
@@ -346,6 +352,7 @@ def _tool_figures(rows: list[dict]) -> dict:
     return {"rows": rows, "right": sum(r["right"] for r in need), "n_need": len(need),
             "false_calls": sum(r["false_call"] for r in none), "n_none": len(none),
             "invalid": sum(not r["valid"] for r in calls), "n_calls": len(calls),
+            "spoken_markup": sum(bool(SPOKEN_MARKUP.search(r["text"])) for r in rows),
             "ttft_p50_s": _p50(r["ttft_s"] for r in rows)}
 
 
@@ -385,14 +392,17 @@ def main() -> None:
         print(f"{v.label}: done", flush=True)
     print()
     print("| model | everyday right | not speech | TTFT p50 ms | 2 words p50 ms | tools right (auto) "
-          "| false calls | invalid calls | in 10-turn sessions: right / false |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| false calls | invalid calls | spoken markup | in 10-turn sessions: right / false "
+          "/ spoken markup |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for label, r in results.items():
         e, t, s = r["everyday"], r["tools"], r.get("session")
-        sess = (f"{_pct(s['right'], s['n_need'])} / {_pct(s['false_calls'], s['n_none'])}" if s else "-")
+        sess = (f"{_pct(s['right'], s['n_need'])} / {_pct(s['false_calls'], s['n_none'])} "
+                f"/ {s['spoken_markup']}" if s else "-")
         print(f"| {label} | {_pct(e['right'], e['n'])} | {e['unspoken']} | {_ms(e['ttft_p50_s'])} "
               f"| {_ms(e['two_words_p50_s'])} | {_pct(t['right'], t['n_need'])} "
-              f"| {_pct(t['false_calls'], t['n_none'])} | {t['invalid']}/{t['n_calls']} | {sess} |")
+              f"| {_pct(t['false_calls'], t['n_none'])} | {t['invalid']}/{t['n_calls']} "
+              f"| {t['spoken_markup']} | {sess} |")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))
     print(f"\nwrote {RESULTS.relative_to(ROOT)}")

@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator, Mapping
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.think.chat import fit_messages, message_chars
+from runtime.models.think.markup_guard import GuardedReplies
 from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, ThinkerRequest, read_request
 from runtime.models.think.sampling import Range, Sampling, require_within
 from runtime.models.voice_contract import ThinkEvent, think_chunk
@@ -81,6 +82,7 @@ class AsyncStreamThinker(ARExecutor):
         self._hist: dict[int, int] = {}
         self._ending: set[Future] = set()
         self._last_usage: dict[str, int] = {}
+        self._guards = GuardedReplies()   # keeps markup from speech, reply by reply (markup_guard)
 
     # ------------------------------------------------------------ subclass API
     async def _start(self) -> None:
@@ -161,6 +163,7 @@ class AsyncStreamThinker(ARExecutor):
         q: queue.SimpleQueue = queue.SimpleQueue()
         fut = asyncio.run_coroutine_threadsafe(self._pump(item.request_id, req, q), self._loop)
         self._streams[item.request_id] = _Stream(q, fut)
+        self._guards.open(item.request_id, req.tools.callable_tools())
 
     async def _pump(self, rid: int, req: ThinkerRequest, q: queue.SimpleQueue) -> None:
         try:
@@ -203,9 +206,10 @@ class AsyncStreamThinker(ARExecutor):
         self._last_batch = sum(1 for r in results.values() if isinstance(r, StepResult))
         if self._last_batch:
             self._hist[self._last_batch] = self._hist.get(self._last_batch, 0) + 1
-        return results
+        return self._guards.filter(results)
 
     def release(self, request_id: int) -> None:
+        self._guards.close(request_id)
         s = self._streams.pop(request_id, None)
         if s is None or s.future.done() or self._loop is None:
             return
@@ -230,4 +234,5 @@ class AsyncStreamThinker(ARExecutor):
             "truncated": self._last_truncated,
             "truncated_total": self._truncated_total,
             "last_usage": dict(self._last_usage),
+            **self._guards.stats(),
         }

@@ -46,6 +46,7 @@ from runtime.models.think.llama_sampler import SamplerChains
 from runtime.models.think.llama_sequences import CALL, DECIDE, TEXT, Seq, SequencePool
 from runtime.models.think.llama_log import route_to_logger
 from runtime.models.think.llama_vocab import LlamaVocab, import_llama_cpp
+from runtime.models.think.markup_guard import GuardedReplies
 from runtime.models.model_files import SMOLLM2, ModelFileMissing, thinker_gguf
 from runtime.models.think.thinker_request import read_request
 from runtime.models.think.sampling import Sampling
@@ -120,6 +121,7 @@ class LlamaCppThinker(ARExecutor):
         self.defaults = Sampling.from_args(args)
         self.opts = LlamaOptions.from_args(args)
         self._seqs: dict[int, Seq] = {}   # the admitted requests by request id, until released
+        self._guards = GuardedReplies()   # keeps markup from speech, reply by reply (markup_guard)
         self._ctx = self._model = None
         # the parts, built at load
         self._vocab: LlamaVocab | None = None
@@ -304,7 +306,9 @@ class LlamaCppThinker(ARExecutor):
             call_names=frozenset(t.name for t in tools.callable_tools()),
             max_calls=max_calls,
             usage=(len(ids), cached) if req.include_usage else None,
-            conversation=item.params.get(CONVERSATION))
+            conversation=item.params.get(CONVERSATION), reply_start=len(ids),
+            grammar=grammar if mode == DECIDE else None)
+        self._guards.open(item.request_id, tools.callable_tools() if mode == DECIDE else ())
         self._admitted += 1
 
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
@@ -330,9 +334,20 @@ class LlamaCppThinker(ARExecutor):
         return 1 if tools.choice.name is not None or not parallel else self.opts.max_tool_calls
 
     def step(self, request_ids: list[int]) -> dict[int, StepResult]:
-        return self._step.run(request_ids, self._seqs)
+        return self._guards.filter(self._step.run(request_ids, self._seqs), retry=self._call_instead)
+
+    def _call_instead(self, request_id: int) -> bool:
+        """A text reply that writes a call as text, where it could have called:
+        begin it again under the call grammar (False when it cannot be)."""
+        seq = self._seqs.get(request_id)
+        if seq is None or seq.grammar is None or seq.mode != TEXT or seq.kv is None:
+            return False
+        sampler = self._samplers.chain(seq.sampling, index=self._admitted, grammar=seq.grammar)
+        self._decision.call_instead(seq, sampler, self.opts.max_tool_call_tokens)
+        return True
 
     def release(self, request_id: int) -> None:
+        self._guards.close(request_id)
         seq = self._seqs.pop(request_id, None)
         if seq is None:
             return
@@ -388,4 +403,5 @@ class LlamaCppThinker(ARExecutor):
             "probes_to_text": decision.probes_to_text,
             "last_call_probability": decision.last_call_p,
             "last_name_probability": decision.last_name_p,
+            **self._guards.stats(),
         }

@@ -82,6 +82,8 @@ class Seq:
     prefill_only: bool = False   # decode the prompt into the cache, answer nothing
     usage: tuple[int, int] | None = None   # (prompt tokens, of them cached): report at the end
     conversation: str | None = None   # whose (CONVERSATION)
+    reply_start: int = 0              # the position of the reply's first token
+    grammar: str | None = None        # tool_choice auto: the call grammar, should the reply call after all
     forgotten: bool = False           # its conversation ended while it ran: keep nothing
 
 

@@ -20,6 +20,7 @@ from runtime.executor import StepResult
 from runtime.models.think.llama_emit import ReplyEmitter
 from runtime.models.think.llama_sequences import CALL, PROBE, TEXT, Probe, Seq, SequencePool
 from runtime.models.think.llama_vocab import LlamaVocab
+from runtime.models.think.text_stream import Utf8Stream
 from runtime.models.think.tool_call_format import CallStream
 from runtime.models.think.tool_dialect import ToolDialect
 from runtime.models.voice_contract import think_chunk, think_events
@@ -123,6 +124,28 @@ class ToolCallDecision:
         seq.probe = None
         self.probes_to_text += 1
         return self._emitter.emit(seq, self._to_text(seq, None, token=probe.text_token))
+
+    def call_instead(self, seq: Seq, sampler: Any, max_tokens: int) -> None:
+        """A text reply that writes a call as text (see markup_guard) is begun
+        again as a call: its cells from the reply's start are dropped, and the
+        next step decodes the prompt's last token and the call's head, as a probe
+        does (sampled under the grammar, Qwen's first tokens go astray: it wrote
+        ``set_timer`` for "Text Anna that I'm running late"), then samples the name
+        and arguments under ``sampler`` (a grammar chain), ``max_tokens`` more."""
+        last = seq.kv[seq.reply_start - 1]
+        self._pool.rewind(seq, seq.reply_start - 1)
+        self._lc.llama_sampler_free(seq.sampler)
+        head = self._dialect.call.head
+        bos = self._vocab.bos()
+        head_tokens = [t for t in self._vocab.tokenize(head) if t != bos]
+        for tok in head_tokens:
+            self._lc.llama_sampler_accept(sampler, tok)
+        self.calls += 1
+        seq.sampler, seq.mode, seq.calls = sampler, CALL, CallStream(self._dialect.call)
+        seq.calls.feed(head)   # decoded as prompt: the call's events start at its name
+        seq.prompt, seq.pending, seq.finished = [last] + head_tokens, None, False
+        seq.text = Utf8Stream()
+        seq.max_tokens = seq.generated + max_tokens
 
     def _to_call(self, seq: Seq, idx: int, sample: bool = True) -> int | None:
         """Switch an undecided reply to its call sampler; the first token when ``sample``."""

@@ -217,6 +217,28 @@ def call_grammar(tools: Sequence[Tool], max_calls: int, max_string_chars: int = 
     return conv.format_grammar()
 
 
+class JsonStrings:
+    """Where a stream of JSON text is: inside a string or not, one character at
+    a time (a string's quotes count as inside)."""
+
+    def __init__(self) -> None:
+        self.in_string = False   # inside a string
+        self.escaped = False     # ... right after its backslash
+
+    def inside(self, ch: str) -> bool:
+        """Advance by ``ch``; True when ``ch`` belongs to a string."""
+        if self.in_string:
+            if self.escaped:
+                self.escaped = False
+            elif ch == "\\":
+                self.escaped = True
+            elif ch == '"':
+                self.in_string = False
+            return True
+        self.in_string = ch == '"'
+        return self.in_string
+
+
 class CallStream:
     """Turns the text a grammar-constrained reply streams into tool-call events.
 
@@ -234,8 +256,7 @@ class CallStream:
         self._frame = ""                # frame text seen since the last call ended
         self._name = ""
         self._depth = 0
-        self._in_string = False
-        self._escaped = False
+        self._strings = JsonStrings()
         self._args_started = False
 
     @property
@@ -259,7 +280,7 @@ class CallStream:
                     events.append(tool_call_delta_event(len(self.calls) - 1, "", self.calls[-1]["call_id"],
                                                         name))
                     self._state = "args"
-                    self._depth, self._in_string, self._escaped = 0, False, False
+                    self._depth, self._strings = 0, JsonStrings()
                     self._args_started = False
             else:
                 piece += ch
@@ -282,20 +303,12 @@ class CallStream:
 
     def _args_value_ends(self, ch: str) -> bool:
         """Advance the bracket counter by one character; True at the value's last one."""
-        if self._in_string:
-            if self._escaped:
-                self._escaped = False
-            elif ch == "\\":
-                self._escaped = True
-            elif ch == '"':
-                self._in_string = False
-            return False
-        if ch.isspace() and not self._args_started:
+        if ch.isspace() and not self._args_started and not self._strings.in_string:
             return False
         self._args_started = True
-        if ch == '"':
-            self._in_string = True
-        elif ch in "{[":
+        if self._strings.inside(ch):
+            return False
+        if ch in "{[":
             self._depth += 1
         elif ch in "}]":
             self._depth -= 1

@@ -17,6 +17,7 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
 from runtime.models.think.chat import Message, fit_messages, render_template
+from runtime.models.think.markup_guard import GuardedReplies
 from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, read_request
 from runtime.models.think.sampling import LogitSampler, Sampling
 from runtime.models.think.text_stream import TokenTextStream
@@ -57,6 +58,7 @@ class TransformersThinker(ARExecutor):
         self.defaults = Sampling.from_args(args)
         self.system_prompt = args.get("system_prompt", DEFAULT_SYSTEM_PROMPT)
         self._seqs: dict[int, _Seq] = {}
+        self._guards = GuardedReplies()   # keeps markup from speech, reply by reply (markup_guard)
         self._truncated_total = 0
         self._last_truncated = False
         self._last_batch = 0
@@ -147,6 +149,7 @@ class TransformersThinker(ARExecutor):
             text=TokenTextStream(lambda t: self.tokenizer.decode(t, skip_special_tokens=True)),
             max_tokens=req.sampling.max_tokens, history=list(ids),
             prompt_tokens=len(ids) if req.include_usage else None)
+        self._guards.open(item.request_id)   # no tools here: markup is dropped
 
     def _forward(self, ids: list[int], cache: Any) -> Any:
         """Feed ``ids`` into ``cache`` (updated in place); next-token logits as a 1-D tensor."""
@@ -178,7 +181,7 @@ class TransformersThinker(ARExecutor):
         self._last_batch = advanced
         if advanced:
             self._hist[advanced] = self._hist.get(advanced, 0) + 1
-        return results
+        return self._guards.filter(results)
 
     def _sample(self, seq: _Seq) -> StepResult:
         token = seq.sampler.sample(seq.logits.cpu().numpy(), seq.history)
@@ -204,6 +207,7 @@ class TransformersThinker(ARExecutor):
         return think_events(chunk) + [usage_event(seq.prompt_tokens, 0, seq.generated, finish_reason)]
 
     def release(self, request_id: int) -> None:
+        self._guards.close(request_id)
         self._seqs.pop(request_id, None)
 
     def close(self) -> None:
@@ -219,4 +223,5 @@ class TransformersThinker(ARExecutor):
             "batch_sizes_hist": dict(self._hist),
             "truncated": self._last_truncated,
             "truncated_total": self._truncated_total,
+            **self._guards.stats(),
         }

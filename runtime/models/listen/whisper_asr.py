@@ -45,9 +45,10 @@ import numpy as np
 from runtime.errors import ErrorCode, StageError
 from runtime.models.model_files import ModelFileMissing, models_dir, wheel_file
 from runtime.models.voice_contract import LISTEN_RATE_HZ
-from runtime.models.listen.whisper_loops import cut_loop
+from runtime.models.listen.whisper_loops import cut_loop, said_tokens, starts_over
 
 HOP = 160                       # Whisper's log-mel hop: 100 frames per second
+ALIGN_STEP_S = 2 * HOP / LISTEN_RATE_HZ   # an alignment's time step: the encoder's 20 ms
 WINDOW_S = 30.0                 # what the model was trained on
 # Whisper says about four tokens a second of English speech; a bound per
 # segment keeps a rare repetition loop from decoding to the model's limit.
@@ -231,6 +232,9 @@ class WhisperASR:
                 max_length=max_len, no_repeat_ngram_size=self.no_repeat_ngram_size,
                 return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1])
             ids = [[t for t in r.sequences_ids[0] if t < self._tokenizer.eot] for r in results]
+            loops = [i for i, t in enumerate(ids) if starts_over(self._tokenizer.decode(t))]
+            if loops:
+                self._cut_padding(features, frames, pieces, ids, loops)
             alts = self._alternatives(features, frames, pieces, ids, short) if short else {}
         out = []
         for i, (piece, r) in enumerate(zip(pieces, results)):
@@ -241,6 +245,26 @@ class WhisperASR:
             out.append(Heard(cut_loop(self._tokenizer.decode(ids[i]).strip(), seconds),
                              alts.get(i)))
         return out
+
+    def _cut_padding(self, features, frames: int, pieces: list[np.ndarray],
+                     ids: list[list[int]], loops: list[int]) -> None:
+        """Cut each reading in ``loops`` (one that starts over) before the words
+        Whisper aligns past the end of its piece's audio, in the window's zero
+        padding (whisper_loops.said_tokens); ``ids`` is changed in place.
+        Called under the model lock."""
+        import ctranslate2
+
+        feats = np.asarray(features)[loops]      # mel or encoder output: align takes either
+        aligned = self._model.model.align(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)), self._prompt,
+            [ids[i] for i in loops], [frames] * len(loops))   # the padding too: a loop lies there
+        for i, a in zip(loops, aligned):
+            ends = [0.0] * len(ids[i])
+            for token, step in a.alignments:
+                if 0 <= token < len(ends):
+                    ends[token] = max(ends[token], step * ALIGN_STEP_S)
+            tokens = [self._tokenizer.decode([t]) for t in ids[i]]
+            ids[i] = ids[i][:said_tokens(tokens, ends, pieces[i].size / LISTEN_RATE_HZ)]
 
     def _alternatives(self, encoded, frames: int, pieces: list[np.ndarray],
                       ids: list[list[int]], short: list[int]) -> dict[int, str]:

@@ -88,9 +88,10 @@ def process_pids(rt: dict) -> dict[str, int]:
     return pids
 
 
-def listen_stats(rt: dict) -> dict:
+def stage_stats(rt: dict, stage: str = "listen") -> dict:
+    """The first replica's executor stats of ``stage`` in a /v1/runtime answer."""
     for name, p in rt.get("processes", {}).items():
-        ex = p.get("stages", {}).get("listen", {}).get("executor")
+        ex = p.get("stages", {}).get(stage, {}).get("executor")
         if ex:
             return ex
     return {}
@@ -185,7 +186,7 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
             cores[k] = round((c1 - cpu0[k]) / wall, 2)
     rss = {k: rss_mb(p) for k, p in pids.items()}
     rt = await server.runtime()
-    listen = listen_stats(rt)
+    listen = stage_stats(rt)
     budget = cpu_budget.per_caller_minute(spent0, cpu_budget.snapshot(rt), res["caller_s"])
     fa, bi = res["first_audio_ms"], res["barge_in_ms"]
     return {"callers": n, "turns": len(fa), "wall_s": round(wall, 1),

@@ -28,8 +28,7 @@ import argparse
 import asyncio
 import time
 
-import numpy as np
-
+from benchmarks.capacity_bench import stage_stats, trim
 from voice_server.testing.audio import flite_pcm
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import connected
@@ -57,19 +56,6 @@ INSTRUCTIONS = ("Answer every question in four or five full sentences, with deta
 OUT_RATE = 24000  # the session's output audio, pcm16
 
 
-def trim(pcm: np.ndarray, level: int = 300) -> np.ndarray:
-    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > level)
-    return pcm[loud[0]:loud[-1] + 1] if loud.size else pcm
-
-
-def think_stats(rt: dict) -> dict:
-    for name, p in rt.get("processes", {}).items():
-        ex = p.get("stages", {}).get("think", {}).get("executor")
-        if ex:
-            return ex
-    return {}
-
-
 async def talk(server: RunningServer, turns: int, max_tokens: int) -> list[dict]:
     speech = {"q": [trim(flite_pcm(q)) for q in QUESTIONS]}
     rows: list[dict] = []
@@ -83,7 +69,7 @@ async def talk(server: RunningServer, turns: int, max_tokens: int) -> list[dict]
             _, done = await c.wait(lambda e: e["type"] == "response.done", n, 180)
             audio_s = sum(len(e["delta"]) * 3 // 4 // 2 for e in c.events[n:]
                           if e["type"] == "response.output_audio.delta") / OUT_RATE
-            st = think_stats(await server.runtime())
+            st = stage_stats(await server.runtime(), "think")
             row = {"turn": k + 1, "status": done["response"]["status"],
                    "first_audio_ms": round((first["_t"] - t_end) * 1000, 1)
                    if first["type"] == "response.output_audio.delta" else None,
@@ -124,7 +110,7 @@ async def main_async(a) -> dict:
         rows = await talk(server, a.turns, a.max_tokens)
         rt = await server.runtime()
         return {"config": a.config, "turns": rows, "summary": summary(rows),
-                "think_stats": think_stats(rt), "wall_s": round(time.time() - t0, 1)}
+                "think_stats": stage_stats(rt, "think"), "wall_s": round(time.time() - t0, 1)}
 
 
 def main() -> int:

@@ -17,7 +17,10 @@ each in a module of its own:
 - ``llama_batch``: the step, one decode for every running request;
 - ``llama_sampler``: the sampler chains and the tools' grammars;
 - ``tool_call_decision``: with ``tool_choice`` auto, whether a reply calls;
-- ``llama_emit``: a sampled token to the step's chunk.
+- ``llama_emit``: a sampled token to the step's chunk;
+- ``llama_log``: llama.cpp's own log through our logger;
+- ``markup_guard``: no reply speaks markup (a call written as text is read,
+  or begun again as a call).
 
 Tools (function calling, see ``tool_call_format`` and ``tool_dialect``): a
 reply that must call a tool (``tool_choice`` required or a named function)

@@ -61,6 +61,14 @@ from runtime.models.think.tools import NO_TOOLS, Tools
 
 log = logging.getLogger(__name__)
 
+# No token of a text reply starts with these.  The server writes its own notes to
+# the model in brackets ("[the caller said nothing for 1.5 s]", "[an answering
+# machine is recording: ...]") and a small model answers by echoing one, which
+# the markup guard then keeps from speech, leaving the reply empty (Qwen 0.5B
+# did so for every seed on the answering machine's note).  Nothing spoken
+# needs a bracket.
+NEVER_SPOKEN = ("[",)
+
 
 class LlamaCppThinker(ARExecutor):
     """Args: model (a model known by name: ``smollm2``, the GGUF inside the
@@ -191,6 +199,7 @@ class LlamaCppThinker(ARExecutor):
                                                                self.dialect.threshold)
         self._marker_token = self._vocab.first_token(MARKER)
         self._unspoken = self._vocab.tokens_starting(self.dialect.unspoken)
+        self._never_spoken = self._vocab.tokens_starting(NEVER_SPOKEN)
         if self.tool_name_threshold is None:
             self.tool_name_threshold = self.dialect.name_threshold
         self._samplers = SamplerChains(lc, self._vocab, self.dialect, self.opts)
@@ -296,7 +305,7 @@ class LlamaCppThinker(ARExecutor):
         # A native template shows the tools also when this reply must not call; a
         # text reply then never starts a call's JSON (Qwen otherwise writes the
         # call it just made, or one it was not allowed, as words to speak).
-        banned = self._unspoken if shown.tools else ()
+        banned = [*(self._unspoken if shown.tools else ()), *self._never_spoken]
         sampler = (call_sampler if mode == CALL
                    else self._samplers.chain(req.sampling, index=self._admitted, banned=banned))
         seq_id, cached = self._pool.claim(ids)

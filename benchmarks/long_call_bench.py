@@ -116,7 +116,7 @@ async def main_async(a) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=40)
-    ap.add_argument("--max-tokens", type=int, default=150)
+    ap.add_argument("--max-tokens", type=int, default=60)
     add_server_arguments(ap, "benchmarks/results/long_call.json")
     a = ap.parse_args()
     res = asyncio.run(main_async(a))

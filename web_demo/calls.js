@@ -26,7 +26,6 @@ class HttpError extends Error {
     super(`${path}: HTTP ${status} ${(error && error.message) || ''}`);
     this.status = status;
     this.code = error && error.code;
-    this.detail = error && error.message;
   }
 }
 
@@ -39,17 +38,16 @@ async function getJson(path) {
 
 // A server with records off (the default) says so on every path: show how to turn
 // them on instead of an empty table.
-function showRecordsOff(detail) {
+function showRecordsOff() {
   page.recordsOff = true;
   $('records-off').hidden = false;
-  $('records-off-detail').textContent = detail ? `The server says: ${detail}.` : '';
   $('access').hidden = true;
   $('calls-box').hidden = true;
   $('call').hidden = true;
 }
 
 function failed(e) {
-  if (e.code === 'records_disabled') showRecordsOff(e.detail);
+  if (e.code === 'records_disabled') showRecordsOff();
   else showError(e.message);
 }
 

@@ -132,6 +132,11 @@ class SequencePool:
                 n = common_prefix(kept, ids, limit)
                 if n > best_n:
                     best, best_n = sid, n
+        # The oldest turns cut out: the cells after the cut are worth more than a
+        # match that ends at the cut (the system text and the next header).
+        cut = self._cut_match(ids) if self._conversation_cache and self._can_shift else None
+        if cut is not None and cut.reused > best_n:
+            return self._take_cut(cut)
         # More than the system prompt and the next turn's header: a different
         # conversation matches that far too, and must not take this one's cells;
         # unless they hold nothing past the match (a prefill-only request's cells,
@@ -145,9 +150,6 @@ class SequencePool:
             self.conversation_hits += 1
             self.conversation_tokens_reused += best_n
             return best, best_n
-        cut = self._cut_match(ids) if self._conversation_cache and self._can_shift else None
-        if cut is not None:
-            return self._take_cut(cut)
         seq_id = self.free.pop(0)  # least recently released: its conversation is the stalest
         self.kept.pop(seq_id, None)
         self._kept_for.pop(seq_id, None)

@@ -206,22 +206,28 @@ def test_a_turn_after_the_oldest_turns_were_cut_reuses_the_cells_shifted(thinker
             "I work as a baker and I start every morning at four to bake the bread.",
             "On Sundays I walk along the beach and collect shells for my sister."]
     replies = ["Nice to meet you, Ada.", "That is an early start.", "That sounds lovely."]
-    turns = [{"role": "user", "content": said[0]}, {"role": "assistant", "content": replies[0]},
-             {"role": "user", "content": said[1]}, {"role": "assistant", "content": replies[1]},
-             {"role": "user", "content": said[2]}]
+    # A system message of the session's own (the server's prompt and the client's
+    # instructions), longer than the thinker's cached prefix: the match that ends at
+    # the cut is then long enough to be taken, and must lose to the cut's.
+    system = [{"role": "system", "content": "You are a friendly voice assistant; everything you "
+               "write is spoken aloud. Answer in one or two short, plain sentences. You help "
+               "people remember what they told you about their lives and their families."}]
+    turns = system + [{"role": "user", "content": said[0]}, {"role": "assistant", "content": replies[0]},
+                      {"role": "user", "content": said[1]}, {"role": "assistant", "content": replies[1]},
+                      {"role": "user", "content": said[2]}]
     thinker.prefill(WorkItem(960, {"messages": turns}, params=params))
     reply = _drain(thinker, 960)
     st0 = thinker.stats()
     # the next turn, with the first exchange out of the window
-    later = turns[2:] + [{"role": "assistant", "content": reply.strip()},
-                         {"role": "user", "content": "What do I collect?"}]
+    later = system + turns[3:] + [{"role": "assistant", "content": reply.strip()},
+                                  {"role": "user", "content": "What do I collect?"}]
     thinker.prefill(WorkItem(961, {"messages": later}, params=params))
     st1 = thinker.stats()
     assert st1["shifted_hits"] == st0["shifted_hits"] + 1
     dropped = st1["shifted_tokens_dropped"] - st0["shifted_tokens_dropped"]
-    cut = len(thinker.tokenize(thinker.render(turns))) - len(thinker.tokenize(thinker.render(turns[2:])))
+    cut = len(thinker.tokenize(thinker.render(turns))) - len(thinker.tokenize(thinker.render(system + turns[3:])))
     assert dropped == cut, (dropped, cut)   # exactly the first exchange's tokens
-    kept = len(thinker.tokenize(thinker.render(turns[2:])))
+    kept = len(thinker.tokenize(thinker.render(system + turns[3:])))
     reused = st1["conversation_tokens_reused"] - st0["conversation_tokens_reused"]
     assert reused >= kept, (reused, kept)   # everything after the cut was decoded already
     assert _drain(thinker, 961).strip()     # and the reply reads on from the shifted cells

@@ -67,6 +67,8 @@ async def talk(server: RunningServer, turns: int, max_tokens: int) -> list[dict]
             t_end = await asyncio.wait_for(end, 90)
             _, first = await c.wait(lambda e: e["type"] in ("response.output_audio.delta", "error"), n, 90)
             _, done = await c.wait(lambda e: e["type"] == "response.done", n, 180)
+            ended = [e["_t"] for e in c.events[n:] if e["type"] == "input_audio_buffer.speech_stopped"]
+            created = [e["_t"] for e in c.events[n:] if e["type"] == "response.created"]
             audio_s = sum(len(e["delta"]) * 3 // 4 // 2 for e in c.events[n:]
                           if e["type"] == "response.output_audio.delta") / OUT_RATE
             st = stage_stats(await server.runtime(), "think")
@@ -74,11 +76,15 @@ async def talk(server: RunningServer, turns: int, max_tokens: int) -> list[dict]
                    "first_audio_ms": round((first["_t"] - t_end) * 1000, 1)
                    if first["type"] == "response.output_audio.delta" else None,
                    "reply_audio_s": round(audio_s, 2),
+                   # where the time went: the turn's end decided, the reply begun (from the true end)
+                   "end_decided_ms": round((ended[-1] - t_end) * 1000, 1) if ended else None,
+                   "response_created_ms": round((created[-1] - t_end) * 1000, 1) if created else None,
                    "conversation_tokens_reused": st.get("conversation_tokens_reused"),
                    "shifted_hits": st.get("shifted_hits"), "truncated_total": st.get("truncated_total"),
                    "kv_cells_used": st.get("kv_cells_used")}
             rows.append(row)
-            print(f"turn {k + 1:>2}: first audio {row['first_audio_ms']} ms, reply {audio_s:.1f} s, "
+            print(f"turn {k + 1:>2}: first audio {row['first_audio_ms']} ms (end decided "
+                  f"{row['end_decided_ms']}, reply begun {row['response_created_ms']}), reply {audio_s:.1f} s, "
                   f"shifted {row['shifted_hits']}, truncated {row['truncated_total']}", flush=True)
             # the next question once this reply has been heard to its end
             heard_end = first["_t"] + audio_s
@@ -94,7 +100,9 @@ def summary(rows: list[dict]) -> dict:
     out = {"turns_1_10": {"p50": pct(early, 50), "p95": pct(early, 95)},
            "turns_20_40": {"p50": pct(late, 50), "p95": pct(late, 95)},
            "max_ms": max(every) if every else None,
-           "errors": sum(1 for r in rows if r["status"] != "completed" or r["first_audio_ms"] is None)}
+           # a reply cut by its token budget ends "incomplete": heard all the same
+           "errors": sum(1 for r in rows if r["status"] not in ("completed", "incomplete")
+                         or r["first_audio_ms"] is None)}
     ratio = (out["turns_20_40"]["p95"] / out["turns_1_10"]["p95"]
              if late and early and out["turns_1_10"]["p95"] else None)
     out["p95_ratio_late_over_early"] = round(ratio, 2) if ratio else None

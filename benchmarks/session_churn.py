@@ -95,23 +95,11 @@ async def churn(srv, n: int, turn: bool, max_tokens: int, warmup: int, wait_s: f
 
 def run_churn(n: int, turn: bool = True, max_tokens: int = 8, warmup: int = 20,
               wait_s: float = TRIM_WAIT_S, config: str | None = None) -> dict:
-    from voice_server.testing.server_process import ServerProcess
+    from voice_server.testing.server_process import run_on_own_server
     cfg = config or str(ROOT / "configs" / "voice-cpu.yaml")
     env = {"VOICE_AGENT_API_KEYS": KEY, "VOICE_AGENT_MAX_SESSIONS": "4",
            "VOICE_AGENT_DRAIN_GRACE_S": "1", "VOICE_AGENT_ADMIN_KEYS": None}
-    srv = ServerProcess(cfg, env).start(180)
-
-    async def main() -> dict:
-        try:
-            return await churn(srv, n, turn, max_tokens, warmup, wait_s)
-        finally:
-            await srv.aclose()
-    try:
-        r = asyncio.run(main())
-    finally:
-        r_exit = srv.stop()
-    r["server_exit_code"] = r_exit
-    return r
+    return run_on_own_server(cfg, env, lambda srv: churn(srv, n, turn, max_tokens, warmup, wait_s))
 
 
 def print_report(r: dict) -> None:

@@ -280,7 +280,7 @@ def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None
              url: str | None = None, warmup_s: float = 60.0) -> dict:
     """Start a server (or use the one at ``url``, http://host:port, started with
     VOICE_AGENT_API_KEYS=soak-key), soak it, stop it; returns the report."""
-    from voice_server.testing.server_process import RunningServer, ServerProcess
+    from voice_server.testing.server_process import RunningServer, run_on_own_server
     speech = load_speech()
     if url:
         srv = RunningServer(url)
@@ -294,19 +294,8 @@ def run_soak(minutes: float, callers: int = 8, seed: int = 1, config: str | None
     cfg = config or str(ROOT / "configs" / "voice-cpu.yaml")
     env = {"VOICE_AGENT_API_KEYS": KEY, "VOICE_AGENT_MAX_SESSIONS": str(callers + 4),
            "VOICE_AGENT_DRAIN_GRACE_S": "1", "VOICE_AGENT_ADMIN_KEYS": None}
-    srv = ServerProcess(cfg, env).start(180)
-
-    async def soak() -> dict:
-        try:
-            return await Soak(srv, speech, minutes, callers, seed, warmup_s).run()
-        finally:
-            await srv.aclose()
-    try:
-        r = asyncio.run(soak())
-    finally:
-        rc = srv.stop()
-    r["server_exit_code"] = rc
-    return r
+    return run_on_own_server(cfg, env, lambda srv: Soak(srv, speech, minutes, callers, seed,
+                                                         warmup_s).run())
 
 
 def print_report(r: dict) -> None:

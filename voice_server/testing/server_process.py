@@ -140,6 +140,25 @@ async def served(config: str, url: str | None = None):
             await asyncio.to_thread(proc.stop)
 
 
+def run_on_own_server(config: str, env: dict[str, str | None], work) -> dict:
+    """``voice-agent serve --config config`` with ``env`` in its own process, ``await
+    work(server)`` against it, then the server closed and stopped; the work's result
+    dict with the server's ``server_exit_code`` (a soak or churn benchmark's shape)."""
+    srv = ServerProcess(config, env).start(180)
+
+    async def main() -> dict:
+        try:
+            return await work(srv)
+        finally:
+            await srv.aclose()
+    try:
+        result = asyncio.run(main())
+    finally:
+        code = srv.stop()
+    result["server_exit_code"] = code
+    return result
+
+
 def add_server_arguments(ap, out: str) -> None:
     """The options every served benchmark takes: which server, which key, where to write."""
     ap.add_argument("--url", help="a running server's http://HOST:PORT (admin endpoint reachable); "

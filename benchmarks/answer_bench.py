@@ -22,9 +22,10 @@ and scores the replies by rule:
   and tool turns mixed, each call answered by a result and the model's reply
   kept in the history): right calls on the tool turns, false calls on the rest.
 
-The models: each profile's think stage (configs/voice-cpu.yaml,
-configs/voice-cpu-fast.yaml) and the Qwen file as published (Q5_0, to show
-what requantising to Q4_0 buys), and Qwen's call-start rule swept.  Sampled
+The models: each profile's think stage (configs/voice-cpu.yaml: the 1.5B,
+configs/voice-cpu-fast.yaml: the 0.5B), the 1.5B requantised to Q4_0, SmolLM2,
+the 0.5B file as published (Q5_0, to show what requantising to Q4_0 buys),
+and Qwen's call-start rule swept.  Sampled
 as each profile samples, with a fixed seed.
 
     python -m benchmarks.answer_bench [--only LABEL ...] [--quick]
@@ -46,7 +47,7 @@ import jsonschema
 import yaml
 
 from runtime.executor import StepResult, WorkItem
-from runtime.models.model_files import QWEN_15B, qwen_gguf
+from runtime.models.model_files import qwen_gguf
 from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
 from runtime.models.voice_contract import TOOL_CALL_DONE, think_events
 
@@ -187,23 +188,22 @@ class Variant:
     overrides: dict = field(default_factory=dict)
 
 
+DEFAULT, FAST = "configs/voice-cpu.yaml", "configs/voice-cpu-fast.yaml"
 VARIANTS = [
-    Variant("qwen0.5b-q4_0 (voice-cpu)", "configs/voice-cpu.yaml"),
-    Variant("smollm2-135m (voice-cpu-fast)", "configs/voice-cpu-fast.yaml"),
-    Variant("qwen0.5b-q5_0 as published", "configs/voice-cpu.yaml",
+    Variant("qwen1.5b-q4_k_m (voice-cpu)", DEFAULT),
+    Variant("qwen0.5b-q4_0 (voice-cpu-fast)", FAST),
+    Variant("qwen1.5b requantised q4_0", DEFAULT, {"requantize": "q4_0"}),
+    Variant("smollm2-135m", FAST, {"model": "smollm2"}),
+    Variant("qwen0.5b-q5_0 as published", FAST,
             {"model_path": str(qwen_gguf(source=True)), "requantize": None}),
-    # make model-1.5b: Q4_K_M as published, the default profile's args otherwise
-    # its call start is calibrated apart (tool_dialect.CALL_START_BY_MODEL: 0.05)
-    Variant("qwen1.5b-q4_k_m", "configs/voice-cpu.yaml", {"model": QWEN_15B}),
-    Variant("qwen1.5b-q4_k_m call start 0.005", "configs/voice-cpu.yaml",
-            {"model": QWEN_15B, "tool_call_threshold": 0.005}),
-    Variant("qwen1.5b-q4_k_m call start 0.3", "configs/voice-cpu.yaml",
-            {"model": QWEN_15B, "tool_call_threshold": 0.3}),
     # the native dialect's call rule: a reply probes a call only when its first token's
-    # probability of one reaches this (0: always; see tool_dialect)
-    Variant("qwen0.5b-q4_0 call start 0.02", "configs/voice-cpu.yaml", {"tool_call_threshold": 0.02}),
-    Variant("qwen0.5b-q4_0 call start 0.005", "configs/voice-cpu.yaml", {"tool_call_threshold": 0.005}),
-    Variant("qwen0.5b-q4_0 call start 0.3", "configs/voice-cpu.yaml", {"tool_call_threshold": 0.3}),
+    # probability of one reaches this (0: always; see tool_dialect); the 1.5B's is
+    # calibrated apart (tool_dialect.CALL_START_BY_MODEL: 0.05)
+    Variant("qwen1.5b-q4_k_m call start 0.005", DEFAULT, {"tool_call_threshold": 0.005}),
+    Variant("qwen1.5b-q4_k_m call start 0.3", DEFAULT, {"tool_call_threshold": 0.3}),
+    Variant("qwen0.5b-q4_0 call start 0.02", FAST, {"tool_call_threshold": 0.02}),
+    Variant("qwen0.5b-q4_0 call start 0.005", FAST, {"tool_call_threshold": 0.005}),
+    Variant("qwen0.5b-q4_0 call start 0.3", FAST, {"tool_call_threshold": 0.3}),
 ]
 
 

@@ -87,8 +87,7 @@ def thinker_gguf(name: str) -> str:
     if name in QWEN_FILES:
         path = qwen_gguf(name)
         if not path.is_file():
-            how = "make setup" if name == QWEN_05B else "make model-1.5b"
-            raise ModelFileMissing(f"{path} not found: run `{how}` (or python -m "
+            raise ModelFileMissing(f"{path} not found: run `make setup` (or python -m "
                                    f"runtime.models.think.fetch_qwen --model {name})")
         return str(path)
     raise ModelFileMissing(f"unknown thinker model {name!r}: one of {SMOLLM2!r}, "

@@ -171,7 +171,7 @@ def demo_server(browser_ok):
     settings = ServerSettings.from_sources(
         {}, env={"VOICE_AGENT_ICE_HOSTS": "127.0.0.1"}, api_keys=[API_KEY], max_sessions=8,
         max_output_tokens=40, output_lead_ms=0)
-    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
+    srv = ServerThread(str(ROOT / "configs" / "voice-cpu-fast.yaml"), settings).start()
     srv.base_url = f"http://127.0.0.1:{srv.port}"
     yield srv
     srv.stop()

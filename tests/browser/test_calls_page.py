@@ -25,7 +25,7 @@ def records_server(browser_ok, tmp_path_factory):
         {}, env={}, api_keys=[API_KEY], max_sessions=4, max_output_tokens=40,
         records={"enabled": True, "folder": str(tmp_path_factory.mktemp("records")),
                  "recording": True})
-    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
+    srv = ServerThread(str(ROOT / "configs" / "voice-cpu-fast.yaml"), settings).start()
     srv.base_url = f"http://127.0.0.1:{srv.port}"
     yield srv
     srv.stop()

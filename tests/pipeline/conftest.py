@@ -1,4 +1,4 @@
-"""One real voice pipeline (configs/voice-cpu.yaml) shared by the module's tests.
+"""One real voice pipeline (configs/voice-cpu-fast.yaml) shared by the module's tests.
 
 Starting the three stage processes costs a few seconds and ~400 MB, so the
 tests of a module share one pipeline on one event loop (``loop_scope=module``).
@@ -22,7 +22,7 @@ from voice_server.testing.wer import wer  # noqa: F401  (the tests' one WER)
 from tests.requirements import missing
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "configs" / "voice-cpu.yaml"
+CONFIG = ROOT / "configs" / "voice-cpu-fast.yaml"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -1,4 +1,4 @@
-"""One real voice server (configs/voice-cpu.yaml) for the whole tests/server run:
+"""One real voice server (configs/voice-cpu-fast.yaml) for the whole tests/server run:
 a :class:`voice_server.testing.ServerThread` (uvicorn on a background thread,
 127.0.0.1, a free port; the models load once).  Tests talk to it over real
 sockets from their own loops; ``server.call(fn)`` runs on the server's loop.
@@ -22,7 +22,7 @@ API_KEY = TEST_API_KEY
 def server():
     settings = ServerSettings(api_keys=[API_KEY], max_sessions=8, max_output_tokens=24,
                               limits={"max_append_b64_bytes": 256 * 1024})
-    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
+    srv = ServerThread(str(ROOT / "configs" / "voice-cpu-fast.yaml"), settings).start()
     yield srv
     srv.stop()
 
@@ -49,7 +49,7 @@ def unpaced(server):
         yield server
 
 
-def loopback_server(max_output_tokens: int, config: Path = ROOT / "configs" / "voice-cpu.yaml"
+def loopback_server(max_output_tokens: int, config: Path = ROOT / "configs" / "voice-cpu-fast.yaml"
                     ) -> ServerThread:
     """A server for WebRTC tests: ICE on 127.0.0.1 only, no STUN (see
     test_webrtc.py); ``srv.base`` is its http:// root."""

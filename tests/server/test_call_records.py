@@ -46,7 +46,7 @@ def rec_server(tmp_path_factory):
     settings = ServerSettings.from_sources(
         env={"VOICE_AGENT_ICE_HOSTS": "127.0.0.1"}, api_keys=[API_KEY], max_sessions=8,
         max_output_tokens=24, records={"enabled": True, "folder": str(folder), "recording": True})
-    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
+    srv = ServerThread(str(ROOT / "configs" / "voice-cpu-fast.yaml"), settings).start()
     srv.base = f"http://127.0.0.1:{srv.port}"
     yield srv
     srv.stop()
@@ -209,7 +209,7 @@ async def test_calls_are_listed_and_refused_without_access(rec_server, server):
 
 
 async def test_a_server_killed_mid_call_leaves_a_readable_record(tmp_path):
-    proc = ServerProcess(str(ROOT / "configs" / "voice-cpu.yaml"),
+    proc = ServerProcess(str(ROOT / "configs" / "voice-cpu-fast.yaml"),
                          env={"VOICE_AGENT_RECORDS_DIR": str(tmp_path),
                               "VOICE_AGENT_RECORDS_AUDIO": "1", "VOICE_AGENT_API_KEYS": None})
     await asyncio.to_thread(proc.start)

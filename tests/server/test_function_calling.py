@@ -1,4 +1,4 @@
-"""Function calling end to end on the real CPU pipeline (configs/voice-cpu.yaml,
+"""Function calling end to end on the real CPU pipeline (configs/voice-cpu-fast.yaml,
 the embedded llama.cpp thinker): a tool round trip over the WebSocket, over
 the WebRTC data channel and with the official openai SDK; a call cancelled
 while its arguments stream; every bad input.

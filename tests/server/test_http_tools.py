@@ -1,4 +1,4 @@
-"""POST /v1/chat/completions with tools on the real server (configs/voice-cpu.yaml:
+"""POST /v1/chat/completions with tools on the real server (configs/voice-cpu-fast.yaml:
 the embedded llama.cpp thinker), over real sockets, by hand and with the openai SDK."""
 
 from __future__ import annotations

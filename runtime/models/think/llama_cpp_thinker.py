@@ -77,7 +77,8 @@ class LlamaCppThinker(ARExecutor):
     n_threads (2: threads of a one-token step), n_threads_batch (threads of a
     step of several tokens: prefill, or several sequences; default n_threads),
     max_sequences (8), n_ctx (KV cells in total; default
-    1024 * max_sequences), n_batch (tokens per decode, 512), kv_unified (False),
+    1024 * max_sequences), n_batch (tokens per decode, 512), kv_unified (False), kv_type (f16 |
+    q8_0 | q4_0: the KV cache's cells), flash_attn (auto | on | off),
     system_prompt, max_tokens (64), temperature (0.25), top_p (0.9), top_k (40),
     repeat_penalty (1.2), seed (None: random per request), verbose (False),
     requantize (None | "q4_0": convert once into cache_dir for faster batched
@@ -180,6 +181,8 @@ class LlamaCppThinker(ARExecutor):
         cparams.n_threads = self.opts.n_threads
         cparams.n_threads_batch = self.opts.n_threads_batch
         cparams.kv_unified = self.opts.uses_unified_kv
+        cparams.type_k = cparams.type_v = self.opts.ggml_kv_type
+        cparams.flash_attn_type = self.opts.flash_attn_type
         cparams.no_perf = True
         self._ctx = lc.llama_init_from_model(self._model, cparams)
         if not self._ctx:

@@ -11,7 +11,7 @@ written in one place.  Args that belong to others (sampling defaults, see
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -42,6 +42,10 @@ class LlamaOptions(BaseModel):
     n_ubatch: int = Field(512, ge=1)
     kv_unified: bool = False                    # forced on by prefix_cache (one shared pool)
     max_context_per_seq: int | None = Field(None, ge=16)
+    # the KV cache's element type (q8_0 holds a cell in about half the memory of
+    # f16) and llama.cpp's fused attention, which a quantised V cache needs
+    kv_type: Literal["f16", "q8_0", "q4_0"] = "f16"
+    flash_attn: Literal["auto", "on", "off"] = "auto"
 
     # sampling an engine setting fixes (a request cannot change it)
     top_k: int = Field(40, ge=0)
@@ -72,6 +76,22 @@ class LlamaOptions(BaseModel):
         except (TypeError, ValueError):
             data.setdefault("n_ctx", 1024)
         return data
+
+    @model_validator(mode="after")
+    def _quantised_v_needs_flash_attn(self) -> "LlamaOptions":
+        if self.kv_type != "f16" and self.flash_attn == "off":
+            raise ValueError(f"kv_type {self.kv_type} needs flash_attn auto or on")
+        return self
+
+    @property
+    def ggml_kv_type(self) -> int:
+        """llama.cpp's number for ``kv_type`` (ggml_type)."""
+        return {"f16": 1, "q4_0": 2, "q8_0": 8}[self.kv_type]
+
+    @property
+    def flash_attn_type(self) -> int:
+        """llama.cpp's number for ``flash_attn`` (llama_flash_attn_type)."""
+        return {"auto": -1, "off": 0, "on": 1}[self.flash_attn]
 
     @property
     def uses_unified_kv(self) -> bool:

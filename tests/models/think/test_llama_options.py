@@ -26,6 +26,8 @@ def test_args_of_others_pass_through_and_null_system_prompt_is_kept():
     ({"max_sequences": 0}, "max_sequences"),
     ({"tool_call_threshold": 2}, "tool_call_threshold"),
     ({"seed": -1}, "seed"),
+    ({"kv_type": "q5_1"}, "kv_type"),
+    ({"kv_type": "q8_0", "flash_attn": "off"}, "flash_attn"),
 ])
 def test_a_bad_arg_fails_construction_naming_it(args, named):
     with pytest.raises(StageError) as e:
@@ -37,3 +39,10 @@ def test_the_thinker_holds_every_setting_before_load():
     t = LlamaCppThinker(n_threads=1, prefix_cache=False, tool_name_threshold=0.4)
     assert t.opts.prefix_cache is False and t.opts.n_threads_batch == 1
     assert (t.tool_call_threshold, t.tool_name_threshold) == (None, 0.4)
+
+
+def test_kv_type_and_flash_attn_map_to_llama_cpps_numbers():
+    o = LlamaOptions.from_args({})
+    assert (o.kv_type, o.ggml_kv_type, o.flash_attn_type) == ("f16", 1, -1)
+    o = LlamaOptions.from_args({"kv_type": "q8_0", "flash_attn": "on"})
+    assert (o.ggml_kv_type, o.flash_attn_type) == (8, 1)

@@ -1,4 +1,4 @@
-"""The default brain, Qwen2.5-Coder-0.5B-Instruct (Q4_0, assembled by ``make
+"""The fast profile's brain, Qwen2.5-Coder-0.5B-Instruct (Q4_0, assembled by ``make
 setup``), on LlamaCppThinker: a spoken question answered right, tool calls in
 its own template under auto and required (schema-valid), the round trip with a
 tool's output, a call on the tenth turn of a session, a wrong call refused.
@@ -34,9 +34,9 @@ SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
 def _profile_prompt() -> str:
-    data = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
+    data = yaml.safe_load((ROOT / "configs" / "voice-cpu-fast.yaml").read_text())
     [think] = [s for s in data["stages"] if s["name"] == "think"]
-    assert think["args"]["model"] == QWEN_05B  # the default profile is this model
+    assert think["args"]["model"] == QWEN_05B  # the fast profile is this model
     return think["args"]["system_prompt"]
 
 

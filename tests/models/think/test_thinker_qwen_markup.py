@@ -29,7 +29,7 @@ MARKUP = re.compile(r'[{}\[\]<>`]|"\w+"\s*:')
 @pytest.fixture(scope="module")
 def qwen():
     thinker_gguf(QWEN_05B)  # a missing model fails here with how to get it, it does not skip
-    data = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
+    data = yaml.safe_load((ROOT / "configs" / "voice-cpu-fast.yaml").read_text())
     [think] = [s for s in data["stages"] if s["name"] == "think"]
     args = {**think["args"], "seed": 7, "max_sequences": 2, "n_ctx": 4096, "n_threads": 2}
     assert args["model"] == QWEN_05B

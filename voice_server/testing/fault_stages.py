@@ -1,5 +1,5 @@
 """Fault-injection doubles for benchmarks/faults.py: the REAL executors of
-configs/voice-cpu.yaml, each wrapped with a one-shot trigger.
+configs/voice-cpu-fast.yaml, each wrapped with a one-shot trigger.
 
 They behave exactly like the real stages until the harness drops a trigger
 file into ``$VA_FAULT_DIR``; the first request that reaches the stage after

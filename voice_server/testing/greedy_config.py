@@ -12,7 +12,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def greedy_config(folder: Path, base: Path = ROOT / "configs" / "voice-cpu.yaml") -> Path:
+def greedy_config(folder: Path, base: Path = ROOT / "configs" / "voice-cpu-fast.yaml") -> Path:
     """``base`` with the think stage's temperature 0, written into ``folder``."""
     data = yaml.safe_load(Path(base).read_text())
     [think] = [s for s in data["stages"] if s["name"] == "think"]

@@ -5,7 +5,7 @@ port; the pipeline (stage processes, models) starts once.  Callers talk to it
 over real sockets from their own loops; ``call`` / ``acall`` run a function on
 the server's loop to read the pipeline or a session::
 
-    with ServerThread("configs/voice-cpu.yaml", ServerSettings(api_keys=["k"])) as srv:
+    with ServerThread("configs/voice-cpu-fast.yaml", ServerSettings(api_keys=["k"])) as srv:
         ...  # srv.url (ws://.../v1/realtime), srv.base (http://...), srv.app, srv.pipeline
 
 For a server in a process of its own (what a soak measures) see

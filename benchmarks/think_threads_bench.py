@@ -14,6 +14,10 @@ cores each kind kept busy (its CPU over its wall time).
 
     .venv/bin/python -m benchmarks.think_threads_bench                  # 1/1, 1/2, 2/2 at 4 callers
     .venv/bin/python -m benchmarks.think_threads_bench --variants 1/2,2/2 --rounds 3
+    .venv/bin/python -m benchmarks.think_threads_bench --callers 1 \\
+        --variants "base=,kv8=think.kv_type:q8_0,w1=speak.first_clause_words:1"
+
+Any other stage arg is a variant too (``label=stage.arg:value+stage.arg:value``).
 
 Writes benchmarks/results/think_threads.json.
 """
@@ -33,11 +37,27 @@ from voice_server.testing.report import pct, write_json
 from voice_server.testing.server_process import served
 
 
-def variant_config(base: str, n_threads: int, n_threads_batch: int, folder: Path) -> Path:
+def parse_variant(spec: str) -> tuple[str, dict[str, dict]]:
+    """``T/B`` (think's n_threads / n_threads_batch), or ``label=stage.arg:value+...``
+    for any stage arg (``kv8=think.kv_type:q8_0``, ``w1=speak.first_clause_words:1``;
+    ``base=`` changes nothing): the label and {stage: {arg: value}}."""
+    if "=" not in spec:
+        t, b = (int(x) for x in spec.split("/"))
+        return spec, {"think": {"n_threads": t, "n_threads_batch": b}}
+    label, _, sets = spec.partition("=")
+    changes: dict[str, dict] = {}
+    for item in filter(None, sets.split("+")):
+        key, _, value = item.partition(":")
+        stage, _, arg = key.partition(".")
+        changes.setdefault(stage, {})[arg] = yaml.safe_load(value)
+    return label, changes
+
+
+def variant_config(base: str, label: str, changes: dict[str, dict], folder: Path) -> Path:
     data = yaml.safe_load(Path(base).read_text())
-    [think] = [s for s in data["stages"] if s["name"] == "think"]
-    think["args"].update(n_threads=n_threads, n_threads_batch=n_threads_batch)
-    path = folder / f"{Path(base).stem}-think-{n_threads}-{n_threads_batch}.yaml"
+    for st in data["stages"]:
+        st["args"].update(changes.get(st["name"], {}))
+    path = folder / f"{Path(base).stem}-{label.replace('/', '-')}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -89,16 +109,16 @@ def summary(runs: list[dict]) -> dict:
 async def main_async(a) -> dict:
     speech = load_speech()
     speech = {k: [trim(p) for p in v] if isinstance(v, list) else trim(v) for k, v in speech.items()}
-    variants = [tuple(int(x) for x in v.split("/")) for v in a.variants.split(",")]
-    runs: dict[str, list[dict]] = {f"{t}/{b}": [] for t, b in variants}
+    variants = [parse_variant(v) for v in a.variants.split(",")]
+    runs: dict[str, list[dict]] = {label: [] for label, _ in variants}
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(a.rounds):
             order = variants if rnd % 2 == 0 else variants[::-1]
-            for t, b in order:
-                cfg = variant_config(a.config, t, b, Path(tmp))
+            for label, changes in order:
+                cfg = variant_config(a.config, label, changes, Path(tmp))
                 r = await one(cfg, a.callers, a.turns, a.seed + rnd, speech)
-                runs[f"{t}/{b}"].append(r)
-                print(f"round {rnd + 1} n_threads/n_threads_batch {t}/{b}: first audio "
+                runs[label].append(r)
+                print(f"round {rnd + 1} {label}: first audio "
                       f"p50 {pct(r['first_audio_samples_ms'], 50)} ms, errors {r['errors']}", flush=True)
     return {k: summary(v) for k, v in runs.items()}
 
@@ -106,7 +126,8 @@ async def main_async(a) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/voice-cpu.yaml")
-    ap.add_argument("--variants", default="1/1,1/2,2/2", help="n_threads/n_threads_batch, comma-separated")
+    ap.add_argument("--variants", default="1/1,1/2,2/2",
+                    help="comma-separated: n_threads/n_threads_batch, or label=stage.arg:value+...")
     ap.add_argument("--callers", type=int, default=4)
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
@@ -115,7 +136,7 @@ def main() -> int:
     a = ap.parse_args()
     res = asyncio.run(main_async(a))
     print(f"\n{a.callers} callers, {a.config}")
-    print(f"{'threads 1-token/batch':>22} {'turns':>6} {'first audio p50/p95 ms':>23} "
+    print(f"{'variant':>22} {'turns':>6} {'first audio p50/p95 ms':>23} "
           f"{'prompt ms/token':>16} {'cores':>6} {'decode ms/step':>15} {'tokens/step':>12} {'cores':>6}")
     for k, r in res.items():
         fa = r["first_audio_ms"]

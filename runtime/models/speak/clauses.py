@@ -3,7 +3,11 @@
 Synthesis needs whole clauses for natural prosody, but waiting for a whole
 sentence delays the first audio by the time the LLM takes to write it; so the
 first clause breaks eagerly (first comma or a handful of words) and later ones
-at real punctuation, with a length cap so a run-on reply still streams.
+at real punctuation, with a length cap so a run-on reply still streams.  A
+model that writes slower than the voice speaks (the 1.5B on two busy cores)
+would leave the listener in silence mid-sentence while the sentence is
+finished: the speak stage then sets ``hurry`` and the clause breaks after a
+few words, as the first one does.
 """
 
 from __future__ import annotations
@@ -35,11 +39,14 @@ def strip_markdown(text: str) -> str:
 class ClauseSegmenter:
     """Accumulates text deltas and releases complete clauses as soon as they are decidable."""
 
-    def __init__(self, max_clause_chars: int = 120, first_clause_words: int = 6) -> None:
+    def __init__(self, max_clause_chars: int = 120, first_clause_words: int = 6,
+                 hurry_words: int = 3) -> None:
         self.max_clause_chars = max(20, int(max_clause_chars))
         self.first_clause_words = max(1, int(first_clause_words))
+        self.hurry_words = max(1, int(hurry_words))
         self.buf = ""
         self.first = True
+        self.hurry = False   # the listener is about to run out of audio: break early
 
     def push(self, delta: str) -> list[str]:
         """Add a delta; return the clauses it completed (stripped, never empty)."""
@@ -73,12 +80,13 @@ class ClauseSegmenter:
         buf = self.buf
         n = len(buf)
         words_done = 0
+        limit = self.first_clause_words if self.first else self.hurry_words if self.hurry else None
         for i, ch in enumerate(buf):
             if ch == "\n":
                 return i + 1
             if ch.isspace() and i > 0 and not buf[i - 1].isspace():
                 words_done += 1
-                if self.first and words_done >= self.first_clause_words:
+                if limit is not None and words_done >= limit:
                     return i + 1
             if ch in STRONG or ch == ",":
                 j = i + 1

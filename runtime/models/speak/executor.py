@@ -13,6 +13,7 @@ what goes to the synthesiser.
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,12 +72,20 @@ def text_of(payload: Any) -> str:
 
 @dataclass
 class _Reply:
-    """One request's state: its clause cutter, its voice and pace, and the clauses
-    cut but not yet spoken (more than one is ready when text arrives in a lump)."""
+    """One request's state: its clause cutter, its voice and pace, the clauses
+    cut but not yet spoken (more than one is ready when text arrives in a lump),
+    and how much audio it has made since its first (what a listener playing it
+    in real time has left)."""
     segmenter: ClauseSegmenter
     voice: str
     speed: float
     queue: deque[str] = field(default_factory=deque)
+    started: float | None = None    # time.monotonic() of its first audio
+    audio_ms: float = 0.0
+
+    def audio_left_ms(self, now: float) -> float | None:
+        """Audio made but not yet heard, were it played from its first chunk on."""
+        return None if self.started is None else self.audio_ms - (now - self.started) * 1000.0
 
 
 class SpeakExecutor(ChunkExecutor):
@@ -84,7 +93,9 @@ class SpeakExecutor(ChunkExecutor):
 
     YAML args: ``engine`` ("hibari" | "flite" | "espeak"), ``voice`` (the
     engine's default voice), ``threads`` (onnxruntime threads, hibari),
-    ``max_clause_chars`` (120), ``first_clause_words`` (6), ``rate_wpm``
+    ``max_clause_chars`` (120), ``first_clause_words`` (6), ``hurry_below_ms``
+    (300: with less audio than this left to play, a clause breaks after
+    ``hurry_words`` (3) words instead of at punctuation; 0: never), ``rate_wpm``
     (espeak only), ``normalize_text`` (true: numbers, money, times... as words).
     Request params: ``voice`` (an installed voice or an OpenAI voice name,
     runtime.models.speak.voices) and ``speed`` (0.25..4.0).
@@ -102,6 +113,9 @@ class SpeakExecutor(ChunkExecutor):
         self.threads = int(args.get("threads", 1))
         self.max_clause_chars = int(args.get("max_clause_chars", 120))
         self.first_clause_words = int(args.get("first_clause_words", 6))
+        self.hurry_below_ms = float(args.get("hurry_below_ms", 300.0))
+        self.hurry_words = int(args.get("hurry_words", 3))
+        self._hurried = 0   # clauses broken early for a slow writer
         self.normalize_text = bool(args.get("normalize_text", True))
         self.synth: Synthesizer | None = None          # the default voice's
         self._synths: dict[str, Synthesizer] = {}       # every voice loaded, by name
@@ -134,7 +148,7 @@ class SpeakExecutor(ChunkExecutor):
         return self._synths[voice]
 
     def stats(self) -> dict:
-        return {"streams": len(self._replies), "clauses": self._clauses,
+        return {"streams": len(self._replies), "clauses": self._clauses, "hurried": self._hurried,
                 "queued": sum(len(r.queue) for r in self._replies.values()),
                 "audio_ms": round(self._audio_ms, 1), "engine": self.engine}
 
@@ -152,7 +166,8 @@ class SpeakExecutor(ChunkExecutor):
                                                   f"{MIN_SPEED}..{MAX_SPEED}, got {speed!r}")
         self._synth_for(voice)
         self._replies[request_id] = _Reply(
-            ClauseSegmenter(self.max_clause_chars, self.first_clause_words), voice, float(speed))
+            ClauseSegmenter(self.max_clause_chars, self.first_clause_words, self.hurry_words),
+            voice, float(speed))
 
     def release(self, request_id: int) -> None:
         self._replies.pop(request_id, None)
@@ -171,6 +186,9 @@ class SpeakExecutor(ChunkExecutor):
         chunk = speak_chunk(audio, rate, clause)
         self._clauses += 1
         self._audio_ms += chunk["duration_ms"]
+        if reply.started is None:
+            reply.started = time.monotonic()
+        reply.audio_ms += chunk["duration_ms"]
         return chunk
 
     def _next(self, reply: _Reply) -> list[SpeakChunk]:
@@ -189,7 +207,12 @@ class SpeakExecutor(ChunkExecutor):
                 if reply is None:
                     self.open(item.request_id, item.params)
                     reply = self._replies[item.request_id]
-                reply.queue.extend(reply.segmenter.push(text_of(item.payload)))
+                left = reply.audio_left_ms(time.monotonic())
+                reply.segmenter.hurry = (self.hurry_below_ms > 0 and left is not None
+                                         and left < self.hurry_below_ms)
+                clauses = reply.segmenter.push(text_of(item.payload))
+                self._hurried += len(clauses) if reply.segmenter.hurry else 0
+                reply.queue.extend(clauses)
                 if item.final:
                     reply.queue.extend(reply.segmenter.flush())
                 results.append(self._next(reply))

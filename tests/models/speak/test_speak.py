@@ -176,5 +176,34 @@ def test_segmenter_rules():
     assert seg.flush() == []
 
 
+def test_a_hurried_segmenter_breaks_after_a_few_words():
+    seg = ClauseSegmenter(first_clause_words=2, hurry_words=3)
+    assert seg.push("The closest planet to the sun ") == ["The closest"]
+    assert seg.push("is ") == []                  # later clauses wait for punctuation...
+    seg.hurry = True                              # ...unless the listener is running out
+    assert seg.push("Mercury") == ["planet to the"]
+    seg.hurry = False
+    assert seg.push(", the smallest one. ") == ["sun is Mercury, the smallest one."]
+
+
+def test_a_slow_writer_gets_short_clauses_a_fast_one_whole_sentences():
+    """The speak stage hurries a reply whose audio made so far would already
+    have been heard (a model writing slower than the voice speaks)."""
+    text = "Mercury is closest. It is a small and rocky planet that races around the sun quickly."
+    for hurry_ms, want_clauses in ((0.0, 3), (1e9, 7)):
+        ex = SpeakExecutor(engine="flite", first_clause_words=2, hurry_below_ms=hurry_ms)
+        ex.load()
+        rid = next(_rid)
+        chunks = []
+        for i, piece in enumerate(deltas(text, 4)):
+            chunks += ex.process([WorkItem(rid, piece, final=False)])[0]
+        chunks += ex.process([WorkItem(rid, "", final=True)])[0]
+        chunks += [c for _, cs in drain(ex) for c in cs]
+        got = [c["text"] for c in chunks]
+        assert " ".join(got) == text and len(got) == want_clauses, got
+        assert ex.stats()["hurried"] == (0 if hurry_ms == 0 else want_clauses - 2), ex.stats()
+        ex.close()
+
+
 def test_strip_markdown():
     assert strip_markdown("## Title\n- **bold** [link](http://x) `code`") == "Title bold link code"

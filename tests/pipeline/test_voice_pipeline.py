@@ -306,7 +306,7 @@ async def test_http_health_and_models(client):
         assert set(r.json()["processes"]) == {"listen/0", "think/0", "speak/0"}
         r = await client.get("/v1/models")
         ids = [m["id"] for m in r.json()["data"]]
-        assert r.json()["object"] == "list" and "voice-agent" in ids and "voice-cpu" in ids
+        assert r.json()["object"] == "list" and "voice-agent" in ids and "voice-cpu-fast" in ids
 
 
 async def test_http_speech_sse_and_audio(client):

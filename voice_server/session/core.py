@@ -198,7 +198,9 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                  dialect: str = "ga", output_lead_ms: float = 0.0,
                  extension_events: bool = True,
                  interruptions: InterruptionSettings | None = None,
-                 hang_up_after: int | None = None, answering_machine: bool = False) -> None:
+                 hang_up_after: int | None = None, answering_machine: bool = False,
+                 interruptible_lead_ms: float | None = None,
+                 clear_on_pause: bool = False) -> None:
         if audio_out_mode not in ("events", "stream"):
             raise ValueError("audio_out_mode must be 'events' or 'stream'")
         self.session_id = session_id
@@ -228,10 +230,16 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._call_ids: set[str] = set()
         self._out_of_context: set[str] = set()  # items truncation took out (prompt.py)
         # output pacing and pause (output_pacer.py, playback.py)
-        self._pacer = OutputPacer(output_lead_ms)
+        self._full_lead_ms = float(output_lead_ms)
+        self._interruptible_lead_ms = interruptible_lead_ms
+        # the listener's buffer can be emptied (a phone provider's clear): a pause
+        # takes back what it had not played (playback.py)
+        self.clear_on_pause = clear_on_pause and audio_out_mode == "stream"
+        self._pacer = OutputPacer(output_lead_ms, keep_released=self.clear_on_pause)
         if self._echo is not None:
             self._pacer.on_play = self._reply_played
         self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
+        self._size_lead()
         self._paused_item: str | None = None  # item a stream transport holds paused (playback.py)
         self.extension_events = extension_events
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
@@ -311,7 +319,30 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             expires = int((self._start_ms / 1000.0) + self.limits.max_session_s)
         return session_to_wire(self.settings, self.session_id, expires)
 
+    def _size_lead(self) -> None:
+        """The listener's lead for the turn detection in force.  A client that
+        cannot be told to stop (it knows only the standard events, and stops
+        at ``speech_started``) plays on, after the pause at the caller's first
+        speech frame, whatever it holds: while the caller can talk over the
+        reply (VAD with ``interrupt_response``) it is given only
+        ``interruptible_lead_ms``, in slices of a quarter of that (the lead
+        it holds stays between 3/4 of it and all of it), else
+        ``output_lead_ms``.  A listener that a pause empties
+        (``clear_on_pause``) keeps ``output_lead_ms``: more room for the
+        network's jitter costs it no stop time."""
+        full = self._full_lead_ms
+        small = self._interruptible_lead_ms
+        td = self.settings.turn_detection
+        lead = full
+        if full > 0 and small is not None and small > 0 and td is not None \
+                and td.interrupt_response and not self.clear_on_pause:
+            lead = min(full, small)
+        self._pacer.lead_ms = lead
+        slice_ms = OUTPUT_SLICE_MS[self.audio_out_mode]
+        self.output_slice_ms = min(slice_ms, lead / 4.0) if 0 < lead < full else slice_ms
+
     def _sync_listen(self, old: SessionSettings | None) -> list[Command]:
+        self._size_lead()
         td = self.settings.turn_detection
         if td is None:
             if self._listening is not None:

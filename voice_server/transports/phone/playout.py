@@ -14,7 +14,8 @@ it with :meth:`Playout.next`.  A barge-in (:meth:`Playout.flush`) drops the
 item's queued frames and marks and puts the provider's clear first, so no
 frame of the old reply follows it; marks the provider still held are then
 cleared, not heard, and their echoes (providers that return them) are
-ignored.
+ignored.  A pause (:meth:`Playout.rewind`) clears the same way but keeps
+the item: the session sends its audio again from where the caller stopped.
 """
 
 from __future__ import annotations
@@ -128,6 +129,21 @@ class Playout:
     def flush(self, item_id: str) -> None:
         """Barge-in: drop what is queued for the item; the clear goes out next."""
         self.items.pop(item_id, None)
+        self._clear(item_id)
+
+    def rewind(self, item_id: str, played_ms: float) -> None:
+        """A pause: the provider's clear goes out next and the item's queued
+        frames are dropped, as for a barge-in, but the item stays open: the
+        session sends its audio again from ``played_ms`` (where the caller
+        stopped hearing it), and the marks after it count from there."""
+        it = self.items.get(item_id)
+        self._clear(item_id)
+        if it is None:
+            return
+        it.sent_bytes = self.codec.line.frame_bytes(max(int(played_ms), 0))
+        it.rem, it.resampler, it.since_mark = b"", None, 0
+
+    def _clear(self, item_id: str) -> None:
         self.queue = deque(q for q in self.queue if q.item_id != item_id)
         if self.codec.marks_echo_on_clear:
             for name in self.outstanding:

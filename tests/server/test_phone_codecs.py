@@ -160,3 +160,23 @@ def test_playout_rewind_clears_and_goes_on_from_the_played_position(provider):
     assert 400 < marks[-1][2] <= 900 and marks[-1][1] == "item_1"
     p.rewind("gone", 100.0)     # an item with nothing open: only the clear
     assert p.next().kind is Kind.CLEAR
+
+
+def test_a_barge_in_right_after_a_rewind_sends_no_second_clear():
+    cls, start, *_ = CASES["twilio"]
+    c = cls()
+    feed(c, start)
+    p = Playout(c)
+    pcm = np.zeros(4800, np.int16)
+    p.audio("r", "i", pcm, 24000)
+    list(iter(p.next, None))
+    p.rewind("i", 100.0)
+    p.flush("i")
+    assert p.next().kind is Kind.CLEAR and p.next() is None
+    p.audio("r", "j", pcm, 24000)      # sent again after a rewind: a flush clears again
+    list(iter(p.next, None))
+    p.rewind("j", 100.0)
+    list(iter(p.next, None))
+    p.audio("r", "j", pcm, 24000)
+    p.flush("j")
+    assert p.next().kind is Kind.CLEAR

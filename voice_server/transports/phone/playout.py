@@ -43,6 +43,7 @@ class _Item:
     rem: bytes = b""  # encoded bytes short of a whole frame
     sent_bytes: int = 0  # line bytes queued for this item
     since_mark: int = 0  # line bytes queued since the last mark
+    rewound: bool = False  # the provider was cleared and nothing was queued since
 
 
 class Kind(Enum):
@@ -127,8 +128,11 @@ class Playout:
         self._queue_mark(it, ":end")
 
     def flush(self, item_id: str) -> None:
-        """Barge-in: drop what is queued for the item; the clear goes out next."""
-        self.items.pop(item_id, None)
+        """Barge-in: drop what is queued for the item; the clear goes out next
+        (unless a rewind cleared the provider and nothing was sent since)."""
+        it = self.items.pop(item_id, None)
+        if it is not None and it.rewound and not any(q.item_id == item_id for q in self.queue):
+            return
         self._clear(item_id)
 
     def rewind(self, item_id: str, played_ms: float) -> None:
@@ -141,7 +145,7 @@ class Playout:
         if it is None:
             return
         it.sent_bytes = self.codec.line.frame_bytes(max(int(played_ms), 0))
-        it.rem, it.resampler, it.since_mark = b"", None, 0
+        it.rem, it.resampler, it.since_mark, it.rewound = b"", None, 0, True
 
     def _clear(self, item_id: str) -> None:
         self.queue = deque(q for q in self.queue if q.item_id != item_id)
@@ -203,6 +207,7 @@ class Playout:
         frame = self.codec.frame_bytes()
         every = line.frame_bytes(MARK_EVERY_MS)
         n = len(data) // frame
+        it.rewound = it.rewound and n == 0
         for k in range(n):
             self.queue.append(Queued(self.codec.media(data[k * frame:(k + 1) * frame]),
                                      it.item_id))

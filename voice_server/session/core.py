@@ -10,7 +10,8 @@ Inputs
 ------
 ``Session(session_id, config=SessionSettings(), audio_out_mode="events"|"stream",
 limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events=True,
-interruptions=InterruptionSettings(), hang_up_after=None)``
+interruptions=InterruptionSettings(), hang_up_after=None, answering_machine=False,
+interruptible_lead_ms=None, clear_on_pause=False)``
 
 * ``start(now_ms)`` -> ``session.created`` (+ ``ConfigureListen`` with VAD on).
   Calling any other input first starts the session implicitly, so a
@@ -66,7 +67,8 @@ interruptions=InterruptionSettings(), hang_up_after=None)``
 
 Outputs: ``SendEvent``, ``FeedListen``, ``ConfigureListen``, ``StopListen``,
 ``TranscribeBuffer``, ``StartResponse``, ``CancelResponse``, ``AudioOut``,
-``FlushAudio``, ``PauseAudio``, ``ResumeAudio``, ``Close`` (see commands.py).
+``FlushAudio``, ``PauseAudio``, ``RewindAudio``, ``ResumeAudio``, ``Close``
+(see commands.py).
 
 Output pacing, pause and resume
 -------------------------------
@@ -88,6 +90,17 @@ event, ``voice_agent.output_audio.paused`` / ``.resumed`` (``response_id``,
 ``item_id``, ``audio_end_ms``: the played position), unless
 ``extension_events`` is False.  A cancel while paused drops what is held and
 truncates as above.
+
+Stopping for every client: a pause (the caller's first speech frame) cannot
+reach a client that knows only the Realtime events; it plays out what it
+holds and stops at ``speech_started``, which the interruption decision sends
+later.  So while the caller can talk over the reply (VAD with
+``interrupt_response``) the lead is ``interruptible_lead_ms`` (the server
+default is 80 ms, in 20 ms deltas) rather than ``output_lead_ms``.  A
+listener whose buffer can be emptied (``clear_on_pause``, stream mode: a
+phone provider's clear) keeps ``output_lead_ms``: its pause is a
+``RewindAudio`` (the transport clears the far end; the pacer takes back
+what had not been played and sends it again from there on resume).
 
 Turn taking
 -----------

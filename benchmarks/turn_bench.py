@@ -219,13 +219,14 @@ def delta_ms(e: dict) -> float:
 
 def playback_gaps(events: list[dict], response_id: str, until: float,
                   jitter_ms: tuple[float, float] | None = None,
-                  rng: random.Random | None = None, after: float | None = None) -> tuple[int, float]:
+                  rng: random.Random | None = None,
+                  after: float | None = None) -> tuple[int, float, list]:
     """A client plays each delta of the reply end to end from its arrival,
     each arriving ``jitter_ms`` (uniform) late with ``jitter_ms`` and in order
     (TCP): the gaps where it ran out of audio between deltas that arrived in
     [``after``, ``until``) (one after the first delta at least), as (count,
-    total ms)."""
-    end, arrived, n, total = None, None, 0, 0.0
+    total ms, [(ms after the first delta, gap ms)])."""
+    end, arrived, n, total, first, where = None, None, 0, 0.0, None, []
     for e in events:
         if e["type"] != "response.output_audio.delta" or e["response_id"] != response_id:
             continue
@@ -236,9 +237,11 @@ def playback_gaps(events: list[dict], response_id: str, until: float,
         if end is not None and arrived > end + GAP_S and (after is None or e["_t"] >= after):
             n += 1
             total += (arrived - end) * 1000
+            where.append((round((e["_t"] - first) * 1000), round((arrived - end) * 1000)))
+        first = e["_t"] if first is None else first
         start = arrived if end is None else max(end, arrived)
         end = start + delta_ms(e) / 1000
-    return n, total
+    return n, total, where
 
 
 async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = False,
@@ -270,7 +273,8 @@ async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = F
     evs = c.events[i:]
     window_end = evs[-1]["_t"] + 1 if evs else 0.0
     until = t0 if t0 is not None else window_end
-    underruns = {"healthy": playback_gaps(evs, rid, until)[0],
+    healthy = playback_gaps(evs, rid, until)
+    underruns = {"healthy": healthy[0], "where": healthy[2],
                  "jitter": playback_gaps(evs, rid, until, JITTER_MS, jitter_rng)[0]}
     cancelled = any(e["type"] == "response.done" and e["response"]["id"] == rid
                     and e["response"]["status"] == "cancelled" for e in evs)
@@ -310,13 +314,14 @@ async def interruption_trials(c: Caller, sets: dict, seed: int = 11) -> dict:
     stops, standard, false_cancel, resumed, total_false, invalid = [], [], 0, 0, 0, 0
     by_kind: dict = {}
     jitter_rng = random.Random(seed)
-    underruns = {"healthy": 0, "jitter": 0, "trials": 0}
+    underruns = {"healthy": 0, "jitter": 0, "trials": 0, "where": []}
     gaps: list[float] = []
 
     def count(r: dict) -> None:
         underruns["trials"] += 1
         underruns["healthy"] += r["underruns"]["healthy"]
         underruns["jitter"] += r["underruns"]["jitter"]
+        underruns["where"] += r["underruns"]["where"]   # (ms into the reply, gap ms)
 
     for trial in sets["interruption"]:
         r = await during_reply(c, sets["story"], trial, jitter_rng=jitter_rng)
@@ -400,12 +405,12 @@ async def phone_trial(url: str, key: str | None, story: np.ndarray, trial: dict)
                        and e["response"]["status"] == "completed" and e["_t"] < t0 for e in evs)
     stop = (heard["stop"] - t0) * 1000 if heard["cancelled"] and heard["stop"] else None
     return {**heard, "stop_ms": stop, "valid": not ended_before,
-            "underruns": playback_gaps(evs, rid, t0)[0]}
+            "underruns": playback_gaps(evs, rid, t0)[2]}
 
 
 async def phone_trials(url: str, key: str | None, sets: dict) -> dict:
     """The interruptions, noises and backchannels over a Twilio line (module docstring)."""
-    stops, false_cancel, went_on, total_false, invalid, underruns = [], 0, 0, 0, 0, 0
+    stops, false_cancel, went_on, total_false, invalid, underruns = [], 0, 0, 0, 0, []
     cancelled_by = []
     for trial in sets["interruption"]:
         r = await phone_trial(url, key, sets["story"], trial)
@@ -430,7 +435,7 @@ async def phone_trials(url: str, key: str | None, sets: dict) -> dict:
             "false_cancel_rate": round(false_cancel / total_false, 3) if total_false else None,
             "resumed_rate": round(went_on / total_false, 3) if total_false else None,
             "false_trials": total_false, "cancelled_by": cancelled_by,
-            "invalid_trials": invalid, "underruns": underruns}
+            "invalid_trials": invalid, "underruns": len(underruns), "underruns_where": underruns}
 
 
 def turn_detection(mode: str) -> dict:
@@ -594,6 +599,11 @@ async def main_async(a) -> dict:
     inter_modes = a.interruption_modes.split(",") if a.interruption_modes else []
     modes: dict = {}
     async with served(a.config, a.url) as server:
+        if a.phone:
+            modes["_phone"] = ph = await phone_trials(server.url, a.key, sets)
+            print(f"phone: stop p50/p95 {ph['stop_ms']['p50']}/{ph['stop_ms']['p95']} ms "
+                  f"(n {ph['stop_ms']['n']}), false cancel {ph['false_cancel_rate']}, "
+                  f"resumed {ph['resumed_rate']}, underruns {ph['underruns']}", flush=True)
         for mode in a.modes.split(","):
             before = [await server.metric("voice_think_tokens_total", outcome=o)
                       for o in ("used", "wasted")]
@@ -618,11 +628,6 @@ async def main_async(a) -> dict:
                   f"{r['latency_human_ms']['withdrawn_before_audio']} replies withdrawn in a pause "
                   f"before any audio), "
                   f"premature {r['premature_rate']}", flush=True)
-        if a.phone:
-            modes["_phone"] = ph = await phone_trials(server.url, a.key, sets)
-            print(f"phone: stop p50/p95 {ph['stop_ms']['p50']}/{ph['stop_ms']['p95']} ms "
-                  f"(n {ph['stop_ms']['n']}), false cancel {ph['false_cancel_rate']}, "
-                  f"resumed {ph['resumed_rate']}, underruns {ph['underruns']}", flush=True)
         rt = await server.runtime()
         for p in rt.get("processes", {}).values():
             ex = p.get("stages", {}).get("listen", {}).get("executor")
@@ -663,7 +668,8 @@ def main() -> int:
               f"{str(sst['p50']) + ' / ' + str(sst['p95']):>16}"
               f"{r['false_cancel_rate']!s:>13}{r['resumed_rate']!s:>9}")
         if r.get("underruns"):
-            print(f"{'':<20}underruns {r['underruns']}, standard client's gap in a reply that "
+            u = {k: v for k, v in r["underruns"].items() if k != "where"}
+            print(f"{'':<20}underruns {u}, standard client's gap in a reply that "
                   f"went on {r['standard_gap_ms']}")
     print("end-of-turn verdicts:", listen)
     targets = {}

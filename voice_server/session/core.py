@@ -182,6 +182,7 @@ from .interruption import InterruptionState, Interruptions
 from .items import Content, Conversation, Item
 from .answering_machine import NO_ANSWER_MS, AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
+from .lead_sizer import LeadSizer
 from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
 from .output_pacer import OutputPacer
 from .playback import Playback
@@ -249,6 +250,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         # takes back what it had not played (playback.py)
         self.clear_on_pause = clear_on_pause and audio_out_mode == "stream"
         self._pacer = OutputPacer(output_lead_ms, keep_released=self.clear_on_pause)
+        self._lead: LeadSizer | None = None   # the interruptible lead, sized to the line
+        self._lead_now_ms = 0.0
         if self._echo is not None:
             self._pacer.on_play = self._reply_played
         self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
@@ -339,20 +342,32 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         speech frame, whatever it holds: while the caller can talk over the
         reply (VAD with ``interrupt_response``) it is given only
         ``interruptible_lead_ms``, in slices of a quarter of that (the lead
-        it holds stays between 3/4 of it and all of it), else
-        ``output_lead_ms``.  A listener that a pause empties
+        it holds stays between 3/4 of it and all of it), raised up to
+        ``output_lead_ms`` by the lateness and jitter the connection shows
+        (lead_sizer.py), else ``output_lead_ms``.  A listener that a pause empties
         (``clear_on_pause``) keeps ``output_lead_ms``: more room for the
         network's jitter costs it no stop time."""
         full = self._full_lead_ms
         small = self._interruptible_lead_ms
         td = self.settings.turn_detection
-        lead = full
-        if full > 0 and small is not None and small > 0 and td is not None \
-                and td.interrupt_response and not self.clear_on_pause:
-            lead = min(full, small)
-        self._pacer.lead_ms = lead
         slice_ms = OUTPUT_SLICE_MS[self.audio_out_mode]
-        self.output_slice_ms = min(slice_ms, lead / 4.0) if 0 < lead < full else slice_ms
+        if full > 0 and small is not None and 0 < small < full and td is not None \
+                and td.interrupt_response and not self.clear_on_pause:
+            self.output_slice_ms = min(slice_ms, small / 4.0)
+            if self._lead is None:
+                self._lead = LeadSizer(small, full, self.output_slice_ms)
+            self._pacer.lead_ms = self._lead.lead_ms(self._lead_now_ms)
+        else:
+            self._lead = None
+            self.output_slice_ms = slice_ms
+            self._pacer.lead_ms = full
+
+    def _resize_lead(self, now_ms: float) -> None:
+        """The interruptible lead for what this connection has shown so far
+        (lead_sizer.py): raised by lateness and jitter, down again as they pass."""
+        self._lead_now_ms = now_ms
+        if self._lead is not None:
+            self._pacer.lead_ms = self._lead.lead_ms(now_ms)
 
     def _sync_listen(self, old: SessionSettings | None) -> list[Command]:
         self._size_lead()

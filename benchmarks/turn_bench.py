@@ -62,7 +62,9 @@ Over a phone line (``--phone``: a Twilio Media Streams caller through
 
 * ``phone.stop_ms``: the same interruptions -> when the caller stops
   hearing the reply; the provider plays what it was sent in real time, end to
-  end, and a ``clear`` drops what it had not played (:func:`phone_heard`);
+  end, and a ``clear`` drops what it had not played (:func:`phone_heard`); a
+  trial where the caller heard nothing at the interruption (generation had
+  fallen behind) is counted in ``silent_at_interruption``, not timed;
 * ``phone.false_cancel_rate`` / ``resumed_rate`` for the noises and the
   backchannels, and ``phone.underruns`` (healthy line, before the trial sound).
 
@@ -368,9 +370,12 @@ def phone_heard(events: list[dict], response_id: str, t0: float) -> dict:
     sent end to end, in real time, and a ``clear`` drops what it had not
     played.  ``stop``: when the last audio it played ended; cancelled: cleared
     after ``t0`` and nothing sent after the clear; resumed: sent again after a
-    clear that came after ``t0``."""
-    end, last_delta, clears = None, None, []
+    clear that came after ``t0``; ``playing_at_t0``: the caller heard the reply
+    when the interruption began (not a gap where generation fell behind)."""
+    end, last_delta, clears, playing = None, None, [], None
     for e in events:
+        if playing is None and e["_t"] >= t0:
+            playing = end is not None and end > t0
         if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id:
             end = e["_t"] + e["_ms"] / 1000 if end is None else max(end, e["_t"]) + e["_ms"] / 1000
             last_delta = e["_t"]
@@ -381,12 +386,25 @@ def phone_heard(events: list[dict], response_id: str, t0: float) -> dict:
                 clears.append(e["_t"])
     cancelled = bool(clears) and (last_delta is None or last_delta < clears[-1])
     resumed = bool(clears) and last_delta is not None and last_delta > clears[0]
-    return {"stop": end, "cancelled": cancelled, "paused": bool(clears), "resumed": resumed}
+    return {"stop": end, "cancelled": cancelled, "paused": bool(clears), "resumed": resumed,
+            "playing_at_t0": bool(playing)}
+
+
+def decided(events: list[dict], response_id: str, t0: float) -> bool:
+    """Over a line: the reply was not cleared after ``t0``, or it went on after
+    the clear, or another reply began (the answer to the interruption)."""
+    cleared = next((e["_t"] for e in events if e["type"] == "twilio.clear"
+                    and e.get("item_id") == response_id and e["_t"] >= t0), None)
+    if cleared is None:
+        return True
+    return any(e["type"] == "response.output_audio.delta" and e["_t"] > cleared
+               for e in events)
 
 
 async def phone_trial(url: str, key: str | None, story: np.ndarray, trial: dict) -> dict:
     """One call: ask for the long story, play the trial's sound about a second
-    into its audio, hang up 1.5 s after it."""
+    into its audio, hang up 1.5 s after it (up to 5 s while a reply cleared
+    at the sound has neither gone on nor been answered: :func:`decided`)."""
     async with connected(TwilioCallerTransport(url, key), session={
             "max_output_tokens": 120, "instructions": STORY_INSTRUCTIONS}) as c:
         _, asked = c.say(story)
@@ -397,13 +415,20 @@ async def phone_trial(url: str, key: str | None, story: np.ndarray, trial: dict)
         await asyncio.sleep(1.0)
         start, end = c.say(trial["pcm"])
         t0 = await asyncio.wait_for(start, 30)
-        await asyncio.wait_for(end, 30)
+        t_end = await asyncio.wait_for(end, 30)
         await asyncio.sleep(1.5)
+        # a line has no events: a reply paused (cleared) at the sound is
+        # cancelled only once it never comes back; wait up to 5 s after the
+        # sound for it to go on, or for the answer to the interruption
+        loop = asyncio.get_running_loop()
+        while loop.time() < t_end + 5.0 and not decided(c.events[i:], rid, t0):
+            await asyncio.sleep(0.1)
         evs = list(c.events[i:])
     heard = phone_heard(evs, rid, t0)
     ended_before = any(e["type"] == "response.done" and e["response"]["id"] == rid
                        and e["response"]["status"] == "completed" and e["_t"] < t0 for e in evs)
-    stop = (heard["stop"] - t0) * 1000 if heard["cancelled"] and heard["stop"] else None
+    stop = (heard["stop"] - t0) * 1000 \
+        if heard["cancelled"] and heard["stop"] and heard["playing_at_t0"] else None
     return {**heard, "stop_ms": stop, "valid": not ended_before,
             "underruns": playback_gaps(evs, rid, t0)[2]}
 
@@ -412,10 +437,12 @@ async def phone_trials(url: str, key: str | None, sets: dict) -> dict:
     """The interruptions, noises and backchannels over a Twilio line (module docstring)."""
     stops, false_cancel, went_on, total_false, invalid, underruns = [], 0, 0, 0, 0, []
     cancelled_by = []
+    starved = 0
     for trial in sets["interruption"]:
         r = await phone_trial(url, key, sets["story"], trial)
         invalid += not r["valid"]
         underruns += r["underruns"]
+        starved += r["cancelled"] and not r["playing_at_t0"]
         if r["stop_ms"] is not None:
             stops.append(r["stop_ms"])
     for trial in sets["noise"] + sets["backchannel"]:
@@ -431,7 +458,8 @@ async def phone_trials(url: str, key: str | None, sets: dict) -> dict:
             cancelled_by.append(trial.get("text", trial["kind"]))
     return {"stop_ms": {"p50": pct(stops, 50), "p95": pct(stops, 95), "n": len(stops),
                         "all": [round(x) for x in stops],
-                        "not_stopped": len(sets["interruption"]) - len(stops)},
+                        "not_stopped": len(sets["interruption"]) - len(stops) - starved,
+                        "silent_at_interruption": starved},
             "false_cancel_rate": round(false_cancel / total_false, 3) if total_false else None,
             "resumed_rate": round(went_on / total_false, 3) if total_false else None,
             "false_trials": total_false, "cancelled_by": cancelled_by,

@@ -384,6 +384,8 @@ def phone_heard(events: list[dict], response_id: str, t0: float) -> dict:
                 end = e["_t"]
             if e["_t"] >= t0:
                 clears.append(e["_t"])
+    if playing is None:
+        playing = end is not None and end > t0
     cancelled = bool(clears) and (last_delta is None or last_delta < clears[-1])
     resumed = bool(clears) and last_delta is not None and last_delta > clears[0]
     return {"stop": end, "cancelled": cancelled, "paused": bool(clears), "resumed": resumed,

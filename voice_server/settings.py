@@ -159,8 +159,10 @@ class ServerSettings(BaseModel):
     # ... and this much on the Realtime WebSocket while the caller can talk over
     # the reply (VAD with interrupt_response): a client that knows only the
     # standard events plays on, after the server pauses the reply at the
-    # caller's first speech frame, what it holds.  Enough for the server's
-    # timer and the network's jitter (an underrun is a stutter); None: output_lead_ms
+    # caller's first speech frame, what it holds.  The floor: the lateness of
+    # the server's own releases and the jitter of the caller's audio raise it
+    # up to output_lead_ms (voice_server.session.lead_sizer: an underrun is a
+    # stutter); None: output_lead_ms
     interruptible_lead_ms: Optional[float] = Field(80.0, gt=0)
     # phone lines: a pause clears the provider's buffer (its clear verb) and the
     # reply goes on, if it does, from where the caller stopped hearing it;

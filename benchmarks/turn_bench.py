@@ -49,9 +49,28 @@ And during a long reply (paced: the client holds at most ``output_lead_ms``):
   for the whole reply), the share that cancelled the reply, and of those
   that paused it the share resumed (a trial that never paused it, as the
   echo should not, counts as resumed: the reply went on).
+* ``underruns``: gaps (> 2 ms) where a client that plays each delta end to
+  end, on arrival, ran out of audio in the middle of the reply (before the
+  trial's sound, or through the whole echo trial): ``healthy`` as the deltas
+  arrived (loopback), ``jitter`` with each delta reaching the client a random
+  20-50 ms later (``--jitter-ms``, seeded; in order, as over TCP); and
+  ``standard_gap_ms``: the silence a standard client hears in a reply that
+  went on after a backchannel or a noise (the pause outlasted its lead).
+
+Over a phone line (``--phone``: a Twilio Media Streams caller through
+``/v1/telephony/twilio``, a new call for each trial, ``server_vad``):
+
+* ``phone.stop_ms``: the same interruptions -> when the caller stops
+  hearing the reply; the provider plays what it was sent in real time, end to
+  end, and a ``clear`` drops what it had not played (:func:`phone_heard`); a
+  trial where the caller heard nothing at the interruption (generation had
+  fallen behind) is counted in ``silent_at_interruption``, not timed;
+* ``phone.false_cancel_rate`` / ``resumed_rate`` for the noises and the
+  backchannels, and ``phone.underruns`` (healthy line, before the trial sound).
 
     .venv/bin/python -m benchmarks.turn_bench
     .venv/bin/python -m benchmarks.turn_bench --modes server_vad,semantic_vad:auto --repeat 2
+    .venv/bin/python -m benchmarks.turn_bench --modes server_vad --no-latency --phone   # stop only
 
 Prints a table; writes benchmarks/results/turn.json with keys
 ``modes.<mode>.{latency_ms.{p50,p95}, premature_rate, stop_ms.{p50,p95},
@@ -73,6 +92,7 @@ from voice_server.testing.audio import flite_pcm
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import Caller, connected
 from voice_server.testing.callers.heard import first_heard
+from voice_server.testing.callers.twilio import TwilioCallerTransport
 from voice_server.testing.echo import PlayoutEcho
 from voice_server.testing.report import pct, write_json
 from voice_server.testing.server_process import add_server_arguments, served
@@ -109,6 +129,9 @@ INTERRUPTIONS = ["wait, stop, what about tomorrow", "actually tell me the time i
 COMMANDS = ["stop", "wait", "no"]
 COMMAND_STRETCH = 0.8
 STORY = "tell me a long story about a dragon who learns to fly"
+STORY_INSTRUCTIONS = "You tell long, detailed stories of many sentences."
+JITTER_MS = (20.0, 50.0)   # network jitter for the client's underrun count
+GAP_S = 0.002              # a gap in playback shorter than this is no stutter
 
 
 def speak(text: str, voice: str, stretch: float) -> np.ndarray:
@@ -189,7 +212,42 @@ def heard_until(events: list[dict], response_id: str, after: float,
     return min(end, stopped) if stopped is not None else end
 
 
-async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = False) -> dict:
+def delta_ms(e: dict) -> float:
+    """Audio in a delta: a phone caller's carries ``_ms``, the WebSocket's its pcm16."""
+    if "_ms" in e:
+        return e["_ms"]
+    return len(base64.b64decode(e["delta"])) / 2 / RATE * 1000
+
+
+def playback_gaps(events: list[dict], response_id: str, until: float,
+                  jitter_ms: tuple[float, float] | None = None,
+                  rng: random.Random | None = None,
+                  after: float | None = None) -> tuple[int, float, list]:
+    """A client plays each delta of the reply end to end from its arrival,
+    each arriving ``jitter_ms`` (uniform) late with ``jitter_ms`` and in order
+    (TCP): the gaps where it ran out of audio between deltas that arrived in
+    [``after``, ``until``) (one after the first delta at least), as (count,
+    total ms, [(ms after the first delta, gap ms)])."""
+    end, arrived, n, total, first, where = None, None, 0, 0.0, None, []
+    for e in events:
+        if e["type"] != "response.output_audio.delta" or e["response_id"] != response_id:
+            continue
+        if e["_t"] >= until:
+            break
+        t = e["_t"] + ((rng or random).uniform(*jitter_ms) / 1000 if jitter_ms else 0.0)
+        arrived = t if arrived is None else max(arrived, t)
+        if end is not None and arrived > end + GAP_S and (after is None or e["_t"] >= after):
+            n += 1
+            total += (arrived - end) * 1000
+            where.append((round((e["_t"] - first) * 1000), round((arrived - end) * 1000)))
+        first = e["_t"] if first is None else first
+        start = arrived if end is None else max(end, arrived)
+        end = start + delta_ms(e) / 1000
+    return n, total, where
+
+
+async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = False,
+                       jitter_rng: random.Random | None = None) -> dict:
     """Ask for a long reply; about a second into its audio, play the trial sound
     (for ``echo``: the client's speaker comes back into its mic, -20 dB, 150 ms
     late, from the start of the reply); report whether the reply was
@@ -215,6 +273,11 @@ async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = F
         await asyncio.sleep(1.5)
     c.echo = None
     evs = c.events[i:]
+    window_end = evs[-1]["_t"] + 1 if evs else 0.0
+    until = t0 if t0 is not None else window_end
+    healthy = playback_gaps(evs, rid, until)
+    underruns = {"healthy": healthy[0], "where": healthy[2],
+                 "jitter": playback_gaps(evs, rid, until, JITTER_MS, jitter_rng)[0]}
     cancelled = any(e["type"] == "response.done" and e["response"]["id"] == rid
                     and e["response"]["status"] == "cancelled" for e in evs)
     paused = any(e["type"] == "voice_agent.output_audio.paused" and e["response_id"] == rid
@@ -231,8 +294,11 @@ async def during_reply(c: Caller, story: np.ndarray, trial: dict, echo: bool = F
         e["type"] == "response.done" and e["response"]["id"] == rid and e["_t"] < t0 for e in evs)
     heard = [e["transcript"] for e in evs
              if e["type"] == "conversation.item.input_audio_transcription.completed"]
+    gap_ms = playback_gaps(evs, rid, window_end, after=t0)[1] \
+        if t0 is not None and not cancelled else None
     return {"cancelled": cancelled, "paused": paused, "resumed": resumed, "heard": heard,
-            "valid": not ended_before, **stops}
+            "valid": not ended_before, "underruns": underruns, "standard_gap_ms": gap_ms,
+            **stops}
 
 
 async def forget_conversation(c: Caller) -> None:
@@ -244,21 +310,35 @@ async def forget_conversation(c: Caller) -> None:
             await c.t.send_event({"type": "conversation.item.delete", "item_id": item_id})
 
 
-async def interruption_trials(c: Caller, sets: dict) -> dict:
+async def interruption_trials(c: Caller, sets: dict, seed: int = 11) -> dict:
     await c.t.send_event({"type": "session.update", "session": {
-        "type": "realtime", "max_output_tokens": 120,
-        "instructions": "You tell long, detailed stories of many sentences."}})
+        "type": "realtime", "max_output_tokens": 120, "instructions": STORY_INSTRUCTIONS}})
     stops, standard, false_cancel, resumed, total_false, invalid = [], [], 0, 0, 0, 0
     by_kind: dict = {}
+    jitter_rng = random.Random(seed)
+    underruns = {"healthy": 0, "jitter": 0, "trials": 0, "where": []}
+    gaps: list[float] = []
+
+    def count(r: dict) -> None:
+        underruns["trials"] += 1
+        underruns["healthy"] += r["underruns"]["healthy"]
+        underruns["jitter"] += r["underruns"]["jitter"]
+        underruns["where"] += r["underruns"]["where"]   # (ms into the reply, gap ms)
+
     for trial in sets["interruption"]:
-        r = await during_reply(c, sets["story"], trial)
+        r = await during_reply(c, sets["story"], trial, jitter_rng=jitter_rng)
+        count(r)
         invalid += not r["valid"]
         if r.get("stop_ms") is not None:
             stops.append(r["stop_ms"])
         if r.get("stop_ms_standard") is not None:
             standard.append(r["stop_ms_standard"])
     for trial in sets["noise"] + sets["backchannel"] + [{"kind": "echo"}] * 2:
-        r = await during_reply(c, sets["story"], trial, echo=trial["kind"] == "echo")
+        r = await during_reply(c, sets["story"], trial, echo=trial["kind"] == "echo",
+                               jitter_rng=jitter_rng)
+        count(r)
+        if r["standard_gap_ms"] is not None:
+            gaps.append(r["standard_gap_ms"])
         if not r["valid"]:          # the reply had ended: there was nothing to interrupt
             invalid += 1
             continue
@@ -280,7 +360,112 @@ async def interruption_trials(c: Caller, sets: dict) -> dict:
             "false_cancel_rate": round(false_cancel / total_false, 3),
             "resumed_rate": round(resumed / total_false, 3), "false_trials": total_false,
             "invalid_trials": invalid,
-            "false_by_kind": by_kind}
+            "false_by_kind": by_kind, "underruns": underruns,
+            "standard_gap_ms": {"p50": pct(gaps, 50), "max": round(max(gaps)) if gaps else None,
+                                "n": len(gaps)}}
+
+
+def phone_heard(events: list[dict], response_id: str, t0: float) -> dict:
+    """What a phone caller heard of the reply: the provider plays what it is
+    sent end to end, in real time, and a ``clear`` drops what it had not
+    played.  ``stop``: when the last audio it played ended; cancelled: cleared
+    after ``t0`` and nothing sent after the clear; resumed: sent again after a
+    clear that came after ``t0``; ``playing_at_t0``: the caller heard the reply
+    when the interruption began (not a gap where generation fell behind)."""
+    end, last_delta, clears, playing = None, None, [], None
+    for e in events:
+        if playing is None and e["_t"] >= t0:
+            playing = end is not None and end > t0
+        if e["type"] == "response.output_audio.delta" and e["response_id"] == response_id:
+            end = e["_t"] + e["_ms"] / 1000 if end is None else max(end, e["_t"]) + e["_ms"] / 1000
+            last_delta = e["_t"]
+        elif e["type"] == "twilio.clear" and e.get("item_id") == response_id:
+            if end is not None and end > e["_t"]:
+                end = e["_t"]
+            if e["_t"] >= t0:
+                clears.append(e["_t"])
+    if playing is None:
+        playing = end is not None and end > t0
+    cancelled = bool(clears) and (last_delta is None or last_delta < clears[-1])
+    resumed = bool(clears) and last_delta is not None and last_delta > clears[0]
+    return {"stop": end, "cancelled": cancelled, "paused": bool(clears), "resumed": resumed,
+            "playing_at_t0": bool(playing)}
+
+
+def decided(events: list[dict], response_id: str, t0: float) -> bool:
+    """Over a line: the reply was not cleared after ``t0``, or it went on after
+    the clear, or another reply began (the answer to the interruption)."""
+    cleared = next((e["_t"] for e in events if e["type"] == "twilio.clear"
+                    and e.get("item_id") == response_id and e["_t"] >= t0), None)
+    if cleared is None:
+        return True
+    return any(e["type"] == "response.output_audio.delta" and e["_t"] > cleared
+               for e in events)
+
+
+async def phone_trial(url: str, key: str | None, story: np.ndarray, trial: dict) -> dict:
+    """One call: ask for the long story, play the trial's sound about a second
+    into its audio, hang up 1.5 s after it (up to 5 s while a reply cleared
+    at the sound has neither gone on nor been answered: :func:`decided`)."""
+    async with connected(TwilioCallerTransport(url, key), session={
+            "max_output_tokens": 120, "instructions": STORY_INSTRUCTIONS}) as c:
+        _, asked = c.say(story)
+        t_asked = await asyncio.wait_for(asked, 30)
+        i, first = await c.wait(lambda e: e["type"] == "response.output_audio.delta"
+                                and e["_t"] >= t_asked, 0, 60)
+        rid = first["response_id"]
+        await asyncio.sleep(1.0)
+        start, end = c.say(trial["pcm"])
+        t0 = await asyncio.wait_for(start, 30)
+        t_end = await asyncio.wait_for(end, 30)
+        await asyncio.sleep(1.5)
+        # a line has no events: a reply paused (cleared) at the sound is
+        # cancelled only once it never comes back; wait up to 5 s after the
+        # sound for it to go on, or for the answer to the interruption
+        loop = asyncio.get_running_loop()
+        while loop.time() < t_end + 5.0 and not decided(c.events[i:], rid, t0):
+            await asyncio.sleep(0.1)
+        evs = list(c.events[i:])
+    heard = phone_heard(evs, rid, t0)
+    ended_before = any(e["type"] == "response.done" and e["response"]["id"] == rid
+                       and e["response"]["status"] == "completed" and e["_t"] < t0 for e in evs)
+    stop = (heard["stop"] - t0) * 1000 \
+        if heard["cancelled"] and heard["stop"] and heard["playing_at_t0"] else None
+    return {**heard, "stop_ms": stop, "valid": not ended_before,
+            "underruns": playback_gaps(evs, rid, t0)[2]}
+
+
+async def phone_trials(url: str, key: str | None, sets: dict) -> dict:
+    """The interruptions, noises and backchannels over a Twilio line (module docstring)."""
+    stops, false_cancel, went_on, total_false, invalid, underruns = [], 0, 0, 0, 0, []
+    cancelled_by = []
+    starved = 0
+    for trial in sets["interruption"]:
+        r = await phone_trial(url, key, sets["story"], trial)
+        invalid += not r["valid"]
+        underruns += r["underruns"]
+        starved += r["cancelled"] and not r["playing_at_t0"]
+        if r["stop_ms"] is not None:
+            stops.append(r["stop_ms"])
+    for trial in sets["noise"] + sets["backchannel"]:
+        r = await phone_trial(url, key, sets["story"], trial)
+        underruns += r["underruns"]
+        if not r["valid"]:
+            invalid += 1
+            continue
+        total_false += 1
+        false_cancel += r["cancelled"]
+        went_on += not r["cancelled"] and (r["resumed"] or not r["paused"])
+        if r["cancelled"]:
+            cancelled_by.append(trial.get("text", trial["kind"]))
+    return {"stop_ms": {"p50": pct(stops, 50), "p95": pct(stops, 95), "n": len(stops),
+                        "all": [round(x) for x in stops],
+                        "not_stopped": len(sets["interruption"]) - len(stops) - starved,
+                        "silent_at_interruption": starved},
+            "false_cancel_rate": round(false_cancel / total_false, 3) if total_false else None,
+            "resumed_rate": round(went_on / total_false, 3) if total_false else None,
+            "false_trials": total_false, "cancelled_by": cancelled_by,
+            "invalid_trials": invalid, "underruns": len(underruns), "underruns_where": underruns}
 
 
 def turn_detection(mode: str) -> dict:
@@ -385,7 +570,7 @@ async def answer_latency(c: Caller, pcm: np.ndarray, lat: Latencies) -> int:
 
 
 async def run_mode(url: str, key: str | None, mode: str, sets: dict,
-                   interrupts: bool = True) -> dict:
+                   interrupts: bool = True, seed: int = 11) -> dict:
     premature, errors, missed = [], 0, []
     latency, human = Latencies(), Latencies()
     async with connected(RealtimeWSTransport(url, key), session={
@@ -410,7 +595,7 @@ async def run_mode(url: str, key: str | None, mode: str, sets: dict,
             if early:
                 missed.append(item["text"])
             await settle(c, n, quiet_s=0.5)   # a premature turn gets a second reply
-        inter = await interruption_trials(c, sets) if interrupts else \
+        inter = await interruption_trials(c, sets, seed) if interrupts else \
             {"stop_ms": {"p50": None, "p95": None}, "stop_ms_standard": {"p50": None, "p95": None},
              "false_cancel_rate": None, "resumed_rate": None}
     return {"latency_ms": latency.summary(), "latency_human_ms": human.summary(),
@@ -435,17 +620,27 @@ async def think_state(server) -> dict:
 
 async def main_async(a) -> dict:
     sets = build_sets(a.seed, a.repeat)
+    global JITTER_MS
+    JITTER_MS = tuple(float(x) for x in a.jitter_ms.split(","))
+    if a.no_latency:
+        sets["complete"] = []
     if a.human:
         sets["human"] = human_set()
     inter_modes = a.interruption_modes.split(",") if a.interruption_modes else []
     modes: dict = {}
     async with served(a.config, a.url) as server:
+        if a.phone:
+            modes["_phone"] = ph = await phone_trials(server.url, a.key, sets)
+            print(f"phone: stop p50/p95 {ph['stop_ms']['p50']}/{ph['stop_ms']['p95']} ms "
+                  f"(n {ph['stop_ms']['n']}), false cancel {ph['false_cancel_rate']}, "
+                  f"resumed {ph['resumed_rate']}, underruns {ph['underruns']}", flush=True)
         for mode in a.modes.split(","):
             before = [await server.metric("voice_think_tokens_total", outcome=o)
                       for o in ("used", "wasted")]
             think_before = await think_state(server)
             modes[mode] = r = await run_mode(server.url, a.key, mode, sets,
-                                             not a.no_interruptions and mode in inter_modes)
+                                             not a.no_interruptions and mode in inter_modes,
+                                             a.seed)
             used, wasted = [await server.metric("voice_think_tokens_total", outcome=o) - b
                             for o, b in zip(("used", "wasted"), before)]
             r["wasted_think_ratio"] = round(wasted / (used + wasted), 3) if used + wasted else None
@@ -483,10 +678,17 @@ def main() -> int:
                     help="also the latency on recordings of people (latency_human_ms)")
     ap.add_argument("--no-interruptions", action="store_true",
                     help="only latency and premature end of turn (faster)")
+    ap.add_argument("--no-latency", action="store_true",
+                    help="skip the latency sentences (premature and interruptions only)")
+    ap.add_argument("--phone", action="store_true",
+                    help="also the interruption trials over a Twilio line (phone)")
+    ap.add_argument("--jitter-ms", default="20,50",
+                    help="network jitter (min,max ms) for the client's underrun count")
     add_server_arguments(ap, "benchmarks/results/turn.json")
     a = ap.parse_args()
     modes = asyncio.run(main_async(a))
     listen = modes.pop("_listen_stats", {})
+    phone = modes.pop("_phone", None)
     print(f"\n{'mode':<20}{'latency p50/p95 ms':>20}{'premature':>10}{'wasted think':>13}"
           f"{'stop p50/p95 ms':>18}{'(standard)':>16}{'false cancel':>13}{'resumed':>9}")
     for mode, r in modes.items():
@@ -495,6 +697,10 @@ def main() -> int:
               f"{r['wasted_think_ratio']!s:>13}{str(st['p50']) + ' / ' + str(st['p95']):>18}"
               f"{str(sst['p50']) + ' / ' + str(sst['p95']):>16}"
               f"{r['false_cancel_rate']!s:>13}{r['resumed_rate']!s:>9}")
+        if r.get("underruns"):
+            u = {k: v for k, v in r["underruns"].items() if k != "where"}
+            print(f"{'':<20}underruns {u}, standard client's gap in a reply that "
+                  f"went on {r['standard_gap_ms']}")
     print("end-of-turn verdicts:", listen)
     targets = {}
     sem = modes.get("semantic_vad:auto") or modes.get("semantic_vad:medium")
@@ -509,7 +715,7 @@ def main() -> int:
             targets["false cancels<=5%"] = sem["false_cancel_rate"] <= 0.05
             targets["resumed>=90%"] = sem["resumed_rate"] >= 0.90
     print("targets:", ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in targets.items()))
-    write_json(a.out, {"modes": modes, "verdicts": listen, "targets_met": targets, "seed": a.seed,
+    write_json(a.out, {"modes": modes, "phone": phone, "verdicts": listen, "targets_met": targets, "seed": a.seed,
                        "repeat": a.repeat})
     return 0
 

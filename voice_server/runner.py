@@ -7,6 +7,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
     runner = SessionRunner(session, pipeline, send_event,
                            send_audio=None, flush_audio=None, on_close=None,
                            pause_audio=None, resume_audio=None,
+                           rewind_audio=None,   # (item_id, played_ms): empty the far end
                            transport="websocket")   # label: websocket | webrtc | a phone provider
     await runner.start()                  # session.created, listen stream, timers;
                                           # registers in voice_server.session_registry (+ metrics)
@@ -64,7 +65,8 @@ from .replies import Replies
 from .runner_host import RequestKind
 from .session import (AudioOut, CancelResponse, Close, ConfigureListen, DropPreparedReply,
                       FeedListen, FlushAudio, PauseAudio, PrefillConversation, PrepareReply,
-                      ResumeAudio, SendEvent, Session, StartResponse, StopListen, TranscribeBuffer)
+                      ResumeAudio, RewindAudio, SendEvent, Session, StartResponse, StopListen,
+                      TranscribeBuffer)
 from .session.server_events import error_body
 
 log = logging.getLogger("voice_server.runner")
@@ -72,9 +74,10 @@ log = logging.getLogger("voice_server.runner")
 SendEventFn = Callable[[dict], Awaitable[None]]
 SendAudioFn = Callable[[str, str, np.ndarray, int], Awaitable[None]]
 FlushAudioFn = Callable[[str], Awaitable[None]]  # also PauseAudio / ResumeAudio
+RewindAudioFn = Callable[[str, float], Awaitable[None]]  # (item_id, played_ms)
 CloseFn = Callable[[int, str], Awaitable[None]]
 # the session's commands that the writer task carries out, in order
-Outbound = SendEvent | AudioOut | FlushAudio | PauseAudio | ResumeAudio | Close
+Outbound = SendEvent | AudioOut | FlushAudio | PauseAudio | RewindAudio | ResumeAudio | Close
 
 @dataclass
 class RunnerOptions:
@@ -106,7 +109,8 @@ class SessionRunner:
     def __init__(self, session: Session, pipeline, send_event: SendEventFn, *,
                  send_audio: SendAudioFn | None = None, flush_audio: FlushAudioFn | None = None,
                  pause_audio: FlushAudioFn | None = None,
-                 resume_audio: FlushAudioFn | None = None, on_close: CloseFn | None = None,
+                 resume_audio: FlushAudioFn | None = None,
+                 rewind_audio: RewindAudioFn | None = None, on_close: CloseFn | None = None,
                  options: RunnerOptions | None = None,
                  clock: Callable[[], float] = _now_ms, transport: str = "other") -> None:
         self.session = session
@@ -119,6 +123,7 @@ class SessionRunner:
         self._send_audio = send_audio
         self._item_actions = {FlushAudio: flush_audio, PauseAudio: pause_audio,
                               ResumeAudio: resume_audio}
+        self._rewind_audio = rewind_audio
         self._on_close = on_close
         self.opt = options or RunnerOptions()
         self.clock = clock
@@ -271,7 +276,8 @@ class SessionRunner:
                 self.spawn(self.listening.transcribe(c.item_id, c.pcm16k), "transcribe")
                 if self.record is not None:   # push-to-talk: the caller's words end now
                     self.record.caller_audio(c.pcm16k, self.clock())
-            elif isinstance(c, FlushAudio):
+            elif isinstance(c, (FlushAudio, RewindAudio)):
+                # (rewind: the session takes back what it released; it sends it again)
                 self._flush_outbox_audio(c.item_id)
                 self._push(c)
             elif isinstance(c, (AudioOut, PauseAudio, ResumeAudio, Close)):
@@ -368,6 +374,9 @@ class SessionRunner:
                 elif type(x) is Close:
                     self._begin_close(x.code, x.reason)
                     return
+                elif type(x) is RewindAudio:
+                    if self._rewind_audio is not None:
+                        await self._rewind_audio(x.item_id, x.played_ms)
                 else:   # FlushAudio, PauseAudio, ResumeAudio: the transport's own action
                     action = self._item_actions[type(x)]
                     if action is not None:

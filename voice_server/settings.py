@@ -29,6 +29,7 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_TWILIO_AUTH_TOKEN``, ``VOICE_AGENT_ADMIN_KEYS`` (comma separated),
 ``VOICE_AGENT_DRAIN_GRACE_S``, ``VOICE_AGENT_WS_MAX_MESSAGE_BYTES``,
 ``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
+``VOICE_AGENT_INTERRUPTIBLE_LEAD_MS``, ``VOICE_AGENT_PHONE_CLEAR_ON_PAUSE`` (a boolean),
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
 off), ``VOICE_AGENT_NOISE_REDUCTION``, ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``,
 ``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``, ``VOICE_AGENT_PHONE_ANSWERING_MACHINE``
@@ -74,7 +75,7 @@ _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
     "twilio_auth_token", "drain_grace_s", "ws_max_message_bytes", "output_lead_ms",
     "extension_events", "turn_detection", "datachannel_max_message_bytes",
     "phone_idle_timeout_ms", "phone_idle_hang_up_after", "noise_reduction",
-    "phone_answering_machine")}
+    "phone_answering_machine", "interruptible_lead_ms", "phone_clear_on_pause")}
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
@@ -85,7 +86,7 @@ def _env_bool(value: str) -> bool:
 def _from_env(field: str, value: str) -> Any:
     if field in _ENV_LISTS:
         return [v.strip() for v in value.split(",") if v.strip()]
-    if field in ("extension_events", "phone_answering_machine"):
+    if field in ("extension_events", "phone_answering_machine", "phone_clear_on_pause"):
         return _env_bool(value)
     if field == "noise_reduction":
         return None if value.strip().lower() in ("", "none", "null", "off") else value.strip()
@@ -155,6 +156,18 @@ class ServerSettings(BaseModel):
     # played: the server knows what was heard and can pause the reply.
     # 0 (or less): sent as fast as it is made
     output_lead_ms: float = 300.0
+    # ... and this much on the Realtime WebSocket while the caller can talk over
+    # the reply (VAD with interrupt_response): a client that knows only the
+    # standard events plays on, after the server pauses the reply at the
+    # caller's first speech frame, what it holds.  The floor: the lateness of
+    # the server's own releases and the jitter of the caller's audio raise it
+    # up to output_lead_ms (voice_server.session.lead_sizer: an underrun is a
+    # stutter); None: output_lead_ms
+    interruptible_lead_ms: Optional[float] = Field(80.0, gt=0)
+    # phone lines: a pause clears the provider's buffer (its clear verb) and the
+    # reply goes on, if it does, from where the caller stopped hearing it;
+    # False: the provider plays out what it holds (up to output_lead_ms)
+    phone_clear_on_pause: bool = True
     # voice_agent.* events (voice_agent.output_audio.paused / .resumed) on the
     # WebSocket and the WebRTC data channel; False: only Realtime API events
     extension_events: bool = True

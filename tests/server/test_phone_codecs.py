@@ -136,3 +136,47 @@ def _payload(codec, msg) -> bytes:
         return msg.data
     body = json.loads(msg.text)
     return base64.b64decode(body["media"]["payload"])
+
+
+@pytest.mark.parametrize("provider", list(CASES))
+def test_playout_rewind_clears_and_goes_on_from_the_played_position(provider):
+    """A pause clears the provider's buffer but keeps the item: the audio sent
+    again after it is marked from where the caller stopped hearing it."""
+    cls, start, *_ = CASES[provider]
+    c = cls()
+    feed(c, start)
+    p = Playout(c)
+    pcm = (np.sin(np.arange(24000) / 5) * 8000).astype(np.int16)  # 1 s at 24 kHz
+    p.audio("resp_1", "item_1", pcm, 24000)
+    list(iter(p.next, None))
+    p.audio("resp_1", "item_1", pcm[:2400], 24000)   # queued, not sent yet
+    p.rewind("item_1", 400.0)
+    assert p.next().kind is Kind.CLEAR and p.next() is None   # the queued audio went too
+    p.audio("resp_1", "item_1", pcm[:12000], 24000)   # 500 ms sent again
+    sent = list(iter(p.next, None))
+    assert [q for q in sent if q.kind is Kind.MEDIA]
+    marks = [q.mark for q in sent if q.kind is Kind.MARK]
+    assert not any(m[0].endswith(":start") for m in marks)   # the same item goes on
+    assert 400 < marks[-1][2] <= 900 and marks[-1][1] == "item_1"
+    p.rewind("gone", 100.0)     # an item with nothing open: only the clear
+    assert p.next().kind is Kind.CLEAR
+
+
+def test_a_barge_in_right_after_a_rewind_sends_no_second_clear():
+    cls, start, *_ = CASES["twilio"]
+    c = cls()
+    feed(c, start)
+    p = Playout(c)
+    pcm = np.zeros(4800, np.int16)
+    p.audio("r", "i", pcm, 24000)
+    list(iter(p.next, None))
+    p.rewind("i", 100.0)
+    p.flush("i")
+    assert p.next().kind is Kind.CLEAR and p.next() is None
+    p.audio("r", "j", pcm, 24000)      # sent again after a rewind: a flush clears again
+    list(iter(p.next, None))
+    p.rewind("j", 100.0)
+    list(iter(p.next, None))
+    p.audio("r", "j", pcm, 24000)
+    p.flush("j")
+    assert p.next().kind is Kind.CLEAR

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 
-from voice_server.session import (AudioOut, FlushAudio, PauseAudio, ResumeAudio, SendEvent,
-                                  Session, SessionSettings)
+import numpy as np
+
+from voice_server.session import (AudioOut, FlushAudio, PauseAudio, ResumeAudio, RewindAudio,
+                                  SendEvent, Session, SessionSettings)
 from voice_server.session.output_pacer import OutputPacer
 
 from session_helpers import run_clock, speak, spoken_turn
@@ -328,3 +330,105 @@ def test_an_onset_with_no_reply_playing_changes_nothing():
     s = paced()
     assert s.listen_event({"type": "onset", "audio_start_ms": 100}, 10.0) == []
     assert s.listen_event({"type": "onset_dropped"}, 20.0) == []
+
+
+def test_pacer_lead_may_change_between_releases():
+    p = OutputPacer(300)
+    p.hold(["a"] * 20, [20.0] * 20)
+    assert len(p.release(0)) == 15
+    p.lead_ms = 80
+    assert p.release(100) == []          # 200 ms still ahead: nothing more until 60 are left
+    assert p.due_ms == 300 - (80 - 20)
+    assert len(p.release(240)) == 1 and p.ahead_ms(240) == 80
+
+
+def test_pacer_rewind_takes_back_what_was_not_played():
+    p = OutputPacer(300, keep_released=True)
+    pcm = np.arange(4800, dtype=np.int16)   # 100 ms at 48 kHz per slice
+    cmds = [AudioOut("r", "i", pcm, 48000) for _ in range(5)]
+    p.hold(cmds, [100.0] * 5)
+    assert len(p.release(0)) == 3          # 300 ms ahead
+    assert p.rewind(150) == 150            # played to 150 ms
+    assert p.released_ms == 150 and p.ahead_ms(150) == 0
+    p.paused = True
+    assert p.release(400) == []
+    p.paused = False
+    again = p.release(400)
+    first = again[0]
+    assert isinstance(first, AudioOut) and first.pcm.size == 2400 and first.pcm[0] == 2400
+    assert sum(c.pcm.size for c in again) / 48 == 250   # its last 50 ms, then 100 + 100
+    assert p.played_ms(400) == 150
+
+
+def test_pacer_without_keep_released_cannot_rewind():
+    p = OutputPacer(300)
+    p.hold([AudioOut("r", "i", np.zeros(4800, np.int16), 48000)], [100.0])
+    p.release(0)
+    assert p.rewind(50) == 50 and not p.holding
+
+
+def interruptible(mode: str = "events", **kw) -> Session:
+    s = Session("sess_pace", SessionSettings(), audio_out_mode=mode, output_lead_ms=LEAD,
+                interruptible_lead_ms=80.0, **kw)
+    s.start(0)
+    return s
+
+
+def test_the_lead_is_small_while_the_caller_can_interrupt():
+    """A client that knows only the standard events plays on, after the pause,
+    what it holds: while VAD can interrupt the reply it holds at most 80 ms,
+    in 20 ms deltas; with push-to-talk the full lead again."""
+    s = interruptible()
+    rid = start_reply(s)
+    cmds = s.response_chunk(rid, "speak", speak("One two three.", 2000), 0)
+    assert delta_ms(cmds) == 80
+    sizes = {len(base64.b64decode(e["delta"])) for e in evs(cmds)
+             if e["type"] == "response.output_audio.delta"}
+    assert sizes == {20 * 24 * 2}
+    for now in range(10, 1500, 10):
+        s.pump_output(now)
+        assert s._pacer.ahead_ms(now) <= 80 + 1e-6
+    s.client_event({"type": "session.update", "session": {
+        "type": "realtime", "audio": {"input": {"turn_detection": None}}}}, 1500)
+    assert s._pacer.lead_ms == LEAD and s.output_slice_ms == 40
+    s.client_event({"type": "session.update", "session": {"type": "realtime", "audio": {
+        "input": {"turn_detection": {"type": "server_vad", "interrupt_response": False}}}}},
+        1600)
+    assert s._pacer.lead_ms == LEAD
+
+
+def test_phone_pause_rewinds_and_resume_sends_again_from_the_played_position():
+    s = interruptible("stream", clear_on_pause=True)
+    assert s._pacer.lead_ms == LEAD   # the phone keeps its lead: the clear stops it
+    rid = start_reply(s)
+    cmds = s.response_chunk(rid, "speak", speak("One two three four five.", 3000), 0)
+    cmds += run_clock(s, 500, 0)[0]
+    sent = delta_ms(cmds)
+    assert sent == 800                 # 500 played + 300 ahead
+    paused = s.pause_output(500)
+    rw = [c for c in paused if isinstance(c, RewindAudio)]
+    assert len(rw) == 1 and abs(rw[0].played_ms - 500) < 1e-6
+    assert not [c for c in paused if isinstance(c, PauseAudio)]
+    held, now = run_clock(s, 900, 500)
+    assert delta_ms(held) == 0
+    resumed = s.resume_output(900)
+    audio = [c for c in resumed if isinstance(c, AudioOut)]
+    assert audio and delta_ms(audio) == 300
+    rest, now = run_clock(s, 6000, 900)
+    s.response_finished(rid, "completed", None, now)
+    rest += run_clock(s, 9000, now)[0]
+    assert abs(500 + delta_ms(resumed) + delta_ms(rest) - 3000) < 1   # nothing lost, nothing twice
+
+
+def test_phone_cancel_after_a_rewind_truncates_at_the_played_position():
+    s = interruptible("stream", clear_on_pause=True)
+    rid = start_reply(s)
+    s.response_chunk(rid, "speak", speak("One two three four five.", 3000), 0)
+    run_clock(s, 500, 0)
+    s.pause_output(500)
+    cmds = s.client_event({"type": "response.cancel"}, 700)
+    done = next(e for e in evs(cmds) if e["type"] == "response.done")
+    assert done["response"]["status"] == "cancelled"
+    assert not [c for c in cmds if isinstance(c, AudioOut)]
+    item = s.conversation.get(s.conversation.last_id())
+    assert item.role == "assistant" and abs(item.audio_ms - 500) < 1   # what was heard

@@ -2,7 +2,8 @@
 
 from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen,
                        DropPreparedReply, FeedListen, FlushAudio, PauseAudio,
-                       PrefillConversation, PrepareReply, ResumeAudio, SendEvent, StartResponse,
+                       PrefillConversation, PrepareReply, ResumeAudio, RewindAudio, SendEvent,
+                       StartResponse,
                        StopListen, TranscribeBuffer)
 from .config import ServerLimits, SessionSettings, TurnDetection, AudioFormat
 from .core import Session
@@ -12,4 +13,5 @@ __all__ = ["Session", "SessionSettings", "ServerLimits", "TurnDetection", "Audio
            "ClientError", "Command", "SendEvent", "FeedListen", "ConfigureListen", "StopListen",
            "TranscribeBuffer", "StartResponse", "PrepareReply", "PrefillConversation",
            "DropPreparedReply",
-           "CancelResponse", "AudioOut", "FlushAudio", "PauseAudio", "ResumeAudio", "Close"]
+           "CancelResponse", "AudioOut", "FlushAudio", "PauseAudio", "RewindAudio",
+           "ResumeAudio", "Close"]

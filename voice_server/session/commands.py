@@ -148,6 +148,17 @@ class PauseAudio:
 
 
 @dataclass
+class RewindAudio:
+    """Stream transports that can empty the listener's buffer (a phone
+    provider's ``clear``): drop what is queued or unplayed of this item now;
+    the session sends it again, from ``played_ms`` (ms of the item's audio,
+    where the listener stopped), if the reply goes on (``Session.pause_output``
+    with ``clear_on_pause``)."""
+    item_id: str
+    played_ms: float
+
+
+@dataclass
 class ResumeAudio:
     """Stream transports: play this item's kept audio again, from where it stopped."""
     item_id: str
@@ -161,9 +172,9 @@ class Close:
 
 Command = Union[SendEvent, FeedListen, ConfigureListen, StopListen, TranscribeBuffer,
                 StartResponse, PrepareReply, PrefillConversation, DropPreparedReply,
-                CancelResponse, AudioOut, FlushAudio, PauseAudio, ResumeAudio, Close]
+                CancelResponse, AudioOut, FlushAudio, PauseAudio, RewindAudio, ResumeAudio, Close]
 
 __all__ = ["SendEvent", "FeedListen", "ConfigureListen", "StopListen", "TranscribeBuffer",
            "StartResponse", "PrepareReply", "PrefillConversation", "DropPreparedReply",
            "CancelResponse", "AudioOut",
-           "FlushAudio", "PauseAudio", "ResumeAudio", "Close", "Command"]
+           "FlushAudio", "PauseAudio", "RewindAudio", "ResumeAudio", "Close", "Command"]

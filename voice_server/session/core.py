@@ -10,7 +10,8 @@ Inputs
 ------
 ``Session(session_id, config=SessionSettings(), audio_out_mode="events"|"stream",
 limits=ServerLimits(), dialect="ga"|"beta", output_lead_ms=0.0, extension_events=True,
-interruptions=InterruptionSettings(), hang_up_after=None)``
+interruptions=InterruptionSettings(), hang_up_after=None, answering_machine=False,
+interruptible_lead_ms=None, clear_on_pause=False)``
 
 * ``start(now_ms)`` -> ``session.created`` (+ ``ConfigureListen`` with VAD on).
   Calling any other input first starts the session implicitly, so a
@@ -66,7 +67,8 @@ interruptions=InterruptionSettings(), hang_up_after=None)``
 
 Outputs: ``SendEvent``, ``FeedListen``, ``ConfigureListen``, ``StopListen``,
 ``TranscribeBuffer``, ``StartResponse``, ``CancelResponse``, ``AudioOut``,
-``FlushAudio``, ``PauseAudio``, ``ResumeAudio``, ``Close`` (see commands.py).
+``FlushAudio``, ``PauseAudio``, ``RewindAudio``, ``ResumeAudio``, ``Close``
+(see commands.py).
 
 Output pacing, pause and resume
 -------------------------------
@@ -88,6 +90,17 @@ event, ``voice_agent.output_audio.paused`` / ``.resumed`` (``response_id``,
 ``item_id``, ``audio_end_ms``: the played position), unless
 ``extension_events`` is False.  A cancel while paused drops what is held and
 truncates as above.
+
+Stopping for every client: a pause (the caller's first speech frame) cannot
+reach a client that knows only the Realtime events; it plays out what it
+holds and stops at ``speech_started``, which the interruption decision sends
+later.  So while the caller can talk over the reply (VAD with
+``interrupt_response``) the lead is ``interruptible_lead_ms`` (the server
+default is 80 ms, in 20 ms deltas) rather than ``output_lead_ms``.  A
+listener whose buffer can be emptied (``clear_on_pause``, stream mode: a
+phone provider's clear) keeps ``output_lead_ms``: its pause is a
+``RewindAudio`` (the transport clears the far end; the pacer takes back
+what had not been played and sends it again from there on resume).
 
 Turn taking
 -----------
@@ -169,6 +182,7 @@ from .interruption import InterruptionState, Interruptions
 from .items import Content, Conversation, Item
 from .answering_machine import NO_ANSWER_MS, AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
+from .lead_sizer import LeadSizer
 from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
 from .output_pacer import OutputPacer
 from .playback import Playback
@@ -198,7 +212,9 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                  dialect: str = "ga", output_lead_ms: float = 0.0,
                  extension_events: bool = True,
                  interruptions: InterruptionSettings | None = None,
-                 hang_up_after: int | None = None, answering_machine: bool = False) -> None:
+                 hang_up_after: int | None = None, answering_machine: bool = False,
+                 interruptible_lead_ms: float | None = None,
+                 clear_on_pause: bool = False) -> None:
         if audio_out_mode not in ("events", "stream"):
             raise ValueError("audio_out_mode must be 'events' or 'stream'")
         self.session_id = session_id
@@ -228,10 +244,18 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._call_ids: set[str] = set()
         self._out_of_context: set[str] = set()  # items truncation took out (prompt.py)
         # output pacing and pause (output_pacer.py, playback.py)
-        self._pacer = OutputPacer(output_lead_ms)
+        self._full_lead_ms = float(output_lead_ms)
+        self._interruptible_lead_ms = interruptible_lead_ms
+        # the listener's buffer can be emptied (a phone provider's clear): a pause
+        # takes back what it had not played (playback.py)
+        self.clear_on_pause = clear_on_pause and audio_out_mode == "stream"
+        self._pacer = OutputPacer(output_lead_ms, keep_released=self.clear_on_pause)
+        self._lead: LeadSizer | None = None   # the interruptible lead, sized to the line
+        self._lead_now_ms = 0.0
         if self._echo is not None:
             self._pacer.on_play = self._reply_played
         self.output_slice_ms = OUTPUT_SLICE_MS[audio_out_mode]
+        self._size_lead()
         self._paused_item: str | None = None  # item a stream transport holds paused (playback.py)
         self.extension_events = extension_events
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
@@ -311,7 +335,42 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             expires = int((self._start_ms / 1000.0) + self.limits.max_session_s)
         return session_to_wire(self.settings, self.session_id, expires)
 
+    def _size_lead(self) -> None:
+        """The listener's lead for the turn detection in force.  A client that
+        cannot be told to stop (it knows only the standard events, and stops
+        at ``speech_started``) plays on, after the pause at the caller's first
+        speech frame, whatever it holds: while the caller can talk over the
+        reply (VAD with ``interrupt_response``) it is given only
+        ``interruptible_lead_ms``, in slices of a quarter of that (the lead
+        it holds stays between 3/4 of it and all of it), raised up to
+        ``output_lead_ms`` by the lateness and jitter the connection shows
+        (lead_sizer.py), else ``output_lead_ms``.  A listener that a pause empties
+        (``clear_on_pause``) keeps ``output_lead_ms``: more room for the
+        network's jitter costs it no stop time."""
+        full = self._full_lead_ms
+        small = self._interruptible_lead_ms
+        td = self.settings.turn_detection
+        slice_ms = OUTPUT_SLICE_MS[self.audio_out_mode]
+        if full > 0 and small is not None and 0 < small < full and td is not None \
+                and td.interrupt_response and not self.clear_on_pause:
+            self.output_slice_ms = min(slice_ms, small / 4.0)
+            if self._lead is None:
+                self._lead = LeadSizer(small, full, self.output_slice_ms)
+            self._pacer.lead_ms = self._lead.lead_ms(self._lead_now_ms)
+        else:
+            self._lead = None
+            self.output_slice_ms = slice_ms
+            self._pacer.lead_ms = full
+
+    def _resize_lead(self, now_ms: float) -> None:
+        """The interruptible lead for what this connection has shown so far
+        (lead_sizer.py): raised by lateness and jitter, down again as they pass."""
+        self._lead_now_ms = now_ms
+        if self._lead is not None:
+            self._pacer.lead_ms = self._lead.lead_ms(now_ms)
+
     def _sync_listen(self, old: SessionSettings | None) -> list[Command]:
+        self._size_lead()
         td = self.settings.turn_detection
         if td is None:
             if self._listening is not None:

@@ -9,7 +9,7 @@ but is still playing.  Part of :class:`voice_server.session.Session`
 
 from __future__ import annotations
 
-from .commands import Command, FlushAudio, PauseAudio, ResumeAudio, SendEvent
+from .commands import Command, FlushAudio, PauseAudio, ResumeAudio, RewindAudio, SendEvent
 from .responses import _Response
 
 PAUSED_EVENT = "voice_agent.output_audio.paused"
@@ -21,8 +21,14 @@ class Playback:
         """Stop releasing the active reply's audio, keeping it: generation goes
         on into the held buffer (OutputPacer), a stream transport holds what it
         has queued (``PauseAudio``).  The listener still plays what it already
-        holds (at most ``output_lead_ms``; nothing on WebRTC, whose track
-        stops).  ``voice_agent.output_audio.paused`` says where playback is.
+        holds (at most the pacer's lead: ``interruptible_lead_ms`` while the
+        caller can talk over the reply, core.py ``_size_lead``; nothing on
+        WebRTC, whose track stops).  With ``clear_on_pause`` (a phone line:
+        the provider's clear empties its buffer) the pacer takes back what
+        the listener had not played and the transport gets ``RewindAudio``
+        instead: the caller stops hearing the reply at once, and a resume
+        sends it again from where they stopped.
+        ``voice_agent.output_audio.paused`` says where playback is.
         Nothing when no reply with audio is active or it is paused already."""
         r = self._responses.active
         if self.closed or r is None or not r.audio or self._pacer.paused:
@@ -31,7 +37,10 @@ class Playback:
         out: list[Command] = []
         if self.audio_out_mode == "stream" and r.item is not None:
             self._paused_item = r.item.id
-            out.append(PauseAudio(r.item.id))
+            if self.clear_on_pause:
+                out.append(RewindAudio(r.item.id, self._pacer.rewind(now_ms)))
+            else:
+                out.append(PauseAudio(r.item.id))
         out += self._extension_event(PAUSED_EVENT, r, now_ms)
         return out
 

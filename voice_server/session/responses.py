@@ -495,6 +495,11 @@ class Responses:
         the reply's ``response.done`` follows its last audio."""
         if self.closed:
             return []
+        if self._lead is not None:
+            due = self._pacer.due_ms
+            if due is not None and due > 0 and now_ms > due:
+                self._lead.late(now_ms - due, now_ms)   # the pacer's own lateness
+            self._resize_lead(now_ms)
         out = self._pacer.release(now_ms)
         r = self._responses.active
         if r is not None and r.generated and not r.done and not self._pacer.holding \

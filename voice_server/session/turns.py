@@ -68,6 +68,9 @@ class Turns:
         if pcm16.size == 0:
             return []
         audio_in.samples += pcm16.size
+        if self._lead is not None:   # the line's jitter, as the caller's audio arrives
+            self._lead.arrival(self.input_ms, now_ms)
+            self._resize_lead(now_ms)
         out: list[Command] = []
         if self._machine is not None:
             out += self._machine_heard(pcm16, now_ms)

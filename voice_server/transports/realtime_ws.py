@@ -23,7 +23,10 @@ real time, so the client holds at most ``ServerSettings.output_lead_ms`` of
 audio beyond what it has played (assuming it plays what it gets at once);
 the session therefore knows the played position, truncates a barged-in reply
 there itself, and can pause a reply (``voice_agent.output_audio.paused`` /
-``.resumed``, unless ``extension_events`` is off).
+``.resumed``, unless ``extension_events`` is off).  While the caller can talk
+over the reply the lead is ``interruptible_lead_ms`` (80 ms): a client that
+knows only the standard events cannot be told to stop at the pause and plays
+out what it holds.
 
 A client secret ``ek_...`` (``POST /v1/realtime/client_secrets``) works in
 either place instead of a key: single-use, expiring; its session config and
@@ -112,7 +115,8 @@ class RealtimeEndpoint:
                 log.info("client secret's session config no longer valid: %s", exc.message)
         session = Session(session_id, config, audio_out_mode="events",
                           limits=s.limits, dialect=dialect, output_lead_ms=s.output_lead_ms,
-                          interruptions=s.interruptions, extension_events=s.extension_events)
+                          interruptions=s.interruptions, extension_events=s.extension_events,
+                          interruptible_lead_ms=s.interruptible_lead_ms)
 
         async def send_event(ev: dict) -> None:
             await ws.send_text(json.dumps(ev, separators=(",", ":"), ensure_ascii=False))

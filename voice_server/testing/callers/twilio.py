@@ -16,7 +16,11 @@ bench's Caller measures:
   ``response.done`` (completed) when the ``<item>:<ms>:end`` mark is echoed,
   i.e. once the caller has HEARD the whole reply (so the next question is not
   asked over it); ``clear`` -> ``response.done`` (cancelled) for the item
-  playing: barge_in_ms is interrupting speech -> ``clear``;
+  playing: barge_in_ms is interrupting speech -> ``clear`` (the first clear:
+  a pause clears too, and a reply resumed after a backchannel goes on
+  sending deltas under the same id); each delta carries ``_ms`` (its audio)
+  and each clear is also reported as ``twilio.clear`` (``item_id``), for
+  what the caller heard (benchmarks/turn_bench.py ``phone_heard``);
 * playback is simulated in real time: each mark is echoed once the audio
   before it has "played" (pending marks at once on ``clear``), as Twilio does.
 """
@@ -128,7 +132,8 @@ class TwilioCallerTransport(CallerTransport):
                     self.play_end = max(self.play_end, now) + n / RATE
                     if self.cur_item is not None:
                         self._emit({"type": "response.output_audio.delta",
-                                    "response_id": self.cur_item, "item_id": self.cur_item})
+                                    "response_id": self.cur_item, "item_id": self.cur_item,
+                                    "_ms": n * 1000.0 / RATE})
                 elif ev == "mark":
                     name = m["mark"]["name"]
                     item = name.split(":")[0]
@@ -139,6 +144,7 @@ class TwilioCallerTransport(CallerTransport):
                 elif ev == "clear":
                     self.play_end = now
                     self.pending = [(now, n) for _, n in self.pending]
+                    self._emit({"type": "twilio.clear", "item_id": self.cur_item})
                     if self.cur_item is not None and self.cur_item not in self.finished:
                         self.finished.add(self.cur_item)
                         self._emit({"type": "response.done", "response": {

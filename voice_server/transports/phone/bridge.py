@@ -16,8 +16,13 @@ sends what the playout (:mod:`.playout`) queued.  The session core
 * the provider's end message or a socket close -> ``runner.close()``.
 
 Pacing: the session releases audio in real time (100 ms slices), so the
-provider holds at most ``ServerSettings.output_lead_ms`` of unplayed audio; a
-paused reply simply stops sending (the provider plays out what it holds).
+provider holds at most ``ServerSettings.output_lead_ms`` of unplayed audio.
+A pause (the caller's first speech frame over a reply) clears it
+(``RewindAudio``: the provider's clear verb goes out next, the session takes
+back what was not played and sends it again from there if the reply goes
+on, :meth:`.Playout.rewind`), so the caller stops hearing the agent at once
+rather than after the provider's lead (``phone_clear_on_pause``; off: the
+provider plays out what it holds).
 
 Phone providers have no error channel: bad input (malformed JSON, bad
 base64, unknown events, missing fields, media before start, a binary frame
@@ -239,9 +244,11 @@ class PhoneCall:
                                extension_events=False,  # no channel for events
                                hang_up_after=s.phone_idle_hang_up_after or None,
                                answering_machine=s.phone_answering_machine or
-                               st.params.get("answering_machine", "").lower() in _YES)
+                               st.params.get("answering_machine", "").lower() in _YES,
+                               clear_on_pause=s.phone_clear_on_pause)
         self.runner = SessionRunner(self.session, self.ep.pipeline, self._session_event,
                                     send_audio=self._send_audio, flush_audio=self._flush_audio,
+                                    rewind_audio=self._rewind_audio,
                                     on_close=self._on_runner_close,
                                     options=RunnerOptions.from_settings(s),
                                     transport=self.provider)
@@ -274,6 +281,11 @@ class PhoneCall:
     async def _flush_audio(self, item_id: str) -> None:
         if self.codec.started:
             self.playout.flush(item_id)
+            self._out_ready.set()
+
+    async def _rewind_audio(self, item_id: str, played_ms: float) -> None:
+        if self.codec.started:
+            self.playout.rewind(item_id, played_ms)
             self._out_ready.set()
 
     async def _session_event(self, ev: dict) -> None:

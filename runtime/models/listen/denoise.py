@@ -9,10 +9,9 @@ picks one per stream:
   ``benchmarks/noise_bench.py`` (docs/PERFORMANCE.md);
 * None: the audio goes through untouched.
 
-Two denoisers from well-kept wheels, both stateful per stream, both taking
-float32 in [-1, 1] at 16 kHz in any chunk size and returning what they have
-finished (they work in 10 ms blocks, so up to one block waits for the next
-chunk):
+Three denoisers, all stateful per stream, all taking float32 in [-1, 1] at
+16 kHz in any chunk size and returning what they have finished (they work
+in blocks, so up to one block waits for the next chunk):
 
 * :class:`WebRtcDenoiser` - WebRTC's noise suppressor (``webrtc-noise-gain``):
   16 kHz natively, levels 1 (mild) to 4 (strongest), no gain control here.
@@ -21,6 +20,9 @@ chunk):
   48 kHz, so the audio is resampled up and back (soxr, streaming).  Measured
   worse and 40x dearer here, so no Realtime setting uses it; ``pyrnnoise``
   comes with the ``test`` extra, for the benchmark's comparison.
+* :class:`~runtime.models.listen.gtcrn_denoiser.GtcrnDenoiser` - GTCRN, a
+  small neural enhancer trained to keep one voice and remove the rest
+  (babble included), 16 ms frames on onnxruntime (:mod:`.gtcrn_denoiser`).
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class RnnoiseDenoiser:
 # what each Realtime setting runs (measured: benchmarks/noise_bench.py); the
 # engine names themselves are accepted too, for side-by-side comparisons
 KINDS = {"near_field": "webrtc-1", "far_field": "webrtc-2"}
-ENGINES = ("webrtc-1", "webrtc-2", "webrtc-3", "webrtc-4", "rnnoise")
+ENGINES = ("webrtc-1", "webrtc-2", "webrtc-3", "webrtc-4", "rnnoise", "gtcrn")
 
 
 def make_denoiser(kind: Optional[str]) -> Optional[Denoiser]:
@@ -118,6 +120,9 @@ def make_denoiser(kind: Optional[str]) -> Optional[Denoiser]:
     engine = KINDS.get(kind, kind)
     if engine == "rnnoise":
         return RnnoiseDenoiser()
+    if engine == "gtcrn":
+        from runtime.models.listen.gtcrn_denoiser import GtcrnDenoiser
+        return GtcrnDenoiser()
     if engine in ENGINES:
         return WebRtcDenoiser(int(engine.rpartition("-")[2]))
     raise ValueError(f"noise_reduction must be one of {NOISE_REDUCTION_TYPES + ENGINES} "

@@ -170,6 +170,7 @@ from __future__ import annotations
 import base64
 
 from ..audio_codec import decode_wire_audio
+from .agent_actions import ActionState, AgentActions
 from .backchannel import InterruptionSettings
 from .client_handlers import ClientEventHandlers
 from .commands import AudioOut, Close, Command, ConfigureListen, SendEvent, StopListen
@@ -199,7 +200,7 @@ OUTPUT_SLICE_MS = {"events": 40.0, "stream": 100.0}
 
 
 class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCalls, Playback,
-              Prompt):
+              Prompt, AgentActions):
     """One Realtime session (module docstring).  The facade over its sections:
     client events (client_handlers.py), turn taking (turns.py), deciding
     interruptions (interruption.py), responses (responses.py), function calls
@@ -242,6 +243,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._responses = ResponseState()  # the active one, the last to speak (responses.py)
         # every function call's call_id, the server's and the client's (function_calls.py)
         self._call_ids: set[str] = set()
+        self._actions = ActionState()  # the agent's call actions (agent_actions.py)
         self._out_of_context: set[str] = set()  # items truncation took out (prompt.py)
         # output pacing and pause (output_pacer.py, playback.py)
         self._full_lead_ms = float(output_lead_ms)
@@ -401,6 +403,10 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             return self._keypad_entry(entry, now_ms)
         if self._silence.goodbye_id is not None and self._goodbye_heard(now_ms):
             return self._hang_up()
+        if self._actions.calls or self._actions.reply_due:
+            acted = self._run_actions(now_ms)
+            if acted or self._actions.hanging_up:
+                return acted
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or not self._silence.due(now_ms) or \
                 self._responses.active is not None or self._turn.speech_item is not None or \

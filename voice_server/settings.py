@@ -62,6 +62,7 @@ from runtime.models.voice_contract import THINK
 
 from .records.settings import RecordSettings
 from .session.backchannel import InterruptionSettings
+from .session.call_actions import CallActionsSetting
 from .session.config import NoiseReduction, ServerLimits, SessionSettings, TurnDetection
 from .session.truncation import ThinkContext
 from .traces.settings import TraceSettings
@@ -151,6 +152,10 @@ class ServerSettings(BaseModel):
     # (voice_server.session.answering_machine); a call's custom parameter
     # answering_machine=true turns it on for that call alone
     phone_answering_machine: bool = False
+    # the agent's call actions on phone calls (voice_server.session.call_actions:
+    # {"end_call": {}, "send_dtmf": {...}}, the shape of a session's
+    # voice_agent.call_actions); None: none.  A stream offers those it can do
+    phone_call_actions: Optional[CallActionsSetting] = None
     # agent audio is released in real time so that the listener (WebSocket
     # client, Twilio, the WebRTC track) holds at most this much it has not
     # played: the server knows what was heard and can pause the reply.
@@ -224,8 +229,11 @@ class ServerSettings(BaseModel):
 
     def phone_session_defaults(self) -> SessionSettings:
         """What a phone call's session starts with: :meth:`session_defaults`
-        with ``phone_idle_timeout_ms`` as the turn detection's idle timeout."""
+        with ``phone_idle_timeout_ms`` as the turn detection's idle timeout
+        and ``phone_call_actions``."""
         s = self.session_defaults()
+        if self.phone_call_actions is not None:
+            s = s.model_copy(update={"call_actions": self.phone_call_actions})
         td = s.turn_detection
         if td is None or self.phone_idle_timeout_ms is None:
             return s

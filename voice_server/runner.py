@@ -20,6 +20,7 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
     runner.key_pressed(key)               # a phone caller's DTMF key (sync)
     runner.pause_output() / resume_output()  # hold / release the active reply's audio
     runner.call_actions_changed()         # the transport's CallControl.actions() changed
+    unwatch = runner.watch(fn)            # fn(event) for each event sent (a sideband socket)
     await runner.close()                  # client gone: abort everything, stop tasks
     runner.begin_drain(code, msg)         # server drain: error event, no new responses
     await runner.shutdown(1001, reason)   # end of drain: cancel with events, close
@@ -152,6 +153,8 @@ class SessionRunner:
         self.live: dict[int, RequestKind] = {}  # every pipeline request this session has open
         self._tasks: set[asyncio.Task] = set()
         self._tickets: list = []
+        # sync callbacks given every event the client is sent (watch: a call's sideband)
+        self._watchers: list[Callable[[dict], None]] = []
         # small debug history for tests/ops: the messages each response was started with
         self.started_responses: deque = deque(maxlen=16)
         self.stats = {"events_sent": 0, "audio_chunks": 0, "aborts": 0, "prepared": 0,
@@ -180,6 +183,17 @@ class SessionRunner:
         self.spawn(self._pacer(), "pacer")
         self.dispatch(self.session.start(self.clock()))
         self.call_actions_changed()
+
+    def watch(self, listener: Callable[[dict], None]) -> Callable[[], None]:
+        """``listener(event)`` for every event sent from now on, after the
+        transport got it (a SIP call's sideband WebSocket); it must not block
+        nor raise.  Returns the function that stops it."""
+        self._watchers.append(listener)
+
+        def unwatch() -> None:
+            with contextlib.suppress(ValueError):
+                self._watchers.remove(listener)
+        return unwatch
 
     def call_actions_changed(self) -> None:
         """The call's ``CallControl.actions()`` may have changed (a SIP call
@@ -383,6 +397,8 @@ class SessionRunner:
             try:
                 if type(x) is SendEvent:
                     await self._send_event(x.event)
+                    for w in list(self._watchers):
+                        w(x.event)
                     self.stats["events_sent"] += 1
                     self.turns.event_sent(x.event)
                     if self.record is not None:

@@ -331,6 +331,11 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         out += self._sync_listen(None)
         return out
 
+    def session_object(self) -> dict:
+        """The session as ``session.created`` / ``session.updated`` show it now
+        (a sideband attaching to a live call starts from it)."""
+        return self._session_wire()
+
     def _session_wire(self) -> dict:
         expires = 0
         if self._start_ms is not None:

@@ -62,12 +62,18 @@ interruptible_lead_ms=None, clear_on_pause=False)``
   ``#`` or a 1.5 s pause) becomes a user ``input_text`` item
   ``"[pressed 1 2]"`` that interrupts a reply and is answered like an
   utterance (keypad.py).
+* ``set_call_actions_available(actions)`` - what the call's transport can do
+  (``CallControl.actions()``); with the operator's
+  ``voice_agent.call_actions`` it decides which call actions the model is
+  offered; ``call_action_done(call_id, output, now_ms, reply=)`` - the
+  runner's answer to a ``TransferCall`` / ``SendDtmf`` (agent_actions.py).
 * ``disconnect(now_ms)`` - client gone: ``CancelResponse`` for the active
   response and ``StopListen``; afterwards every method returns ``[]``.
 
 Outputs: ``SendEvent``, ``FeedListen``, ``ConfigureListen``, ``StopListen``,
 ``TranscribeBuffer``, ``StartResponse``, ``CancelResponse``, ``AudioOut``,
-``FlushAudio``, ``PauseAudio``, ``RewindAudio``, ``ResumeAudio``, ``Close``
+``FlushAudio``, ``PauseAudio``, ``RewindAudio``, ``ResumeAudio``, ``Close``,
+and the agent's call actions ``HangUpCall``, ``TransferCall``, ``SendDtmf``
 (see commands.py).
 
 Output pacing, pause and resume
@@ -156,7 +162,10 @@ streamed (``response.function_call_arguments.delta`` / ``.done``); the
 client answers with a ``function_call_output`` item and ``response.create``,
 and the next response's messages carry the call and its result
 (items.chat_messages).  A call cut off by a cancel ends ``incomplete``, with
-no ``.done`` for its arguments, and takes no output.
+no ``.done`` for its arguments, and takes no output.  The operator's call
+actions (``end_call``, ``transfer_call``, ``send_dtmf``) are offered as tools
+too; the server runs those calls itself and adds their outputs
+(agent_actions.py).
 
 Where the code is: client_handlers.py (client events), turns.py (input audio,
 listen events, barge-in trigger), responses.py (response lifecycle),

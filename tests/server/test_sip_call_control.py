@@ -222,12 +222,15 @@ async def test_reject_and_every_bad_request(server):
                        lambda: client.realtime.calls.refer("rtc_nope", target_uri="tel:1")):
             with pytest.raises(openai.NotFoundError):
                 await action()
-        # no key: 401; a sideband to an unknown call: refused before the upgrade
+        # a wrong key: 401; a sideband to an unknown call: refused before the upgrade
         anon = openai.AsyncOpenAI(api_key="sk-wrong",
                                   base_url=f"http://127.0.0.1:{server.port}/v1", max_retries=0)
         with pytest.raises(openai.AuthenticationError):
-            await anon.realtime.calls.hangup("rtc_nope")
+            await anon.realtime.calls.accept(call.call_id, type="realtime")
         await anon.close()
+        # /hangup of an id that is no SIP call is the WebRTC calls' (404 here)
+        with pytest.raises(openai.NotFoundError):
+            await client.realtime.calls.hangup("rtc_nope")
         with pytest.raises(Exception) as e:
             async with client.realtime.connect(call_id="rtc_nope") as conn:
                 await conn.recv()

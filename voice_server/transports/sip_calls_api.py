@@ -13,7 +13,8 @@ the OpenAI error JSON: 400 (a bad body: the first bad field is ``param``),
 401/403 (the access rule of every HTTP endpoint), 404 ``call_not_found``,
 409 ``call_not_pending`` / ``call_not_live`` / ``refer_not_supported``.
 ``/hangup`` of a call id that is not a SIP call falls through to the WebRTC
-calls (``POST /v1/realtime/calls`` made them), so one path hangs up both.
+calls (``POST /v1/realtime/calls`` made them), with their own access rule,
+so one path hangs up both.
 """
 
 from __future__ import annotations
@@ -171,12 +172,13 @@ class SipCallsApi:
         return JSONResponse(out)
 
     async def hangup(self, request: Request) -> Response:
+        if self.registry.get(request.path_params["call_id"]) is None and \
+                self.other_hangup is not None:
+            # a WebRTC call: its own rule (the unguessable call id suffices there)
+            return await self.other_hangup(request)
         refused = self._refused(request)
         if refused is not None:
             return refused
-        call = self.registry.get(request.path_params["call_id"])
-        if call is None and self.other_hangup is not None:
-            return await self.other_hangup(request)
         call, err = self._call(request)
         if err is not None:
             return err

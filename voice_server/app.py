@@ -46,7 +46,10 @@ from .records.store import CallStore
 from .session_registry import registry_for
 from .settings import ServerSettings
 from .transports.access import is_loopback
+from .call_registry import CallRegistry
+from .call_webhook import CallWebhook
 from .transports.calls_api import calls_routes
+from .transports.sip_calls_api import sip_calls_routes
 from .transports.client_secrets import ClientSecretStore
 from .transports.http.routes import http_routes
 from .transports.realtime_ws import realtime_route
@@ -108,6 +111,13 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     routes += metrics.routes(pipeline, settings, places=lambda p: registry_for(p).places)
     routes += admin.routes(pipeline, settings)
     rtc_routes, rtc_endpoint = webrtc_routes(pipeline, settings, client_secrets)
+    # SIP calls' control plane, OpenAI-shaped (voice_server.call_registry): the SIP
+    # transport registers its calls here; before the WebRTC routes (/hangup is shared)
+    sip_calls = CallRegistry(CallWebhook(settings.sip_webhook_url, settings.sip_webhook_secret)
+                             if settings.sip_webhook_url else None,
+                             settings.sip_accept_timeout_s)
+    endpoint.sip_calls = sip_calls
+    routes += sip_calls_routes(sip_calls, settings, other_hangup=rtc_endpoint.delete_call)
     routes += rtc_routes
     # call records (voice_server.records): every runner of this pipeline records into it
     records = CallStore(settings.records) if settings.records.enabled else None
@@ -130,6 +140,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
         try:
             yield
         finally:
+            await sip_calls.close()
             await rtc_endpoint.close_all()
             await endpoint.close_all()
             for ep in phone.values():
@@ -154,6 +165,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     app.state.realtime = endpoint
     app.state.phone = phone  # provider name -> PhoneEndpoint
     app.state.twilio = phone["twilio"]
+    app.state.sip_calls = sip_calls  # voice_server.call_registry: where SIP calls register
     return app
 
 

@@ -8,7 +8,8 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
                            send_audio=None, flush_audio=None, on_close=None,
                            pause_audio=None, resume_audio=None,
                            rewind_audio=None,   # (item_id, played_ms): empty the far end
-                           transport="websocket")   # label: websocket | webrtc | a phone provider
+                           transport="websocket",   # label: websocket | webrtc | a phone provider
+                           call_control=None)       # a live phone call's CallControl
     await runner.start()                  # session.created, listen stream, timers;
                                           # registers in voice_server.session_registry (+ metrics)
     runner.client_event(text)             # one JSON client event (sync)
@@ -18,6 +19,8 @@ Twilio).  A transport gives it callbacks and feeds it what arrives::
     runner.playback_progress(item, ms)    # what the listener heard (sync)
     runner.key_pressed(key)               # a phone caller's DTMF key (sync)
     runner.pause_output() / resume_output()  # hold / release the active reply's audio
+    runner.call_actions_changed()         # the transport's CallControl.actions() changed
+    unwatch = runner.watch(fn)            # fn(event) for each event sent (a sideband socket)
     await runner.close()                  # client gone: abort everything, stop tasks
     runner.begin_drain(code, msg)         # server drain: error event, no new responses
     await runner.shutdown(1001, reason)   # end of drain: cancel with events, close
@@ -33,6 +36,11 @@ Rules it keeps:
 * Barge-in is one event-loop turn: ``CancelResponse`` calls
   ``pipeline.abort`` synchronously, inside the same call that handled the
   listen event (the runtime's output gate closes at once).
+* Call actions: with a ``call_control`` (voice_server/call_control.py) the
+  session offers the model the operator's actions among
+  ``call_control.actions()``; ``HangUpCall`` / ``TransferCall`` / ``SendDtmf``
+  go through the outbox (after the events before them) and run as tasks of
+  the session; their results go back to ``Session.call_action_done``.
 * Nothing leaks: every request the session caused (listen streams, responses,
   transcriptions) is tracked; ``close`` aborts the live ones, cancels every
   task and waits (bounded) for the stages' abort acks.
@@ -63,10 +71,13 @@ from .metrics import TurnTimer
 from .records.recorder import CallRecorder
 from .replies import Replies
 from .runner_host import RequestKind
-from .session import (AudioOut, CancelResponse, Close, ConfigureListen, DropPreparedReply,
-                      FeedListen, FlushAudio, PauseAudio, PrefillConversation, PrepareReply,
-                      ResumeAudio, RewindAudio, SendEvent, Session, StartResponse, StopListen,
-                      TranscribeBuffer)
+from .call_control import CallControl
+from .call_actions_runner import run_call_action
+from .session import (AudioOut, CallAction, CancelResponse, Close, ConfigureListen,
+                      DropPreparedReply, FeedListen, FlushAudio, HangUpCall, PauseAudio,
+                      PrefillConversation, PrepareReply, ResumeAudio, RewindAudio, SendDtmf,
+                      SendEvent, Session, StartResponse, StopListen, TranscribeBuffer,
+                      TransferCall)
 from .session.server_events import error_body
 
 log = logging.getLogger("voice_server.runner")
@@ -77,7 +88,8 @@ FlushAudioFn = Callable[[str], Awaitable[None]]  # also PauseAudio / ResumeAudio
 RewindAudioFn = Callable[[str, float], Awaitable[None]]  # (item_id, played_ms)
 CloseFn = Callable[[int, str], Awaitable[None]]
 # the session's commands that the writer task carries out, in order
-Outbound = SendEvent | AudioOut | FlushAudio | PauseAudio | RewindAudio | ResumeAudio | Close
+Outbound = SendEvent | AudioOut | FlushAudio | PauseAudio | RewindAudio | ResumeAudio | Close \
+    | HangUpCall | TransferCall | SendDtmf
 
 @dataclass
 class RunnerOptions:
@@ -112,8 +124,11 @@ class SessionRunner:
                  resume_audio: FlushAudioFn | None = None,
                  rewind_audio: RewindAudioFn | None = None, on_close: CloseFn | None = None,
                  options: RunnerOptions | None = None,
-                 clock: Callable[[], float] = _now_ms, transport: str = "other") -> None:
+                 clock: Callable[[], float] = _now_ms, transport: str = "other",
+                 call_control: CallControl | None = None) -> None:
         self.session = session
+        # what the call can do besides audio (voice_server/call_control.py); None: nothing
+        self.call_control = call_control
         self.transport = transport  # metrics/sessions label: websocket | webrtc | twilio | telnyx ...
         self.started_at = time.time()
         self.draining = False
@@ -138,6 +153,8 @@ class SessionRunner:
         self.live: dict[int, RequestKind] = {}  # every pipeline request this session has open
         self._tasks: set[asyncio.Task] = set()
         self._tickets: list = []
+        # sync callbacks given every event the client is sent (watch: a call's sideband)
+        self._watchers: list[Callable[[dict], None]] = []
         # small debug history for tests/ops: the messages each response was started with
         self.started_responses: deque = deque(maxlen=16)
         self.stats = {"events_sent": 0, "audio_chunks": 0, "aborts": 0, "prepared": 0,
@@ -165,6 +182,25 @@ class SessionRunner:
         self.spawn(self._ticker(), "ticker")
         self.spawn(self._pacer(), "pacer")
         self.dispatch(self.session.start(self.clock()))
+        self.call_actions_changed()
+
+    def watch(self, listener: Callable[[dict], None]) -> Callable[[], None]:
+        """``listener(event)`` for every event sent from now on, after the
+        transport got it (a SIP call's sideband WebSocket); it must not block
+        nor raise.  Returns the function that stops it."""
+        self._watchers.append(listener)
+
+        def unwatch() -> None:
+            with contextlib.suppress(ValueError):
+                self._watchers.remove(listener)
+        return unwatch
+
+    def call_actions_changed(self) -> None:
+        """The call's ``CallControl.actions()`` may have changed (a SIP call
+        answered, a hold): the model is offered what it can do from the next
+        response on."""
+        if not self.closed and self.call_control is not None:
+            self.dispatch(self.session.set_call_actions_available(self.call_control.actions()))
 
     def client_event(self, raw) -> None:
         if not self.closed:
@@ -280,7 +316,8 @@ class SessionRunner:
                 # (rewind: the session takes back what it released; it sends it again)
                 self._flush_outbox_audio(c.item_id)
                 self._push(c)
-            elif isinstance(c, (AudioOut, PauseAudio, ResumeAudio, Close)):
+            elif isinstance(c, (AudioOut, PauseAudio, ResumeAudio, Close, HangUpCall,
+                                TransferCall, SendDtmf)):
                 self._push(c)
         # Whatever the session was told may have held output without releasing
         # any (a clause that arrives while the listener's lead is full gives no
@@ -360,6 +397,8 @@ class SessionRunner:
             try:
                 if type(x) is SendEvent:
                     await self._send_event(x.event)
+                    for w in list(self._watchers):
+                        w(x.event)
                     self.stats["events_sent"] += 1
                     self.turns.event_sent(x.event)
                     if self.record is not None:
@@ -377,6 +416,8 @@ class SessionRunner:
                 elif type(x) is RewindAudio:
                     if self._rewind_audio is not None:
                         await self._rewind_audio(x.item_id, x.played_ms)
+                elif isinstance(x, (HangUpCall, TransferCall, SendDtmf)):
+                    self._call_action(x)
                 else:   # FlushAudio, PauseAudio, ResumeAudio: the transport's own action
                     action = self._item_actions[type(x)]
                     if action is not None:
@@ -387,6 +428,18 @@ class SessionRunner:
                 log.info("session %s: send failed (%r); closing", self.session.session_id, exc)
                 self._begin_close(1011, "send failed")
                 return
+
+    def _call_action(self, cmd: CallAction) -> None:
+        """Run one of the agent's call actions as a task of the session (a
+        transfer waits for its outcome; the writer goes on meanwhile)."""
+        async def run() -> None:
+            result = await run_call_action(self.call_control, cmd, self.session.session_id)
+            if result.close:
+                self.close_soon(1000, "agent_hangup")
+            elif not self.closed:
+                self.dispatch(self.session.call_action_done(cmd.call_id, result.output,
+                                                            self.clock(), reply=result.reply))
+        self.spawn(run(), "call-action")
 
     async def _ticker(self) -> None:
         period = self.opt.tick_ms / 1000.0

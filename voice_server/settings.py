@@ -55,13 +55,15 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from runtime.models.think.context_window import context_window
 from runtime.models.voice_contract import THINK
 
 from .records.settings import RecordSettings
 from .session.backchannel import InterruptionSettings
+from .session.call_actions import CallActionsSetting
+from .webhook_signing import secret_bytes
 from .session.config import NoiseReduction, ServerLimits, SessionSettings, TurnDetection
 from .session.truncation import ThinkContext
 from .traces.settings import TraceSettings
@@ -75,7 +77,8 @@ _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
     "twilio_auth_token", "drain_grace_s", "ws_max_message_bytes", "output_lead_ms",
     "extension_events", "turn_detection", "datachannel_max_message_bytes",
     "phone_idle_timeout_ms", "phone_idle_hang_up_after", "noise_reduction",
-    "phone_answering_machine", "interruptible_lead_ms", "phone_clear_on_pause")}
+    "phone_answering_machine", "interruptible_lead_ms", "phone_clear_on_pause",
+    "sip_webhook_url", "sip_webhook_secret", "sip_accept_timeout_s")}
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
@@ -151,6 +154,25 @@ class ServerSettings(BaseModel):
     # (voice_server.session.answering_machine); a call's custom parameter
     # answering_machine=true turns it on for that call alone
     phone_answering_machine: bool = False
+    # the agent's call actions on phone calls (voice_server.session.call_actions:
+    # {"end_call": {}, "send_dtmf": {...}}, the shape of a session's
+    # voice_agent.call_actions); None: none.  A stream offers those it can do
+    phone_call_actions: Optional[CallActionsSetting] = None
+    # SIP calls' control plane (voice_server.call_registry): the operator's URL told of
+    # each incoming call (a signed realtime.call.incoming webhook; None: calls are
+    # answered with the session defaults), its signing secret (whsec_<base64>, or any
+    # string), and how long a call may ring unanswered before it is rejected (480)
+    sip_webhook_url: Optional[str] = None
+    sip_webhook_secret: Optional[str] = None
+    sip_accept_timeout_s: float = Field(30.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _webhook_secret(self) -> "ServerSettings":
+        if self.sip_webhook_url and not self.sip_webhook_secret:
+            raise ValueError("sip_webhook_url needs sip_webhook_secret (webhooks are signed)")
+        if self.sip_webhook_secret:
+            secret_bytes(self.sip_webhook_secret)   # fails the start naming the problem
+        return self
     # agent audio is released in real time so that the listener (WebSocket
     # client, Twilio, the WebRTC track) holds at most this much it has not
     # played: the server knows what was heard and can pause the reply.
@@ -224,8 +246,11 @@ class ServerSettings(BaseModel):
 
     def phone_session_defaults(self) -> SessionSettings:
         """What a phone call's session starts with: :meth:`session_defaults`
-        with ``phone_idle_timeout_ms`` as the turn detection's idle timeout."""
+        with ``phone_idle_timeout_ms`` as the turn detection's idle timeout
+        and ``phone_call_actions``."""
         s = self.session_defaults()
+        if self.phone_call_actions is not None:
+            s = s.model_copy(update={"call_actions": self.phone_call_actions})
         td = s.turn_detection
         if td is None or self.phone_idle_timeout_ms is None:
             return s

@@ -1,9 +1,9 @@
 """Sans-I/O session core of the voice server (see core.py for the API)."""
 
-from .commands import (AudioOut, CancelResponse, Close, Command, ConfigureListen,
+from .commands import (AudioOut, CallAction, CancelResponse, Close, Command, ConfigureListen,
                        DropPreparedReply, FeedListen, FlushAudio, PauseAudio,
                        PrefillConversation, PrepareReply, ResumeAudio, RewindAudio, SendEvent,
-                       StartResponse,
+                       StartResponse, HangUpCall, TransferCall, SendDtmf,
                        StopListen, TranscribeBuffer)
 from .config import ServerLimits, SessionSettings, TurnDetection, AudioFormat
 from .core import Session
@@ -14,4 +14,4 @@ __all__ = ["Session", "SessionSettings", "ServerLimits", "TurnDetection", "Audio
            "TranscribeBuffer", "StartResponse", "PrepareReply", "PrefillConversation",
            "DropPreparedReply",
            "CancelResponse", "AudioOut", "FlushAudio", "PauseAudio", "RewindAudio",
-           "ResumeAudio", "Close"]
+           "ResumeAudio", "Close", "CallAction", "HangUpCall", "TransferCall", "SendDtmf"]

@@ -17,6 +17,7 @@ from .errors import ClientError, field_errors, from_validation_error
 from .config import _max_tokens, _modalities, merge_session_update
 from .items import (FUNCTION_CALL, FUNCTION_CALL_OUTPUT, Content, Item, chat_messages,
                     function_call_item, function_call_output_item)
+from .call_actions import reserved_clash
 from .tools import parse_tool_choice, parse_tools
 
 
@@ -309,9 +310,13 @@ class ClientEventHandlers:
             if "tools" in p.model_fields_set:
                 tools = parse_tools(p.tools, "response.tools", self.limits.max_tools,
                                     self.limits.max_tools_chars)
+                clash = reserved_clash(tools, s.call_actions, "response.tools")
+                if clash is not None:
+                    raise clash
             if p.tool_choice is not None:
-                tool_choice = parse_tool_choice(p.tool_choice, s.tools if tools is None
-                                                else tools, "response.tool_choice")
+                tool_choice = parse_tool_choice(p.tool_choice, (s.tools if tools is None
+                                                                else tools) + self._action_tools(),
+                                                "response.tool_choice")
         return self._create_response(now_ms, cause=ev.event_id, modalities=modalities,
                                      max_tokens=max_tokens, instructions=instructions or None,
                                      metadata=metadata, in_conv=in_conv,

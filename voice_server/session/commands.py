@@ -170,11 +170,42 @@ class Close:
     reason: str
 
 
+@dataclass
+class HangUpCall:
+    """The agent's ``end_call`` (agent_actions.py): everything it said was
+    heard; end the call (``CallControl.hang_up``).  ``call_id``: the
+    function call's."""
+    call_id: str
+    reason: str
+
+
+@dataclass
+class TransferCall:
+    """The agent's ``transfer_call``: hand the caller to ``target_uri``
+    (``CallControl.transfer``) and answer with ``Session.call_action_done``."""
+    call_id: str
+    target_uri: str
+
+
+@dataclass
+class SendDtmf:
+    """The agent's ``send_dtmf``: press ``digits`` on the line
+    (``CallControl.send_dtmf``) and answer with ``Session.call_action_done``."""
+    call_id: str
+    digits: str
+
+
+# the agent's call actions: carried out by the runner with the call's CallControl
+CallAction = Union[HangUpCall, TransferCall, SendDtmf]
+
+
 Command = Union[SendEvent, FeedListen, ConfigureListen, StopListen, TranscribeBuffer,
                 StartResponse, PrepareReply, PrefillConversation, DropPreparedReply,
-                CancelResponse, AudioOut, FlushAudio, PauseAudio, RewindAudio, ResumeAudio, Close]
+                CancelResponse, AudioOut, FlushAudio, PauseAudio, RewindAudio, ResumeAudio, Close,
+                HangUpCall, TransferCall, SendDtmf]
 
 __all__ = ["SendEvent", "FeedListen", "ConfigureListen", "StopListen", "TranscribeBuffer",
            "StartResponse", "PrepareReply", "PrefillConversation", "DropPreparedReply",
            "CancelResponse", "AudioOut",
-           "FlushAudio", "PauseAudio", "RewindAudio", "ResumeAudio", "Close", "Command"]
+           "FlushAudio", "PauseAudio", "RewindAudio", "ResumeAudio", "Close", "Command",
+           "HangUpCall", "TransferCall", "SendDtmf", "CallAction"]

@@ -19,6 +19,9 @@ merging of a client's ``session.update`` into it.
   ``tools`` and ``tool_choice`` are checked (tools.py) and kept; the choice
   only for its form, as clients set it before the tools it names.
   ``truncation`` is checked and kept (truncation.py).
+  ``voice_agent`` (an extension, like the ``voice_agent.*`` events) holds the
+  operator's ``call_actions`` (call_actions.py); a client tool named like an
+  action turned on is refused (``tool_name_reserved``), whichever came first.
   ``audio.input.noise_reduction`` (``{"type": "near_field"|"far_field"}`` or
   null) picks the listen stage's denoiser (runtime/models/listen/denoise.py),
   applied before VAD and ASR.
@@ -39,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from runtime.models.speak.voices import OPENAI_VOICES
 
 from ..audio_codec import PCM, PCMA, PCMU, G711_RATE
+from .call_actions import CallActionsSetting, parse_call_actions, reserved_clash
 from .errors import ClientError, from_validation_error
 from .tools import check_tool_choice, parse_tools
 from .truncation import ThinkContext, Truncation, parse_truncation
@@ -124,6 +128,9 @@ class SessionSettings(BaseModel):
     # as the client set it; checked against the tools when a response starts
     tool_choice: Union[str, dict] = "auto"
     truncation: Truncation = Truncation()
+    # extension (session.voice_agent.call_actions): the agent's call actions the
+    # operator turned on (call_actions.py); None: none
+    call_actions: Optional[CallActionsSetting] = None
     # fixed by the server, never by a client, never on the wire
     context: ThinkContext = ThinkContext()
 
@@ -227,6 +234,7 @@ class _SessionIn(BaseModel):
     tools: Any = None  # checked by tools.py
     tool_choice: Any = None
     truncation: Any = None  # checked by truncation.py
+    voice_agent: Any = None  # extension: {"call_actions": ...}, checked by call_actions.py
     # accepted and ignored
     tracing: Any = None
     temperature: Any = None
@@ -391,7 +399,40 @@ def merge_session_update(current: SessionSettings, session: Any,
         put("tool_choice", check_tool_choice, s.tool_choice, "session.tool_choice")
     if s.truncation is not None:
         put("truncation", parse_truncation, s.truncation, "session.truncation")
+    if "voice_agent" in s.model_fields_set:
+        put("call_actions", _call_actions, s.voice_agent)
+    _refuse_reserved_names(current, upd, errors)
     return current.model_copy(update=upd), errors
+
+
+def _call_actions(value: Any) -> Optional[CallActionsSetting]:
+    """``session.voice_agent``: ``{"call_actions": ...}`` (null: every action off)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ClientError("invalid_type", "Invalid type for 'session.voice_agent': expected "
+                          "an object.", "session.voice_agent")
+    return parse_call_actions(value.get("call_actions"), "session.voice_agent.call_actions")
+
+
+def _refuse_reserved_names(current: SessionSettings, upd: dict,
+                           errors: list[ClientError]) -> None:
+    """A client tool may not take the name of a call action turned on: the
+    field of this update that makes the clash is left out (the tools when
+    both came)."""
+    actions = upd.get("call_actions", current.call_actions)
+    err = reserved_clash(upd.get("tools", current.tools), actions, "session.tools")
+    if err is None:
+        return
+    if "tools" in upd:
+        del upd["tools"]
+        errors.append(err)
+    else:
+        del upd["call_actions"]
+        errors.append(ClientError("tool_name_reserved", "Invalid "
+                                  "'session.voice_agent.call_actions': a client tool of the "
+                                  "session already has an action's name; " + err.message,
+                                  "session.voice_agent.call_actions"))
 
 
 def _voice(voice: Any, param: str, limits: ServerLimits) -> str:
@@ -476,6 +517,8 @@ def session_to_wire(settings: SessionSettings, session_id: str,
                     expires_at: int = 0) -> dict:
     """Full effective session object for session.created/updated."""
     tr = None if settings.transcription_model is None else {"model": settings.transcription_model}
+    extension = {} if settings.call_actions is None else \
+        {"voice_agent": {"call_actions": settings.call_actions.wire()}}
     return {
         "type": "realtime",
         "object": "realtime.session",
@@ -507,4 +550,5 @@ def session_to_wire(settings: SessionSettings, session_id: str,
                 "speed": settings.speed,
             },
         },
+        **extension,
     }

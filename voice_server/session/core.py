@@ -62,12 +62,18 @@ interruptible_lead_ms=None, clear_on_pause=False)``
   ``#`` or a 1.5 s pause) becomes a user ``input_text`` item
   ``"[pressed 1 2]"`` that interrupts a reply and is answered like an
   utterance (keypad.py).
+* ``set_call_actions_available(actions)`` - what the call's transport can do
+  (``CallControl.actions()``); with the operator's
+  ``voice_agent.call_actions`` it decides which call actions the model is
+  offered; ``call_action_done(call_id, output, now_ms, reply=)`` - the
+  runner's answer to a ``TransferCall`` / ``SendDtmf`` (agent_actions.py).
 * ``disconnect(now_ms)`` - client gone: ``CancelResponse`` for the active
   response and ``StopListen``; afterwards every method returns ``[]``.
 
 Outputs: ``SendEvent``, ``FeedListen``, ``ConfigureListen``, ``StopListen``,
 ``TranscribeBuffer``, ``StartResponse``, ``CancelResponse``, ``AudioOut``,
-``FlushAudio``, ``PauseAudio``, ``RewindAudio``, ``ResumeAudio``, ``Close``
+``FlushAudio``, ``PauseAudio``, ``RewindAudio``, ``ResumeAudio``, ``Close``,
+and the agent's call actions ``HangUpCall``, ``TransferCall``, ``SendDtmf``
 (see commands.py).
 
 Output pacing, pause and resume
@@ -156,7 +162,10 @@ streamed (``response.function_call_arguments.delta`` / ``.done``); the
 client answers with a ``function_call_output`` item and ``response.create``,
 and the next response's messages carry the call and its result
 (items.chat_messages).  A call cut off by a cancel ends ``incomplete``, with
-no ``.done`` for its arguments, and takes no output.
+no ``.done`` for its arguments, and takes no output.  The operator's call
+actions (``end_call``, ``transfer_call``, ``send_dtmf``) are offered as tools
+too; the server runs those calls itself and adds their outputs
+(agent_actions.py).
 
 Where the code is: client_handlers.py (client events), turns.py (input audio,
 listen events, barge-in trigger), responses.py (response lifecycle),
@@ -170,6 +179,7 @@ from __future__ import annotations
 import base64
 
 from ..audio_codec import decode_wire_audio
+from .agent_actions import ActionState, AgentActions
 from .backchannel import InterruptionSettings
 from .client_handlers import ClientEventHandlers
 from .commands import AudioOut, Close, Command, ConfigureListen, SendEvent, StopListen
@@ -199,7 +209,7 @@ OUTPUT_SLICE_MS = {"events": 40.0, "stream": 100.0}
 
 
 class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCalls, Playback,
-              Prompt):
+              Prompt, AgentActions):
     """One Realtime session (module docstring).  The facade over its sections:
     client events (client_handlers.py), turn taking (turns.py), deciding
     interruptions (interruption.py), responses (responses.py), function calls
@@ -242,6 +252,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._responses = ResponseState()  # the active one, the last to speak (responses.py)
         # every function call's call_id, the server's and the client's (function_calls.py)
         self._call_ids: set[str] = set()
+        self._actions = ActionState()  # the agent's call actions (agent_actions.py)
         self._out_of_context: set[str] = set()  # items truncation took out (prompt.py)
         # output pacing and pause (output_pacer.py, playback.py)
         self._full_lead_ms = float(output_lead_ms)
@@ -329,6 +340,11 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         out += self._sync_listen(None)
         return out
 
+    def session_object(self) -> dict:
+        """The session as ``session.created`` / ``session.updated`` show it now
+        (a sideband attaching to a live call starts from it)."""
+        return self._session_wire()
+
     def _session_wire(self) -> dict:
         expires = 0
         if self._start_ms is not None:
@@ -401,6 +417,10 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             return self._keypad_entry(entry, now_ms)
         if self._silence.goodbye_id is not None and self._goodbye_heard(now_ms):
             return self._hang_up()
+        if self._actions.calls or self._actions.reply_due:
+            acted = self._run_actions(now_ms)
+            if acted or self._actions.hanging_up:
+                return acted
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or not self._silence.due(now_ms) or \
                 self._responses.active is not None or self._turn.speech_item is not None or \

@@ -64,6 +64,7 @@ class FunctionCalls:
         item.status = "completed"
         out.append(self._send("response.function_call_arguments.done", name=item.name or "",
                               arguments=args, **common))
+        self._action_called(r, item)   # a call action: the server runs it (agent_actions.py)
         return out + self._item_done_events(r, item)
 
     def _open_call(self, r, index: int, call_id, name) -> list[Command]:
@@ -124,6 +125,7 @@ class FunctionCalls:
             raise ClientError("function_call_incomplete", f"Invalid '{param}.call_id': call "
                               f"'{cid}' was cancelled before its arguments were complete, so "
                               "it takes no output.", f"{param}.call_id")
+        self._check_not_action(item.call_id, f"{param}.call_id")
         if self.conversation.function_output(item.call_id) is not None:
             raise ClientError("function_call_output_duplicate", f"Invalid '{param}.call_id': "
                               f"call '{cid}' already has an output.", f"{param}.call_id")

@@ -93,21 +93,23 @@ class Responses:
 
     def _create_response(self, now_ms, *, cause, modalities, max_tokens, instructions,
                          metadata, in_conv, input_messages, tools: list | None = None,
-                         tool_choice=None) -> list[Command]:
+                         tool_choice=None, actions: bool = True) -> list[Command]:
         """``tools`` / ``tool_choice``: a ``response.create``'s overrides
         (Realtime shape, checked); None: the session's.  The session's choice
         is checked here against the session's tools (clients set it before
         the tools it names): one that does not fit gets an ``error`` and the
-        response goes on under ``auto``."""
+        response goes on under ``auto``.  ``actions``: the call actions on
+        offer (agent_actions.py) go with the tools."""
         s = self.settings
         out: list[Command] = []
         if tools is None and tool_choice is None:
-            err = choice_misfit(s.tool_choice, s.tools, "session.tool_choice")
+            err = choice_misfit(s.tool_choice, s.tools + self._action_tools(),
+                                "session.tool_choice")
             if err is not None:
                 out.append(self._error("invalid_request_error", err.code, err.message +
                                        " This response is made under tool_choice 'auto'.",
                                        err.param, cause))
-        think_tools, think_choice = self._tool_params(tools, tool_choice)
+        think_tools, think_choice = self._tool_params(tools, tool_choice, actions=actions)
         r = _Response(id=self.ids.new("resp"), modalities=list(modalities),
                       max_tokens=max_tokens, instructions=self._system_text(instructions),
                       metadata=metadata, in_conversation=in_conv, cause_event_id=cause,
@@ -142,13 +144,14 @@ class Responses:
                        "reset_seconds": 0})
         return self._send("rate_limits.updated", rate_limits=limits)
 
-    def _tool_params(self, tools: list | None = None, tool_choice=None) -> tuple:
+    def _tool_params(self, tools: list | None = None, tool_choice=None, *,
+                     actions: bool = True) -> tuple:
         """The tools and tool choice a response takes to the thinker, in the
-        chat-completions shape: the overrides, else the session's (a session
-        choice that does not fit them is ``auto``); (None, None) without
-        tools."""
+        chat-completions shape: the overrides, else the session's, and the
+        call actions on offer (a session choice that does not fit them is
+        ``auto``); (None, None) without tools."""
         s = self.settings
-        tools = s.tools if tools is None else tools
+        tools = (s.tools if tools is None else tools) + (self._action_tools() if actions else [])
         if not tools:
             return None, None
         if tool_choice is None:
@@ -333,6 +336,7 @@ class Responses:
         r.done = True
         if self._responses.active is r:
             self._responses.active = None
+        self._action_response_done(r, status)
         out: list[Command] = []
         for item in r.outputs:
             if item is r.item:

@@ -28,6 +28,9 @@ over the reply the lead is ``interruptible_lead_ms`` (80 ms): a client that
 knows only the standard events cannot be told to stop at the pause and plays
 out what it holds.
 
+``?call_id=...`` attaches to a live SIP call's session instead of opening
+one (:mod:`.call_sideband`; the calls are ``self.sip_calls``).
+
 A client secret ``ek_...`` (``POST /v1/realtime/client_secrets``) works in
 either place instead of a key: single-use, expiring; its session config and
 session id apply to the session (401 ``invalid_client_secret`` otherwise).
@@ -49,7 +52,9 @@ from ..session import Session
 from ..session.config import apply_session_update
 from ..session.errors import ClientError
 from ..settings import ServerSettings
+from ..call_registry import CallRegistry
 from .access import Refusal, admit_session, bearer_token, denial_response
+from .call_sideband import attach
 from .ws_reader import read_websocket, until_first
 
 log = logging.getLogger("voice_server.transports.realtime_ws")
@@ -65,6 +70,7 @@ class RealtimeEndpoint:
         self.settings = settings
         self.runners: dict[str, SessionRunner] = {}
         self.secrets = None  # ClientSecretStore (build_app: app.state.client_secrets)
+        self.sip_calls = None  # CallRegistry (build_app: app.state.sip_calls): ?call_id=
 
     async def _deny(self, ws: WebSocket, refusal: Refusal) -> None:
         try:
@@ -83,6 +89,11 @@ class RealtimeEndpoint:
         if key is None:
             key = next((p[len(KEY_PROTOCOL_PREFIX):] for p in offered
                         if p.startswith(KEY_PROTOCOL_PREFIX)), None)
+        call_id = ws.query_params.get("call_id")
+        if call_id is not None:   # a sideband to a live SIP call
+            await attach(ws, self.sip_calls or CallRegistry(), s, key, call_id,
+                         "realtime" if "realtime" in offered else None)
+            return
         store = self.secrets
         if store is None:
             store = getattr(getattr(ws.scope.get("app"), "state", None), "client_secrets", None)

@@ -42,6 +42,15 @@ streaming).  DTMF keys go to ``runner.key_pressed``
 (:mod:`voice_server.session.keypad`); :meth:`PhoneCall.send_digits` plays
 tones where the provider can (:mod:`.tones`).
 
+Call actions (:mod:`voice_server.call_control`): a call is its runner's
+:class:`CallControl`.  ``end_call`` closes the stream (1000) as the idle
+hang-up does; ``send_dtmf`` plays tones where the provider's stream has a
+message for them (Plivo's ``sendDTMF``); no provider's media stream can
+transfer a call (their transfer is a REST call with the account's
+credentials, outside the stream), so ``transfer`` is never offered.  The
+operator turns actions on for phone calls with ``phone_call_actions``
+(``voice_agent.call_actions``'s shape).
+
 The call's custom parameters (Twilio ``customParameters``, Telnyx/Exotel
 ``custom_parameters``, Plivo ``extra_headers``, Vonage endpoint headers) may
 set ``instructions``, ``voice`` and ``max_output_tokens``, applied as a
@@ -76,6 +85,7 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 from starlette.websockets import WebSocket, WebSocketState
 
+from ...call_control import END_CALL, SEND_DTMF, TransferOutcome
 from ...runner import RunnerOptions, SessionRunner
 from ...session import Session
 from ...settings import ServerSettings
@@ -251,7 +261,7 @@ class PhoneCall:
                                     rewind_audio=self._rewind_audio,
                                     on_close=self._on_runner_close,
                                     options=RunnerOptions.from_settings(s),
-                                    transport=self.provider)
+                                    transport=self.provider, call_control=self)
         self.ep.runners[self.session.session_id] = self.runner
         self.ep.calls[self.session.session_id] = self
         log.info("%s %s: call %s started at %s (session %s)", self.provider, self.stream_id,
@@ -270,6 +280,26 @@ class PhoneCall:
             return False
         self._out_ready.set()
         return True
+
+    # ------------------------------------------------------------ CallControl
+    def actions(self) -> frozenset[str]:
+        """End the call, always; DTMF where the stream has a message for tones."""
+        if not self.codec.started:
+            return frozenset()
+        return frozenset({END_CALL, SEND_DTMF} if self.codec.sends_digits else {END_CALL})
+
+    async def hang_up(self, reason: str) -> None:
+        """Close the stream (1000): the provider hangs up or goes on with the
+        call's next instruction."""
+        log.info("%s %s: the agent ends the call (%s)", self.provider, self.stream_id, reason)
+        self.ended.set()
+
+    async def transfer(self, target_uri: str) -> TransferOutcome:
+        return TransferOutcome("unsupported", detail=f"a {self.provider} media stream cannot "
+                               "transfer a call")
+
+    async def send_dtmf(self, digits: str) -> bool:
+        return self.send_digits(digits)
 
     # ------------------------------------------------------------ session side
     async def _send_audio(self, response_id: str, item_id: str, pcm: np.ndarray,

@@ -55,6 +55,7 @@ class PlivoCodec(PhoneCodec):
     provider = "plivo"
     frame_ms = 20
     marks_echo_on_clear = False
+    sends_digits = True   # sendDTMF
 
     def events(self):
         return {"media": self.media_in, "playedStream": self._played, "played": self._played,

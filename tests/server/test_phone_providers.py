@@ -20,6 +20,7 @@ import websockets
 
 from voice_server.testing.audio import flite_pcm
 from voice_server.testing.phone_clients import PhoneClient
+from voice_server.transports.phone.dtmf_tones import COLUMNS, ROWS, key_frequencies
 from .conftest import API_KEY
 
 pytestmark = pytest.mark.timeout(120)
@@ -252,8 +253,18 @@ async def test_key_presses_reach_the_session_in_order_and_are_answered(server, p
     await wait_no_calls(server, provider)
 
 
-async def test_the_application_plays_tones_where_the_provider_can(server):
-    """Plivo's stream has ``sendDTMF``; the others answer 409."""
+def strongest_dtmf_pair(pcm: np.ndarray, rate: int) -> tuple[float, float]:
+    """The loudest row and column tone of ``pcm`` (Hz), read at the DTMF frequencies."""
+    spec = np.abs(np.fft.rfft(pcm.astype(np.float64)))
+    freqs = np.fft.rfftfreq(pcm.size, 1 / rate)
+
+    def power(f: float) -> float:
+        return float(spec[np.abs(freqs - f) < 15].max())
+    return max(ROWS, key=power), max(COLUMNS, key=power)
+
+
+async def test_the_application_plays_tones_into_every_providers_call(server):
+    """Plivo's stream has ``sendDTMF``; on the others the tones go in-band, as audio."""
     import httpx
     base = f"http://127.0.0.1:{server.port}"
     auth = {"Authorization": f"Bearer {API_KEY}"}
@@ -268,9 +279,16 @@ async def test_the_application_plays_tones_where_the_provider_can(server):
             assert r.status_code == 202, r.text
             _, m = await plivo.wait(lambda m: m.kind == "digits", timeout=5)
             assert m.raw == {"event": "sendDTMF", "dtmf": "12#"}
-            r = await h.post(url.format(v_call.session.session_id), json={"digits": "1"},
+            n = len(vonage.msgs)
+            r = await h.post(url.format(v_call.session.session_id), json={"digits": "9"},
                              headers=auth)
-            assert r.status_code == 409 and r.json()["error"]["code"] == "dtmf_not_supported"
+            assert r.status_code == 202, r.text
+            await vonage.wait(lambda m: m.kind == "media", start=n, timeout=5)
+            await asyncio.sleep(0.3)                 # the key's 160 ms of tone and gap
+            tones = vonage.wire.decode(b"".join(m.data for m in vonage.msgs[n:]
+                                                if m.kind == "media"))
+            assert tones.size >= vonage.wire.rate * 0.15, tones.size
+            assert strongest_dtmf_pair(tones, vonage.wire.rate) == key_frequencies("9")
             for body, status in (({"digits": "1x"}, 400), ({}, 400), ({"digits": ""}, 400)):
                 r = await h.post(url.format(p_call.session.session_id), json=body, headers=auth)
                 assert r.status_code == status, (body, r.text)

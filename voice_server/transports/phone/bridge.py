@@ -40,7 +40,7 @@ tells the provider the stream is over (Twilio/Plivo/Exotel go on with the
 call's next instruction, none: hang up; Vonage ends the leg; Telnyx stops
 streaming).  DTMF keys go to ``runner.key_pressed``
 (:mod:`voice_server.session.keypad`); :meth:`PhoneCall.send_digits` plays
-tones where the provider can (:mod:`.tones`).
+tones into the call (:mod:`.tones`: the provider's DTMF message, or in-band).
 
 Call actions (:mod:`voice_server.call_control`): a call is its runner's
 :class:`CallControl`.  ``end_call`` closes the stream (1000) as the idle
@@ -274,8 +274,9 @@ class PhoneCall:
                                       "session": {"type": "realtime", **update}})
 
     def send_digits(self, digits: str) -> bool:
-        """Play DTMF tones to the caller's line (after what is queued); False:
-        the call has not started or its provider's stream cannot play tones."""
+        """Play DTMF tones to the caller's line (after what is queued): the
+        provider's message where it has one, else in-band; False: the call has
+        not started."""
         if not self.codec.started or not self.playout.digits(digits):
             return False
         self._out_ready.set()
@@ -283,10 +284,10 @@ class PhoneCall:
 
     # ------------------------------------------------------------ CallControl
     def actions(self) -> frozenset[str]:
-        """End the call, always; DTMF where the stream has a message for tones."""
+        """End the call and press keys (in-band where the stream has no DTMF message)."""
         if not self.codec.started:
             return frozenset()
-        return frozenset({END_CALL, SEND_DTMF} if self.codec.sends_digits else {END_CALL})
+        return frozenset({END_CALL, SEND_DTMF})
 
     async def hang_up(self, reason: str) -> None:
         """Close the stream (1000): the provider hangs up or goes on with the

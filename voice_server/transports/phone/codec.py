@@ -118,14 +118,11 @@ class PhoneCodec:
     * ``marks_echo_on_clear`` - after a clear, does the provider send back the
       marks it dropped?  (Then the bridge must ignore those echoes: cleared,
       not heard.)
-    * ``sends_digits`` - the stream has a message that plays DTMF tones
-      (:meth:`send_digits` builds it).
     """
 
     provider: ClassVar[str] = "phone"
     frame_ms: ClassVar[int] = 20
     marks_echo_on_clear: ClassVar[bool] = True
-    sends_digits: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.stream_id: Optional[str] = None  # set by the start message

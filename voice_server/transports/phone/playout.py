@@ -29,6 +29,7 @@ import numpy as np
 
 from ...audio_codec import StreamResampler
 from .codec import Outbound, PhoneCodec
+from .dtmf_tones import dtmf_pcm
 
 MARK_EVERY_MS = 200  # the played position is known to 200 ms (and to each chunk)
 MAX_CLEARED_MARKS = 512  # echoes still awaited from clears (bounded: some never come)
@@ -52,6 +53,7 @@ class Kind(Enum):
     MARK = "marks_out"
     CLEAR = "clears"
     DIGITS = "digits_out"
+    TONES = "tones_out"       # in-band DTMF: media frames of tones
 
 
 @dataclass
@@ -72,6 +74,7 @@ class PlayoutStats:
     marks_ignored: int = 0
     clears: int = 0
     digits_out: int = 0
+    tones_out: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -158,11 +161,18 @@ class Playout:
         self.queue.appendleft(Queued(self.codec.clear(), kind=Kind.CLEAR))
 
     def digits(self, digits: str) -> bool:
-        """Queue tones for the caller's line; False: the provider cannot play them."""
+        """Queue keys for the caller's line, after what is queued: the provider's
+        DTMF message where it has one, else the tones themselves as audio
+        (:mod:`.dtmf_tones`).  A barge-in's clear drops tones not yet played."""
         msg = self.codec.send_digits(digits)
-        if msg is None:
-            return False
-        self.queue.append(Queued(msg, kind=Kind.DIGITS))
+        if msg is not None:
+            self.queue.append(Queued(msg, kind=Kind.DIGITS))
+            return True
+        line, frame = self.codec.line, self.codec.frame_bytes()
+        data = line.encode(dtmf_pcm(digits, line.rate))
+        data += line.silence((-len(data)) % frame)
+        self.queue.extend(Queued(self.codec.media(data[k:k + frame]), kind=Kind.TONES)
+                          for k in range(0, len(data), frame))
         return True
 
     # ------------------------------------------------------------ to the socket

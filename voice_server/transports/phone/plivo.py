@@ -55,7 +55,6 @@ class PlivoCodec(PhoneCodec):
     provider = "plivo"
     frame_ms = 20
     marks_echo_on_clear = False
-    sends_digits = True   # sendDTMF
 
     def events(self):
         return {"media": self.media_in, "playedStream": self._played, "played": self._played,

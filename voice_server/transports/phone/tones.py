@@ -1,7 +1,7 @@
 """``POST /v1/telephony/calls/{session_id}/dtmf``: the application plays DTMF
-tones into a phone call, where the provider's stream can (Plivo's
-``sendDTMF``; Twilio, Telnyx, Exotel and Vonage streams have no such message:
-409 ``dtmf_not_supported``).
+tones into a phone call: Plivo's ``sendDTMF`` where the stream has it, the
+tones themselves as audio on Twilio, Telnyx, Exotel and Vonage streams
+(:mod:`.dtmf_tones`); 409 ``call_not_started`` before the stream's start.
 
 Body ``{"digits": "12#"}`` (1-32 of ``0-9 * # A-D``); answers 202 when the
 tones are queued behind the audio already sent.  Access as on the HTTP API:
@@ -55,8 +55,8 @@ def tones_route(endpoints: Mapping[str, PhoneEndpoint], settings: ServerSettings
         if call is None:
             return _error(404, "call_not_found", f"No phone call with session id {sid[:64]!r}.")
         if not call.send_digits(digits):
-            return _error(409, "dtmf_not_supported",
-                          f"The {call.provider} stream cannot play DTMF tones.")
+            return _error(409, "call_not_started",
+                          "The call's stream has not started; send the keys once it has.")
         return JSONResponse({"session_id": sid, "digits": digits, "status": "queued"},
                             status_code=202)
     return Route(TONES_PATH, tones, methods=["POST"])

@@ -193,7 +193,7 @@ from .items import Content, Conversation, Item
 from .answering_machine import NO_ANSWER_MS, AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
 from .lead_sizer import LeadSizer
-from .silence import GOODBYE_GRACE_MS, SilenceWatch, silence_note
+from .silence import SilenceWatch, silence_note
 from .output_pacer import OutputPacer
 from .playback import Playback
 from .prompt import Prompt
@@ -458,13 +458,9 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         r = self._responses.last_audio
         if self._responses.active is not None:
             return False
-        if r is None or r.id != self._silence.goodbye_id or r.item is None:
+        if r is None or r.id != self._silence.goodbye_id:
             return True  # no audio (text only, or it failed)
-        item = r.item
-        if item.played_ms is not None and item.played_ms + 1.0 >= item.audio_ms:
-            return True
-        start = r.first_audio_ms if r.first_audio_ms is not None else now_ms
-        return now_ms >= start + item.audio_ms + GOODBYE_GRACE_MS
+        return self._all_heard(now_ms)
 
     def _hang_up(self) -> list[Command]:
         """The goodbye (or the message left on a machine) was heard, or the

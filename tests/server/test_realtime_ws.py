@@ -157,6 +157,19 @@ async def test_text_turn(server):
         await c.close()
 
 
+async def test_the_agent_speaks_first_on_an_empty_conversation(server):
+    """response.create before anything was said (a greeting): answered, not refused."""
+    c = await RTClient.connect(server.url)
+    try:
+        await c.send({"type": "response.create", "response": {"output_modalities": ["text"],
+                                                               "max_output_tokens": 8}})
+        done = await c.wait("response.done", timeout=30)
+        assert answered(done["response"]), done
+        assert not c.of_type("error")
+    finally:
+        await c.close()
+
+
 async def test_a_reply_cut_by_max_output_tokens_ends_incomplete(server):
     """A 4-token budget on a long answer: response.done says ``incomplete``,
     reason ``max_output_tokens``, with the thinker's 4 output tokens; the

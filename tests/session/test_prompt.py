@@ -111,6 +111,14 @@ def test_a_system_item_does_not_take_the_server_prompt_away():
     assert st.messages[0] == {"role": "system", "content": "The user is called Bo."}
 
 
+def test_the_agent_may_speak_first_on_an_empty_conversation():
+    """No items and no instructions: the request still carries one message, the
+    stage's own prompt (an engine refuses an empty list)."""
+    s = new_session(context=ThinkContext(system_prompt=PERSONA))
+    st = _start(s.client_event({"type": "response.create"}, 1))
+    assert st.instructions == PERSONA and st.messages == []
+
+
 def test_instructions_reach_prefills_and_prepared_replies_as_the_reply_has_them():
     s = new_session(context=ThinkContext(system_prompt=PERSONA), instructions="Be Ada.")
     cmds = s.listen_event({"type": "speech_started", "audio_start_ms": 0}, 0)

@@ -29,10 +29,13 @@ class Prompt:
         """The system message for ``instructions``: the stage's prompt, then
         them.  Without instructions None (the think stage puts its own prompt
         first), unless a ``system`` item of the client's would then come first
-        and the stage take it for a prompt of the caller's instead of its own."""
+        and the stage take it for a prompt of the caller's instead of its own,
+        or the conversation is empty (the agent speaks first: a request needs
+        one message)."""
         own = self.settings.context.system_prompt
         if not instructions:
-            if own and any(it.role == "system" for it in self.conversation.items):
+            items = self.conversation.items
+            if own and (not items or any(it.role == "system" for it in items)):
                 return own
             return None
         return own + SEPARATOR + instructions if own else instructions

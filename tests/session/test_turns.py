@@ -25,7 +25,7 @@ def test_start_emits_session_created_and_configures_listen():
     assert cfg and cfg[0].params == {"threshold": 0.5, "silence_duration_ms": 500,
                                      "prefix_padding_ms": 300, "min_speech_ms": 250,
                                      "turn_mode": "silence", "eagerness": "auto",
-                                     "noise_reduction": None}
+                                     "noise_reduction": None, "voice_lock": None}
     assert s.start(1) == []
 
 

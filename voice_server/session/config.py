@@ -131,6 +131,10 @@ class SessionSettings(BaseModel):
     # extension (session.voice_agent.call_actions): the agent's call actions the
     # operator turned on (call_actions.py); None: none
     call_actions: Optional[CallActionsSetting] = None
+    # extension (session.voice_agent.voice_lock): once the caller's voice is
+    # enrolled, other people's speech opens no turn (runtime/models/listen/voice_lock.py);
+    # None: the listen stage's default
+    voice_lock: Optional[bool] = None
     # fixed by the server, never by a client, never on the wire
     context: ThinkContext = ThinkContext()
 
@@ -400,7 +404,12 @@ def merge_session_update(current: SessionSettings, session: Any,
     if s.truncation is not None:
         put("truncation", parse_truncation, s.truncation, "session.truncation")
     if "voice_agent" in s.model_fields_set:
-        put("call_actions", _call_actions, s.voice_agent)
+        va = s.voice_agent
+        lock_only = isinstance(va, dict) and "voice_lock" in va and "call_actions" not in va
+        if not lock_only:
+            put("call_actions", _call_actions, va)
+        if isinstance(va, dict) and "voice_lock" in va:
+            put("voice_lock", _voice_lock, va["voice_lock"])
     _refuse_reserved_names(current, upd, errors)
     return current.model_copy(update=upd), errors
 
@@ -413,6 +422,14 @@ def _call_actions(value: Any) -> Optional[CallActionsSetting]:
         raise ClientError("invalid_type", "Invalid type for 'session.voice_agent': expected "
                           "an object.", "session.voice_agent")
     return parse_call_actions(value.get("call_actions"), "session.voice_agent.call_actions")
+
+
+def _voice_lock(value: Any) -> Optional[bool]:
+    """``session.voice_agent.voice_lock``: true, false, or null (the server's default)."""
+    if value is not None and not isinstance(value, bool):
+        raise ClientError("invalid_type", "Invalid type for 'session.voice_agent.voice_lock': "
+                          "expected a boolean or null.", "session.voice_agent.voice_lock")
+    return value
 
 
 def _refuse_reserved_names(current: SessionSettings, upd: dict,
@@ -517,8 +534,10 @@ def session_to_wire(settings: SessionSettings, session_id: str,
                     expires_at: int = 0) -> dict:
     """Full effective session object for session.created/updated."""
     tr = None if settings.transcription_model is None else {"model": settings.transcription_model}
-    extension = {} if settings.call_actions is None else \
-        {"voice_agent": {"call_actions": settings.call_actions.wire()}}
+    va = {} if settings.call_actions is None else {"call_actions": settings.call_actions.wire()}
+    if settings.voice_lock is not None:
+        va["voice_lock"] = settings.voice_lock
+    extension = {"voice_agent": va} if va else {}
     return {
         "type": "realtime",
         "object": "realtime.session",

@@ -393,7 +393,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 self._listening = None
                 return [StopListen()]
             return []
-        params = {**td.listen_params(), "noise_reduction": self.settings.noise_reduction}
+        params = {**td.listen_params(), "noise_reduction": self.settings.noise_reduction,
+                  "voice_lock": self.settings.voice_lock}
         if params != self._listening:
             self._listening = params
             return [ConfigureListen(dict(params))]

@@ -125,6 +125,15 @@ def human_clips(cache_dir: Path | None = None) -> list[Clip]:
     return clips
 
 
+def speaker_of(clip: Clip) -> str:
+    """Who said a clip: the LibriVox sentences are one reader, the card names one
+    person, "go forward" another, the alsa phrases a fourth (a voice-lock test's
+    "caller" and "someone else" must be different people)."""
+    if clip.name.startswith("alsa-"):
+        return "alsa"
+    return "goforward" if clip.name == "goforward" else clip.group
+
+
 def phone_line(audio: np.ndarray) -> np.ndarray:
     """What a telephony caller's words sound like here: 8 kHz G.711 mu-law, decoded to int16.
 

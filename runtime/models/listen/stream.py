@@ -27,6 +27,7 @@ from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
 from runtime.models.listen.turn_wait import TEXT_CUT_P, TEXT_END_P, Pause
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.vad_params import VadParams
+from runtime.models.listen.voice_lock import Verdict, VoiceLock
 from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, TURN_LIKELY_OVER,
                                            onset_dropped_event, onset_event, partial_event,
                                            speech_paused_event, speech_resumed_event,
@@ -54,6 +55,10 @@ TURN_ASK_MS = 128.0
 VERDICT_LATE_MS = 300.0
 SEMANTIC_PAUSE_MS = 32.0       # recognition starts at the first silent frame: the wait may be 150-250 ms
 PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
+# With a voice enrolled, an utterance is judged after this much of it (from its
+# onset, lead-in excluded): the first 0.7 s of a person's speech tells them
+# apart (voice_lock.py); a shorter one is judged when it pauses.
+VOICE_CHECK_MS = 700.0
 
 
 class StreamState(enum.Enum):
@@ -63,6 +68,8 @@ class StreamState(enum.Enum):
     IDLE = "idle"          # no utterance: waiting for an onset
     PENDING = "pending"    # an onset, not yet min_speech_ms of speech
     SPEECH = "speech"      # a confirmed utterance, until the wait after it ends it
+    CHECKING = "checking"  # speech by the VAD, waiting for the voice lock's verdict (no event yet)
+    FOREIGN = "foreign"    # someone else's speech: ignored until a pause
 
 
 class UtteranceStream:
@@ -79,8 +86,16 @@ class UtteranceStream:
 
     def __init__(self, p: VadParams, vad: SileroVAD, utt: SpeculativeSegments | StreamingDecoder,
                  pause_ms: float = 0.0, judge=None, peek_ms: float = 0.0, reader=None,
-                 peek_every_ms: float = 0.0) -> None:
+                 peek_every_ms: float = 0.0, voice=None) -> None:
         self.p = p
+        # voice lock (p.voice_lock): ``voice(tag, audio)`` submits a speaker
+        # embedding job; what the vectors mean is the lock's (voice_lock.py)
+        self.voice = voice
+        self.lock = VoiceLock() if voice is not None else None
+        self.voice_asked = False                       # this utterance's verdict was asked
+        self.voice_gen = 0                             # numbers the verdicts asked (a late one is stale)
+        self.voice_counts = {"voice_caller": 0, "voice_other": 0, "voice_enrolled": 0,
+                             "voice_errors": 0}
         self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
         self.peek_every_ms = peek_every_ms   # and again this often while it goes on (0: once)
         self.next_peek_ms = peek_ms
@@ -127,6 +142,7 @@ class UtteranceStream:
         end_ms = max(self._ms(end_sample), self._ms(self.onset))
         out.append(speech_stopped_event(end_ms))
         out += self.utt.end(self._ms(self.onset), end_ms)
+        self._offer_voice()
         self.utterances += 1
         self._to_idle()
 
@@ -153,6 +169,9 @@ class UtteranceStream:
         if self.state is StreamState.IDLE:
             self._idle_frame(frame, prob, start, out)
             return
+        if self.state is StreamState.FOREIGN:
+            self._foreign_frame(prob, start, end)
+            return
         self.utt.feed(frame)
         self.turn_audio.append(frame)
         if prob >= self.neg_threshold:
@@ -162,6 +181,8 @@ class UtteranceStream:
         silent_ms = 0.0 if self.silence_start is None else (end - self.silence_start) * 1000 / LISTEN_RATE_HZ
         if self.state is StreamState.PENDING:
             self._pending_frame(silent_ms, out)
+        elif self.state is StreamState.CHECKING:
+            self._checking_frame(end, silent_ms)
         else:
             self._speech_frame(end, silent_ms, out)
 
@@ -251,11 +272,82 @@ class UtteranceStream:
 
     def _maybe_confirm(self, out: list) -> None:
         if self.speech_frames * FRAME_SAMPLES * 1000 / LISTEN_RATE_HZ >= self.p.min_speech_ms:
-            self.state = StreamState.SPEECH
-            out.append(speech_started_event(self._ms(self.onset)))
-            if self.held_partial:
-                out.append(partial_event(self.held_partial))
-            self.held_partial = None
+            if self.lock is not None and self.lock.enrolled:
+                self.state = StreamState.CHECKING    # speech_started waits for the verdict
+                self.voice_asked = False
+                return
+            self._confirm(out)
+
+    def _confirm(self, out: list) -> None:
+        """The utterance is the caller's speech: a turn opens."""
+        self.state = StreamState.SPEECH
+        out.append(speech_started_event(self._ms(self.onset)))
+        if self.held_partial:
+            out.append(partial_event(self.held_partial))
+        self.held_partial = None
+
+    # -- voice lock ----------------------------------------------------------
+    @property
+    def voiced_s(self) -> float:
+        return self.speech_frames * FRAME_SAMPLES / LISTEN_RATE_HZ
+
+    def _checking_frame(self, end: int, silent_ms: float) -> None:
+        """Speech the VAD confirmed, not yet known to be the caller's: the verdict
+        is asked once enough of it is heard, or when it pauses (a short word)."""
+        if self.voice_asked:
+            return
+        spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
+        if spoken_ms >= VOICE_CHECK_MS or silent_ms >= PENDING_GAP_MS:
+            self.voice_asked = True
+            self.voice_gen += 1
+            self.voice(("voice", self.voice_gen, self.voiced_s),
+                       np.concatenate(list(self.turn_audio)))
+
+    def _foreign_frame(self, prob: float, start: int, end: int) -> None:
+        """Someone else's utterance: nothing is read or said until it pauses."""
+        if prob >= self.neg_threshold:
+            self.silence_start = None
+            return
+        if self.silence_start is None:
+            self.silence_start = start
+        if (end - self.silence_start) * 1000 / LISTEN_RATE_HZ >= PENDING_GAP_MS:
+            self._to_idle()
+
+    def _on_voice(self, tag: tuple, value) -> list:
+        """The verdict on the utterance being checked (a stale one is ignored)."""
+        if self.state is not StreamState.CHECKING or tag[1] != self.voice_gen:
+            return []
+        try:
+            if isinstance(value, BaseException):
+                raise ValueError(str(value))
+            verdict = self.lock.verdict(value, float(tag[2]))
+        except ValueError:
+            self.voice_counts["voice_errors"] += 1     # fail open: a caller is never locked out
+            verdict = Verdict.CALLER
+        out: list = []
+        if verdict is Verdict.CALLER:
+            self.voice_counts["voice_caller"] += 1
+            self._confirm(out)
+        else:
+            self.voice_counts["voice_other"] += 1
+            out.append(onset_dropped_event())     # a paused reply resumes; no turn opened
+            self._to_idle()
+            self.state = StreamState.FOREIGN
+        return out
+
+    def _offer_voice(self) -> None:
+        """While no voice is enrolled, each finished utterance is a candidate."""
+        if self.lock is not None and not self.lock.enrolled and self.turn_audio:
+            self.voice(("enrol", 0, self.voiced_s), np.concatenate(list(self.turn_audio)))
+
+    def _on_enrol(self, tag: tuple, value) -> None:
+        try:
+            if isinstance(value, BaseException):
+                raise ValueError(str(value))
+            if self.lock.offer(value, float(tag[2])):
+                self.voice_counts["voice_enrolled"] += 1
+        except ValueError:
+            self.voice_counts["voice_errors"] += 1
 
     def hear_agent(self, speaking: bool | None) -> None:
         """The server's word (``AGENT_SPEAKING``) on whether the caller hears a reply now."""
@@ -344,6 +436,11 @@ class UtteranceStream:
 
     # -- recognition results ------------------------------------------------
     def on_result(self, tag, value) -> list:
+        if isinstance(tag, tuple) and tag[0] == "voice":
+            return self._on_voice(tag, value)
+        if isinstance(tag, tuple) and tag[0] == "enrol":
+            self._on_enrol(tag, value)
+            return []
         if isinstance(tag, tuple) and tag[0] == "turn":
             if tag[1] == self.pause.gen and not isinstance(value, BaseException):
                 self.pause.verdict, self.pause.verdict_p = value >= 0.5, float(value)
@@ -416,6 +513,9 @@ class UtteranceStream:
         tail = self.pending
         self.pending = np.zeros(0, dtype=np.float32)
         if self.state is StreamState.IDLE:
+            return
+        if self.state is StreamState.FOREIGN:
+            self._to_idle()
             return
         if tail.size:
             self.utt.feed(tail)

@@ -46,6 +46,7 @@ class VadParams:
     turn_mode: str = "silence"      # "semantic": the end-of-turn model sets the wait
     eagerness: str = "auto"
     noise_reduction: str | None = None  # denoise.py: near_field | far_field | an engine | None
+    voice_lock: bool = False        # voice_lock.py: only the enrolled caller's speech opens turns
 
     @property
     def semantic(self) -> bool:
@@ -88,6 +89,11 @@ class VadParams:
         if noise is not None and noise not in NOISE_REDUCTION_TYPES + DENOISE_ENGINES:
             raise StageError(ErrorCode.BAD_INPUT, "listen: noise_reduction must be one of "
                              f"{NOISE_REDUCTION_TYPES + DENOISE_ENGINES} or null, got {noise!r}")
+        lock = (params or {}).get("voice_lock")
+        lock = defaults.get("voice_lock", False) if lock is None else lock
+        if not isinstance(lock, bool):
+            raise StageError(ErrorCode.BAD_INPUT, f"listen: voice_lock must be true, false or "
+                             f"null, got {lock!r}")
         mode = str(merged_str.get("turn_mode", "silence"))
         eagerness = str(merged_str.get("eagerness", "auto"))
         if mode not in TURN_MODES:
@@ -97,4 +103,4 @@ class VadParams:
             raise StageError(ErrorCode.BAD_INPUT, "listen: eagerness must be one of "
                              f"{tuple(EAGERNESS_WAIT_MS)}, got {eagerness!r}")
         return cls(sample_rate=int(rate_f), turn_mode=mode, eagerness=eagerness,
-                   noise_reduction=noise, **vals)
+                   noise_reduction=noise, voice_lock=lock, **vals)

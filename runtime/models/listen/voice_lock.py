@@ -1,0 +1,90 @@
+"""The lock on the caller's voice: enrol the caller, then tell their speech from anyone else's.
+
+A television, people talking nearby or a room full of talk must not start a
+turn, interrupt the agent or reach the transcript.  The listen stream asks
+this lock about each new utterance once it has heard enough of it; the lock
+only compares unit vectors (speaker_embedding.py computes them, off the VAD's
+thread), so it is sans-I/O and its rules read alone.
+
+Enrolment is gated on quality: a segment counts only with ``ENROL_SEGMENT_S``
+of voiced audio, and the caller is enrolled once ``ENROL_SEGMENTS`` such
+segments that agree with each other (cosine >= ``AGREE``) hold
+``ENROL_TOTAL_S`` of voiced audio together; their mean is the caller's voice.
+A first segment that was someone else (the TV before the caller spoke) then
+simply agrees with nothing.  Until enrolled the lock lets everything through.
+
+Thresholds come from CAM++ on people's recordings (speech_corpus.py, first
+0.4 / 0.7 / 1 s of each clip against a 3-clip enrolment): the same person
+0.23-0.54 / 0.40-0.78 / 0.57-0.80, anyone else at most 0.24 / 0.27 / 0.22.
+Short segments ("yes", "stop") are where the vectors are weakest: they get a
+lower bar (``SHORT_ACCEPT``), so that the caller's short word still counts,
+at the price that another person's short word is likelier to.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+ENROL_SEGMENT_S = 0.8      # voiced audio for a segment to count towards enrolment
+ENROL_TOTAL_S = 2.0        # voiced audio of the agreeing segments, together
+ENROL_SEGMENTS = 2         # at least this many segments agree
+AGREE = 0.45               # cosine at which two enrolment segments are one voice
+MAX_CANDIDATES = 8         # enrolment segments kept (the oldest go first)
+SHORT_S = 0.6              # a segment with less voiced audio than this is short
+SHORT_ACCEPT = 0.28        # the caller, for a short segment
+ACCEPT = 0.35              # the caller, for a longer one
+
+
+class Verdict(enum.Enum):
+    """Whose an utterance is, as far as the lock can tell."""
+
+    CALLER = "caller"      # the enrolled voice, or no voice enrolled yet
+    OTHER = "other"        # someone else: no turn, no interruption, no transcript
+
+
+@dataclass
+class VoiceLock:
+    """One caller's enrolment and verdicts; fed vectors, returns decisions."""
+
+    # (unit vector, voiced seconds) of segments offered while not enrolled
+    candidates: list[tuple[np.ndarray, float]] = field(default_factory=list)
+    voice: np.ndarray | None = None      # the caller's mean vector, once enrolled
+    last_score: float | None = None      # the cosine behind the last verdict (for counters)
+
+    @property
+    def enrolled(self) -> bool:
+        return self.voice is not None
+
+    def offer(self, vec: np.ndarray, voiced_s: float) -> bool:
+        """A finished utterance while not enrolled; returns whether it completed enrolment.
+
+        Segments with too little voiced audio are ignored: their vectors are noisy."""
+        if self.enrolled or voiced_s < ENROL_SEGMENT_S:
+            return False
+        self.candidates = (self.candidates + [(_unit(vec), float(voiced_s))])[-MAX_CANDIDATES:]
+        for anchor, _ in self.candidates:
+            group = [(v, s) for v, s in self.candidates if float(v @ anchor) >= AGREE]
+            if len(group) >= ENROL_SEGMENTS and sum(s for _, s in group) >= ENROL_TOTAL_S:
+                self.voice = _unit(np.mean([v for v, _ in group], axis=0))
+                self.candidates = []
+                return True
+        return False
+
+    def verdict(self, vec: np.ndarray, voiced_s: float) -> Verdict:
+        """Whose a segment with ``voiced_s`` of voiced audio is (everyone's until enrolled)."""
+        if self.voice is None:
+            return Verdict.CALLER
+        self.last_score = float(_unit(vec) @ self.voice)
+        bar = SHORT_ACCEPT if voiced_s < SHORT_S else ACCEPT
+        return Verdict.CALLER if self.last_score >= bar else Verdict.OTHER
+
+
+def _unit(vec: np.ndarray) -> np.ndarray:
+    v = np.asarray(vec, dtype=np.float32).reshape(-1)
+    n = float(np.linalg.norm(v))
+    if not np.isfinite(n) or n == 0.0:
+        raise ValueError("a voice vector must be finite and non-zero")
+    return v / n

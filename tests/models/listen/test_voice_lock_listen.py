@@ -1,0 +1,99 @@
+"""The voice lock in the real listen stage, on people's recordings (speech_corpus.py).
+
+The caller is the speaker of the card names; once enrolled from two of their
+utterances, other people's recordings (the alsa phrases, a LibriVox reader,
+"go forward ten meters") open no turn and reach no transcript, and the caller
+still opens turns, their shortest command ("ten of clubs", 1.1 s) included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime.executor import WorkItem
+from runtime.models.listen.executor import ListenExecutor
+from runtime.models.model_files import campplus_file
+from voice_server.testing.speech_corpus import CorpusUnavailable, human_clips
+
+pytestmark = pytest.mark.skipif(not campplus_file().is_file(),
+                                reason="CAM++ not exported: run `make setup`")
+SR = 16000
+CHUNK = SR * 20 // 1000
+
+
+@pytest.fixture(scope="module")
+def clips() -> dict:
+    try:
+        return {c.name: c.audio for c in human_clips()}
+    except CorpusUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def ex():
+    e = ListenExecutor(threads=1, asr_peek_ms=0, asr_alt_prompt="", turn_model=None,
+                       voice_lock=True)
+    e.load()
+    yield e
+    e.close()
+
+
+def run(ex: ListenExecutor, rid: int, audio: np.ndarray) -> list[dict]:
+    """Feed 20 ms chunks, waiting out each chunk's jobs: as fast as the models
+    allow, but the verdicts land at the frame they would in real time or sooner."""
+    pcm = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
+    out: list[dict] = []
+    for i in range(0, len(pcm), CHUNK):
+        [res] = ex.process([WorkItem(rid, pcm[i:i + CHUNK], {}, final=False)])
+        assert not isinstance(res, BaseException), res
+        out += res
+        while ex.pending(rid):
+            out += [e for r, evs in ex.collect() if r == rid for e in evs]
+        out += [e for r, evs in ex.collect() if r == rid for e in evs]
+    return out
+
+
+def with_pause(audio: np.ndarray, s: float = 1.0) -> np.ndarray:
+    return np.concatenate([np.zeros(SR // 4, np.float32), audio, np.zeros(int(s * SR), np.float32)])
+
+
+def started(events: list[dict]) -> int:
+    return sum(e["type"] == "speech_started" for e in events)
+
+
+def finals(events: list[dict]) -> list[str]:
+    return [e["text"] for e in events if e["type"] == "final"]
+
+
+def test_another_person_opens_no_turn_after_enrolment_and_the_caller_still_does(ex, clips):
+    rid = 9001
+    ex.open(rid, {"voice_lock": True})
+    try:
+        enrol = run(ex, rid, with_pause(clips["cards-005"])) + \
+            run(ex, rid, with_pause(clips["cards-002"]))
+        assert started(enrol) == 2          # before enrolment everyone opens turns
+        assert ex._streams[rid].lock.enrolled
+        for other in ("alsa-Front_Center", "goforward", "sense_and_sensibility_01_austen_64kb-0880"):
+            evs = run(ex, rid, with_pause(clips[other]))
+            assert started(evs) == 0 and finals(evs) == [], (other, evs)
+            assert any(e["type"] == "onset_dropped" for e in evs)
+        for own in ("cards-001", "cards-003"):     # "ten of clubs": 1.1 s, the shortest
+            evs = run(ex, rid, with_pause(clips[own]))
+            assert started(evs) == 1, (own, evs)
+            assert " of " in " ".join(finals(evs)).lower()   # tiny.en: "10 of close" is words enough
+        counts = ex._streams[rid].voice_counts
+        assert counts["voice_other"] >= 3 and counts["voice_caller"] == 2   # a pause splits one
+    finally:
+        ex.release(rid)
+
+
+def test_the_lock_is_off_unless_asked(ex, clips):
+    rid = 9002
+    ex.open(rid, {"voice_lock": False})
+    try:
+        assert ex._streams[rid].lock is None
+        evs = run(ex, rid, with_pause(clips["alsa-Front_Left"]))
+        assert started(evs) == 1
+    finally:
+        ex.release(rid)

@@ -99,6 +99,11 @@ async def test_send_dtmf_puts_the_models_digits_on_the_line(server):
     seen = _spy(call)
     try:
         await asyncio.sleep(0.2)
+        # what to press (else the small model may write more keys than max_digits allows)
+        await server.acall(call.runner.client_event, {
+            "type": "conversation.item.create", "item": {
+                "type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": "Press 1 for me."}]}})
         await _force(server, call, "send_dtmf")
         _, m = await c.wait(lambda m: m.kind == "digits", timeout=40)
         done = [e for e in _of(seen, "response.function_call_arguments.done")

@@ -37,10 +37,14 @@ STAGES = (LISTEN, THINK, SPEAK)
 SPOKEN_REPLY_ROUTE = (THINK, SPEAK)
 TEXT_REPLY_ROUTE = (THINK,)
 # A spoken reply's request params for the speak stage: the voice (an OpenAI name
-# or an installed voice, runtime.models.speak.voices) and the pace (1.0: the
-# voice's own; a Realtime session allows 0.25..1.5, /v1/audio/speech 0.25..4.0).
+# or a shipped voice, runtime.models.speak.voices), the pace (1.0: the voice's
+# own; a Realtime session allows 0.25..1.5, /v1/audio/speech 0.25..4.0) and the
+# language the reply is in (ISO-639-1, e.g. "es"; None: the stage's default).
+# A shipped voice named in SPEAK_VOICE wins; otherwise SPEAK_LANGUAGE picks the
+# language's voice (an OpenAI name keeps its gender where that language has one).
 SPEAK_VOICE = "voice"
 SPEAK_SPEED = "speed"
+SPEAK_LANGUAGE = "language"
 
 # The one rate the listen stage's models (silero VAD, Whisper, pocketsphinx,
 # Smart Turn) work at; the server resamples client audio to it and keeps its

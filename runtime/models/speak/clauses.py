@@ -15,6 +15,13 @@ from __future__ import annotations
 import re
 
 STRONG = ".!?;:"
+# Full-width (CJK) stops and commas: Japanese and Chinese put no space after
+# them and never write "3。5", so they end a clause at once.
+CJK_STRONG = "。！？；：．"
+CJK_COMMA = "、，"
+# After the first clause a CJK comma ends a clause of at least this many
+# characters (these scripts have no spaces to count words by).
+CJK_COMMA_MIN_CHARS = 8
 CLOSERS = "\"')]}\u201d\u2019"
 # "Dr. Smith" is not the end of a sentence; breaking there costs a pause mid-name.
 ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "vs", "etc", "e.g", "i.e", "jr", "sr", "prof",
@@ -88,6 +95,13 @@ class ClauseSegmenter:
                 words_done += 1
                 if limit is not None and words_done >= limit:
                     return i + 1
+            if ch in CJK_STRONG or ch in CJK_COMMA:
+                if ch in CJK_COMMA and not self.first and i < CJK_COMMA_MIN_CHARS:
+                    continue
+                j = i + 1
+                while j < n and buf[j] in CLOSERS + "」』）】":
+                    j += 1
+                return j
             if ch in STRONG or ch == ",":
                 j = i + 1
                 while j < n and buf[j] in CLOSERS:

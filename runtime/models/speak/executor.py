@@ -23,12 +23,13 @@ from runtime.executor import ChunkExecutor, WorkItem
 from runtime.models.speak.clauses import ClauseSegmenter, strip_markdown
 from runtime.models.speak.pauses import spoken_with_pause
 from runtime.models.speak.spoken_form import spoken_form
+from runtime.models.speak.spoken_form_locale import spoken_form_in
 from runtime.models.speak.tts_base import Synthesizer, speakable
-from runtime.models.speak.voices import resolve_voice
-from runtime.models.voice_contract import (SPEAK_SPEED, SPEAK_VOICE, THINK_EVENT_TYPES, SpeakChunk,
-                                          speak_chunk, think_text)
+from runtime.models.speak.voices import catalogue, language_of, resolve_voice
+from runtime.models.voice_contract import (SPEAK_LANGUAGE, SPEAK_SPEED, SPEAK_VOICE, THINK_EVENT_TYPES,
+                                          SpeakChunk, speak_chunk, think_text)
 
-ENGINES = ("hibari", "flite", "espeak")
+ENGINES = ("hibari", "flite", "espeak", "kokoro")
 # The widest speed range a client may ask for: /v1/audio/speech's (the Realtime
 # API's audio.output.speed is 0.25..1.5; the session checks that one).
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
@@ -44,8 +45,17 @@ def make_synthesizer(engine: str, voice: str | None = None, **kw: Any) -> Synthe
         return FliteSynthesizer(voice)
     if engine == "espeak":
         from runtime.models.speak.tts_espeak import EspeakSynthesizer
-        return EspeakSynthesizer(voice, rate_wpm=kw.get("rate_wpm"))
+        return EspeakSynthesizer(voice, rate_wpm=kw.get("rate_wpm"),
+                                 language=str(kw.get("language") or "en"))
+    if engine == "kokoro":
+        from runtime.models.speak.tts_kokoro import KokoroSynthesizer
+        return KokoroSynthesizer(voice)
     raise ValueError(f"unknown TTS engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def words_of(text: str, language: str) -> str:
+    """Numbers, money, dates... as the words of ``language`` (English: spoken_form's rules)."""
+    return spoken_form(text) if language == "en" else spoken_form_in(text, language)
 
 
 def text_of(payload: Any) -> str:
@@ -77,8 +87,9 @@ class _Reply:
     and how much audio it has made since its first (what a listener playing it
     in real time has left)."""
     segmenter: ClauseSegmenter
-    voice: str
+    voice: str         # a catalogue name (voices.py)
     speed: float
+    language: str      # what its numbers are read in: the request's language, else the voice's
     queue: deque[str] = field(default_factory=deque)
     started: float | None = None    # time.monotonic() of its first audio
     audio_ms: float = 0.0
@@ -91,14 +102,18 @@ class _Reply:
 class SpeakExecutor(ChunkExecutor):
     """Chunk executor: clause segmentation, text made speakable, in-process TTS per request.
 
-    YAML args: ``engine`` ("hibari" | "flite" | "espeak"), ``voice`` (the
-    engine's default voice), ``threads`` (onnxruntime threads, hibari),
+    YAML args: ``engine`` ("hibari" | "flite" | "espeak" | "kokoro": whose voice
+    OpenAI names map to), ``voice`` (the default voice), ``preload_voices``
+    (catalogue voices loaded at start, so a language's first reply does not pay
+    its engine's load: Kokoro takes ~3 s), ``threads`` (onnxruntime threads, hibari),
     ``max_clause_chars`` (120), ``first_clause_words`` (6), ``hurry_below_ms``
     (300: with less audio than this left to play, a clause breaks after
     ``hurry_words`` (3) words instead of at punctuation; 0: never), ``rate_wpm``
     (espeak only), ``normalize_text`` (true: numbers, money, times... as words).
-    Request params: ``voice`` (an installed voice or an OpenAI voice name,
-    runtime.models.speak.voices) and ``speed`` (0.25..4.0).
+    Request params: ``voice`` (any shipped voice of any engine, or an OpenAI
+    voice name), ``language`` (ISO-639-1: picks the language's voice when no
+    shipped voice is named; runtime.models.speak.voices has the rule) and
+    ``speed`` (0.25..4.0).
 
     One clause is synthesised per call: a call that completes several (a whole
     reply at once) speaks the first and leaves the rest to :meth:`collect`,
@@ -110,6 +125,7 @@ class SpeakExecutor(ChunkExecutor):
         super().__init__(**args)
         self.engine = str(args.get("engine", "flite"))   # the lightest; configs name hibari
         self.voice = args.get("voice")
+        self.preload_voices = [str(v) for v in args.get("preload_voices") or []]
         self.threads = int(args.get("threads", 1))
         self.max_clause_chars = int(args.get("max_clause_chars", 120))
         self.first_clause_words = int(args.get("first_clause_words", 6))
@@ -124,6 +140,7 @@ class SpeakExecutor(ChunkExecutor):
         self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._signalled = False
         self._clauses = 0
+        self._by_engine: dict[str, int] = {}   # clauses spoken, per engine
         self._audio_ms = 0.0
 
     def load(self) -> None:
@@ -131,6 +148,8 @@ class SpeakExecutor(ChunkExecutor):
             raise ValueError(f"unknown TTS engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
         self.voice = resolve_voice(self.voice, self.engine)
         self.synth = self._synth_for(self.voice)
+        for name in self.preload_voices:
+            self._synth_for(resolve_voice(name, self.engine, self.voice))
         if self.normalize_text:
             # number words come from inflect, whose import costs ~1 s of CPU: at
             # load, not on the first caller's first "$5"
@@ -143,20 +162,24 @@ class SpeakExecutor(ChunkExecutor):
 
     def _synth_for(self, voice: str) -> Synthesizer:
         if voice not in self._synths:
-            self._synths[voice] = make_synthesizer(self.engine, voice, threads=self.threads,
-                                                   rate_wpm=self.args.get("rate_wpm"))
+            v = catalogue()[voice]
+            self._synths[voice] = make_synthesizer(v.engine, v.engine_voice, threads=self.threads,
+                                                   rate_wpm=self.args.get("rate_wpm"),
+                                                   language=v.language)
         return self._synths[voice]
 
     def stats(self) -> dict:
         return {"streams": len(self._replies), "clauses": self._clauses, "hurried": self._hurried,
                 "queued": sum(len(r.queue) for r in self._replies.values()),
-                "audio_ms": round(self._audio_ms, 1), "engine": self.engine}
+                "audio_ms": round(self._audio_ms, 1), "engine": self.engine,
+                "clauses_by_engine": dict(self._by_engine)}
 
     def open(self, request_id: int, params: dict) -> None:
         if self.synth is None:
             self.load()
         try:
-            voice = resolve_voice(params.get(SPEAK_VOICE), self.engine, self.voice)
+            language = language_of(params.get(SPEAK_LANGUAGE))
+            voice = resolve_voice(params.get(SPEAK_VOICE), self.engine, self.voice, language)
         except ValueError as exc:
             raise StageError(ErrorCode.BAD_INPUT, f"speak: {exc}") from None
         speed = params.get(SPEAK_SPEED, 1.0)
@@ -167,7 +190,7 @@ class SpeakExecutor(ChunkExecutor):
         self._synth_for(voice)
         self._replies[request_id] = _Reply(
             ClauseSegmenter(self.max_clause_chars, self.first_clause_words, self.hurry_words),
-            voice, float(speed))
+            voice, float(speed), language or catalogue()[voice].language)
 
     def release(self, request_id: int) -> None:
         self._replies.pop(request_id, None)
@@ -175,16 +198,18 @@ class SpeakExecutor(ChunkExecutor):
 
     def _speak(self, reply: _Reply, clause: str) -> SpeakChunk | None:
         text = strip_markdown(clause)
-        spoken = speakable(spoken_form(text) if self.normalize_text else text)
+        synth = self._synths[reply.voice]
+        spoken = speakable(words_of(text, reply.language) if self.normalize_text else text,
+                           synth.language)
         if not spoken:
             return None
-        synth = self._synths[reply.voice]
         rate = int(synth.sample_rate)
         audio = spoken_with_pause(synth.synthesize(spoken, reply.speed), rate, text, reply.speed)
         if audio.size == 0:
             return None
         chunk = speak_chunk(audio, rate, clause)
         self._clauses += 1
+        self._by_engine[synth.name] = self._by_engine.get(synth.name, 0) + 1
         self._audio_ms += chunk["duration_ms"]
         if reply.started is None:
             reply.started = time.monotonic()

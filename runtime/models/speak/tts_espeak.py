@@ -67,13 +67,16 @@ def _lib() -> tuple[ctypes.CDLL, int]:
 
 
 class EspeakSynthesizer(Synthesizer):
-    """eSpeak NG voice (default ``en-us``, 22050 Hz); ``rate_wpm`` sets speaking speed."""
+    """eSpeak NG voice (default ``en-us``, 22050 Hz; a language voice such as ``es``, whose
+    ``language`` says what text it keeps); ``rate_wpm`` sets speaking speed."""
 
     name = "espeak"
 
-    def __init__(self, voice: str | None = None, rate_wpm: int | None = None) -> None:
+    def __init__(self, voice: str | None = None, rate_wpm: int | None = None,
+                 language: str = "en") -> None:
         self.voice = voice or "en-us"
         self.rate_wpm = rate_wpm
+        self.language = language
         with _LOCK:
             _, self.sample_rate = _lib()
             self._select()

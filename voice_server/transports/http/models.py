@@ -3,7 +3,10 @@
 
 A name is the server's own (``settings.model``), the pipeline's, a stage's
 model (its ``model`` arg or its ``model_path`` file name) or one of OpenAI's
-speech aliases when there is a speak stage.  Chat and speech both call
+speech aliases when there is a speak stage.  The speech aliases carry an
+extension, ``voice_agent``: every shipped voice with its engine, language
+and gender, OpenAI's voice names, and the voice a reply in each language
+gets when the client names none (docs/CLIENTS.md).  Chat and speech both call
 :func:`check_model`, so a name is known, or refused, the same way on every
 endpoint.
 """
@@ -15,12 +18,24 @@ import os
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from runtime.models.speak.voices import OPENAI_VOICES, catalogue, languages, resolve_voice
 from runtime.models.voice_contract import SPEAK
 
 from .context import ApiContext
 from .errors import ApiError
 
 SPEECH_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+
+
+def voice_listing(engine: str, default: str | None = None) -> dict:
+    """The ``voice_agent`` extension of a speech model: what a client may name
+    in ``voice`` and which voice each language gets by default on a speak stage
+    whose default is ``engine``'s ``default`` voice."""
+    return {"voices": [{"name": v.name, "engine": v.engine, "language": v.language,
+                        "gender": v.gender} for v in catalogue().values()],
+            "openai_voices": list(OPENAI_VOICES),
+            "languages": {lang: resolve_voice(None, engine, default, lang)
+                          for lang in sorted(languages())}}
 
 
 def model_ids(ctx: ApiContext) -> list[dict]:
@@ -41,6 +56,15 @@ def model_ids(ctx: ApiContext) -> list[dict]:
     seen: dict[str, dict] = {}
     for mid, owner in ids:
         seen.setdefault(mid, {"id": mid, "object": "model", "created": 0, "owned_by": owner})
+    speak = next((s for s in cfg.stages if s.name == SPEAK), None) if p is not None else None
+    if speak is not None:
+        try:
+            listing = voice_listing(str(speak.args.get("engine", "flite")), speak.args.get("voice"))
+        except ValueError:      # a speak stage that is not ours (another executor)
+            listing = None
+        for a in SPEECH_ALIASES:
+            if listing and seen.get(a, {}).get("owned_by") == SPEAK:
+                seen[a]["voice_agent"] = listing
     return list(seen.values())
 
 

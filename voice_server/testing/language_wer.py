@@ -10,6 +10,7 @@ accents' compatibility forms and punctuation.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from runtime.models.speak.spoken_form_locale import spoken_form_in
@@ -24,6 +25,9 @@ def tokens(text: str, language: str) -> list[str]:
     if language == "en":
         return normalize(text)
     text = unicodedata.normalize("NFKC", spoken_form_in(text, language)).lower()
+    if language == "ja":     # Whisper writes 7時, a reference 七時: both as kanji numerals
+        from num2words import num2words
+        text = re.sub(r"\d+", lambda m: num2words(int(m.group(0)), lang="ja"), text)
     kept = "".join(ch if unicodedata.category(ch)[0] in "LMN" else " " for ch in text)
     if language in UNSPACED:
         return [ch for ch in kept if not ch.isspace()]

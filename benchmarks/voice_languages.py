@@ -1,0 +1,118 @@
+"""The speak side of the language benchmark: per language, the voice a reply
+gets when the client names none, heard back by Whisper base (round-trip WER;
+characters for Japanese) and rated by DNSMOS (speechmos, as in tts_bench.py).
+
+All speech here is synthetic (the voices under test); no recordings of people
+in these languages ship with the project.  ``benchmarks/language_bench.py``
+calls :func:`voice_rows` and merges its keys into each language's entry;
+alone::
+
+    python -m benchmarks.voice_languages --quick --out benchmarks/results/voice_languages.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from voice_server.testing.report import write_json
+
+# Sentences a voice agent says, with numbers where the language's words matter.
+SENTENCES: dict[str, list[str]] = {
+    "en": ["Your table for four is booked for seven thirty tonight.",
+           "The parcel left our warehouse this morning and arrives on Thursday.",
+           "Is there anything else I can help you with today?"],
+    "es": ["Su mesa para cuatro está reservada para esta noche.",
+           "El paquete salió del almacén esta mañana y llega el jueves.",
+           "¿Hay algo más en lo que pueda ayudarle hoy?"],
+    "de": ["Ihr Tisch für vier Personen ist für heute Abend reserviert.",
+           "Das Paket hat heute Morgen unser Lager verlassen.",
+           "Kann ich Ihnen sonst noch helfen?"],
+    "fr": ["Votre table pour quatre personnes est réservée pour ce soir.",
+           "Le colis a quitté notre entrepôt ce matin.",
+           "Puis-je vous aider avec autre chose aujourd'hui ?"],
+    "it": ["Il vostro tavolo per quattro è prenotato per stasera.",
+           "Il pacco ha lasciato il magazzino questa mattina.",
+           "Posso aiutarla con qualcos'altro oggi?"],
+    "pt": ["A sua mesa para quatro está reservada para esta noite.",
+           "A encomenda saiu do armazém esta manhã.",
+           "Posso ajudá-lo com mais alguma coisa hoje?"],
+    "ja": ["今夜七時半に四名様でご予約を承りました。",
+           "お荷物は今朝倉庫を出発し、木曜日に届きます。",
+           "ほかに何かお手伝いできることはありますか。"],
+}
+QUICK = 1            # sentences per language with --quick
+
+
+def _speak(ex, rid: int, text: str, language: str) -> tuple[np.ndarray, int, str, float]:
+    """The whole reply's audio, its rate, the engine that spoke it, and the CPU it took."""
+    from runtime.executor import WorkItem
+    from runtime.models.voice_contract import SPEAK_LANGUAGE
+    before = dict(ex.stats()["clauses_by_engine"])
+    cpu = time.process_time()
+    ex.open(rid, {SPEAK_LANGUAGE: language})
+    [chunks] = ex.process([WorkItem(rid, text, {}, final=True)])
+    while ex.pending(rid):
+        for _, more in ex.collect():
+            chunks += more
+    ex.release(rid)
+    cpu = time.process_time() - cpu
+    after = ex.stats()["clauses_by_engine"]
+    engine = next(e for e, n in after.items() if n > before.get(e, 0))
+    return np.concatenate([c["audio"] for c in chunks]), chunks[0]["sample_rate"], engine, cpu
+
+
+def voice_rows(languages: list[str] | None = None, quick: bool = False) -> dict[str, dict]:
+    """Per language: ``voice``, ``voice_engine``, ``voice_wer`` (round trip; CER
+    for ja), ``voice_dnsmos`` (overall), ``voice_cpu_per_audio_s``."""
+    import soxr
+    from speechmos import dnsmos
+
+    from runtime.models.listen.whisper_asr import WhisperASR
+    from runtime.models.speak.executor import SpeakExecutor
+    from runtime.models.speak.voices import resolve_voice
+    from voice_server.testing.language_wer import language_wer
+
+    ex = SpeakExecutor(engine="hibari", threads=1)
+    ex.load()
+    out: dict[str, dict] = {}
+    rid = 0
+    for lang in languages or list(SENTENCES):
+        asr = WhisperASR(model="base", language=lang)
+        pairs, mos, cpu, audio_s, engine = [], [], 0.0, 0.0, ""
+        for text in SENTENCES[lang][:QUICK if quick else None]:
+            rid += 1
+            audio, rate, engine, spent = _speak(ex, rid, text, lang)
+            x16 = soxr.resample(audio.astype(np.float32) / 32768, rate, 16000)
+            pairs.append((text, asr.transcribe([x16])[0]))
+            mos.append(dnsmos.run(np.clip(x16, -1, 1), 16000)["ovrl_mos"])
+            cpu += spent
+            audio_s += audio.size / rate
+        out[lang] = {"voice": resolve_voice(None, "hibari", language=lang), "voice_engine": engine,
+                     "voice_wer": round(language_wer(pairs, lang), 3),
+                     "voice_dnsmos": round(statistics.mean(mos), 2),
+                     "voice_cpu_per_audio_s": round(cpu / max(audio_s, 1e-9), 3),
+                     "voice_heard": pairs,
+                     "voice_note": "synthetic speech (the voice under test), Whisper base"}
+    ex.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK} sentence per language")
+    ap.add_argument("--languages", default=",".join(SENTENCES))
+    ap.add_argument("--out", default="benchmarks/results/voice_languages.json")
+    args = ap.parse_args()
+    rows = voice_rows(args.languages.split(","), quick=args.quick)
+    for lang, r in rows.items():
+        print(f"{lang}  {r['voice']:>9} ({r['voice_engine']:<6})  WER {r['voice_wer'] * 100:5.1f}%  "
+              f"DNSMOS {r['voice_dnsmos']:.2f}  CPU/audio s {r['voice_cpu_per_audio_s']:.3f}")
+    write_json(args.out, {"languages": rows})
+
+
+if __name__ == "__main__":
+    main()

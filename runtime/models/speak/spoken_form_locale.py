@@ -2,7 +2,7 @@
 
 :mod:`runtime.models.speak.spoken_form` does this for English with its own
 rules; other languages take their words from libraries instead of tables
-written here: ``num2words`` (LGPL-2.1) for numbers, years and money, and
+written here: ``num2words`` (LGPL) for numbers, years and money, and
 Babel's CLDR data (BSD-3-Clause) for each locale's number symbols ("1.250,75"
 in Spanish and German, "3,5" for three and a half), its unit and percent
 phrases and its long date form.  Only the unit symbols an LLM writes are

@@ -130,6 +130,8 @@ def resolve_voice(requested: str | None, engine: str, default: str | None = None
                   language: str | None = None) -> str:
     """The catalogue voice for a request (module docstring for the rule);
     ValueError for an unknown name."""
+    if requested is not None and not isinstance(requested, str):
+        raise ValueError(f"'voice' must be a voice name, got {type(requested).__name__}")
     voices = catalogue()
     default = default or DEFAULT_VOICE[engine]
     if default not in voices:

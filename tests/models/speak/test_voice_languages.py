@@ -24,7 +24,7 @@ from runtime.models.speak.voices import catalogue, language_of, resolve_voice
 from runtime.models.voice_contract import SPEAK_LANGUAGE, SPEAK_VOICE
 from voice_server.testing.language_wer import language_wer
 
-SPANISH = "Hola, mi nombre es Lucía y vivo en una casa grande cerca del mar."
+SPANISH = "Gracias por llamar. El paquete llega el jueves por la mañana."
 JAPANESE = "今日はとてもいい天気ですね。"
 _rid = iter(range(1, 1_000_000))
 
@@ -68,10 +68,9 @@ def test_spanish_by_language_is_spoken_by_espeak_and_heard_back(stage):
     audio, rate, spoke = speak(stage, SPANISH, {SPEAK_LANGUAGE: "es"})
     assert set(spoke) == {"espeak"} and rate == 22050
     text = heard(audio, rate, "es")
-    # espeak-ng is a formant voice: Whisper base reads it back at WER ~0.4-0.7
-    # (measured on three sentences, synthetic speech); content words survive.
-    assert language_wer([(SPANISH, text)], "es") <= 0.8, text
-    assert {"casa", "mar"} <= set(text.lower().strip(".").replace(",", "").split()), text
+    # espeak-ng is a formant voice: Whisper base reads these two sentences back
+    # at WER 0-0.25 and others at up to ~0.8 (synthetic speech, measured here).
+    assert language_wer([(SPANISH, text)], "es") <= 0.4, text
 
 
 def test_japanese_by_language_is_spoken_by_kokoro_and_heard_back(stage):
@@ -79,6 +78,12 @@ def test_japanese_by_language_is_spoken_by_kokoro_and_heard_back(stage):
     assert set(spoke) == {"kokoro"} and rate == 24000 and audio.size > rate // 2
     text = heard(audio, rate, "ja")
     assert language_wer([(JAPANESE, text)], "ja") <= 0.35, text   # per character
+
+
+def test_a_kanji_openjtalk_does_not_know_is_still_spoken(stage):
+    """彁 is read through Sudachi's dictionary (sudachidict-core); without it the clause failed."""
+    audio, _, spoke = speak(stage, "彁という字です。", {SPEAK_LANGUAGE: "ja"})
+    assert set(spoke) == {"kokoro"} and audio.size > 0
 
 
 def test_english_keeps_the_default_voice(stage):
@@ -102,6 +107,7 @@ def test_a_named_voice_wins_over_the_language(stage):
 
 def test_unknown_voice_or_bad_language_is_refused(stage):
     for params in ({SPEAK_VOICE: "nobody", SPEAK_LANGUAGE: "es"}, {SPEAK_LANGUAGE: 5},
+                   {SPEAK_VOICE: {"id": "es"}}, {SPEAK_VOICE: ["es"]},
                    {SPEAK_LANGUAGE: "not a language"}, {SPEAK_LANGUAGE: "x" * 40}):
         with pytest.raises(StageError) as err:
             stage.open(99, params)

@@ -1,5 +1,6 @@
 """GET /v1/models lists every shipped voice (engine, language, gender) and the
-voice each language gets, on the speech models (the ``voice_agent`` extension)."""
+voice each language gets, on the speech models (the ``voice_agent`` extension);
+a session may choose any of them and nothing else."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ import httpx
 from starlette.applications import Starlette
 
 from runtime.config import load_config
+from voice_server.app import with_speak_voices
+from voice_server.session import SessionSettings
+from voice_server.session.config import apply_session_update
+from voice_server.session.errors import ClientError
+from voice_server.settings import ServerSettings
 from voice_server.transports.http.routes import http_routes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,3 +38,19 @@ async def test_speech_models_list_voices_and_languages():
     assert by_name["jm_kumo"]["engine"] == "kokoro" and by_name["es"]["language"] == "es"
     assert ext["languages"]["en"] == "heart" and ext["languages"]["ja"] == "jf_alpha"
     assert ext["languages"]["es"] == "es" and "alloy" in ext["openai_voices"]
+
+
+def test_a_session_may_choose_any_shipped_voice_and_no_other():
+    """The session's voice check takes the speak stage's list (app.with_speak_voices):
+    every shipped voice of every engine is accepted, an unknown name is an error event."""
+    limits = with_speak_voices(ServerSettings(), _Configured(ROOT / "configs" / "voice-cpu.yaml")).limits
+    st = SessionSettings()
+    for name in ("jf_nezumi", "es", "heart", "cedar"):
+        st = apply_session_update(st, {"audio": {"output": {"voice": name}}}, limits)
+        assert st.voice == name
+    try:
+        apply_session_update(st, {"audio": {"output": {"voice": "nobody"}}}, limits)
+    except ClientError as err:
+        assert err.param == "session.audio.output.voice" and "jf_alpha" in str(err)
+    else:
+        raise AssertionError("an unknown voice was accepted")

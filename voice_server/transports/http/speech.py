@@ -24,7 +24,8 @@ import numpy as np
 from starlette.requests import Request
 from starlette.responses import Response
 
-from runtime.models.voice_contract import SPEAK, SPEAK_SPEED, SPEAK_VOICE
+from runtime.models.speak.voices import language_of
+from runtime.models.voice_contract import SPEAK, SPEAK_LANGUAGE, SPEAK_SPEED, SPEAK_VOICE
 
 from .context import ApiContext
 from .errors import ApiError, cancelled_body, error_body
@@ -48,6 +49,9 @@ class SpeechAsk:
     fmt: str                # response_format: wav or pcm
     stream_format: str      # audio (the bytes) or sse (speech.audio.delta events)
     speed: float
+    # extension: the text's language (ISO-639-1); picks its voice when ``voice``
+    # names no shipped voice (runtime/models/speak/voices.py)
+    language: str | None = None
 
     @property
     def sentences(self) -> list[str]:
@@ -78,8 +82,12 @@ class SpeechAsk:
         speed = data.get("speed", 1.0)
         if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not 0.25 <= speed <= 4.0:
             raise ApiError(400, "'speed' must be a number in 0.25..4.0", param="speed", code="invalid_value")
+        try:
+            language = language_of(data.get("language"))
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param="language", code="invalid_value") from None
         return cls(text, voice.get("id") if isinstance(voice, dict) else voice, fmt, stream_format,
-                   float(speed))
+                   float(speed), language)
 
 
 def wav_header(sample_rate: int, channels: int = 1, bits: int = 16) -> bytes:
@@ -180,7 +188,8 @@ async def speech(ctx: ApiContext, request: Request) -> Response:
     p = ctx.live_pipeline([SPEAK])
     audio = SpeechAudio(int(ctx.setting("speech_sample_rate")))
     h = await p.submit(None, entry=SPEAK, route=[SPEAK], stream_input=True,
-                       params={SPEAK_VOICE: ask.voice, SPEAK_SPEED: ask.speed},
+                       params={SPEAK_VOICE: ask.voice, SPEAK_SPEED: ask.speed,
+                               SPEAK_LANGUAGE: ask.language},
                        deadline_s=ctx.deadline())
     turn = Turn(p, h)
     try:

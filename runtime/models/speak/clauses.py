@@ -22,7 +22,7 @@ CJK_COMMA = "、，"
 # After the first clause a CJK comma ends a clause of at least this many
 # characters (these scripts have no spaces to count words by).
 CJK_COMMA_MIN_CHARS = 8
-CLOSERS = "\"')]}\u201d\u2019"
+CLOSERS = "\"')]}\u201d\u2019\u300d\u300f\uff09\u3011"   # with the full-width 」』）】
 # "Dr. Smith" is not the end of a sentence; breaking there costs a pause mid-name.
 ABBREVIATIONS = {"mr", "mrs", "ms", "dr", "st", "vs", "etc", "e.g", "i.e", "jr", "sr", "prof",
                  "no", "fig", "approx"}
@@ -99,7 +99,7 @@ class ClauseSegmenter:
                 if ch in CJK_COMMA and not self.first and i < CJK_COMMA_MIN_CHARS:
                     continue
                 j = i + 1
-                while j < n and buf[j] in CLOSERS + "」』）】":
+                while j < n and buf[j] in CLOSERS:
                     j += 1
                 return j
             if ch in STRONG or ch == ",":

@@ -29,9 +29,10 @@ FLOOR_DB = -45.0
 MARGIN_MS = 30
 SENTENCE_PAUSE_MS = 300
 CLAUSE_PAUSE_MS = 150
-SENTENCE_END = ".!?"
-CLAUSE_END = ",;:\u2014\u2013"
-CLOSERS = "\"')]}\u201d\u2019"
+# with the full-width (CJK) stops and commas, which Japanese clauses end with
+SENTENCE_END = ".!?\u3002\uff01\uff1f"
+CLAUSE_END = ",;:\u2014\u2013\u3001\uff0c\uff1b\uff1a"
+CLOSERS = "\"')]}\u201d\u2019\u300d\u300f\uff09"
 
 
 def pause_after_ms(text: str) -> int:

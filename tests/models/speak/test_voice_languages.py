@@ -18,6 +18,7 @@ from runtime.executor import WorkItem
 from runtime.models.listen.whisper_asr import WhisperASR
 from runtime.models.speak.clauses import ClauseSegmenter
 from runtime.models.speak.executor import SpeakExecutor
+from runtime.models.speak.pauses import CLAUSE_PAUSE_MS, SENTENCE_PAUSE_MS, pause_after_ms
 from runtime.models.speak.spoken_form_locale import spoken_form_in
 from runtime.models.speak.tts_base import speakable
 from runtime.models.speak.voices import catalogue, language_of, resolve_voice
@@ -135,6 +136,10 @@ def test_text_of_other_scripts_survives_for_their_voices():
 def test_japanese_clauses_end_at_full_width_stops():
     seg = ClauseSegmenter()
     assert seg.push("はい、承知しました。明日の三時ですね？") == ["はい、", "承知しました。", "明日の三時ですね？"]
+    # and a reader pauses after them as after . and ,
+    assert pause_after_ms("承知しました。") == SENTENCE_PAUSE_MS
+    assert pause_after_ms("「はい」と言いました！」") == SENTENCE_PAUSE_MS
+    assert pause_after_ms("はい、") == CLAUSE_PAUSE_MS
 
 
 def test_every_shipped_voice_has_an_engine_language_and_gender():

@@ -7,6 +7,8 @@
                                              # /metrics (voice_server.metrics),
                                              # /v1/sessions, /v1/requests/{id} (.admin),
                                              # /v1/calls (.transports.calls_api),
+                                             # SIP on its own port when enabled
+                                             # (.transports.sip, docs/SIP.md),
                                              # web_demo/ as static files at /
     await serve("configs/voice-cpu.yaml", "127.0.0.1", 8000)
 
@@ -119,6 +121,10 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
         tracing = Tracing(settings.traces)
     registry_for(pipeline).traces = tracing
     routes += calls_routes(pipeline, settings)
+    sip = None
+    if settings.sip.enabled:  # SIP trunks and PBXs (docs/SIP.md); listeners bound at startup
+        from .transports.sip.endpoint import SipEndpoint
+        sip = SipEndpoint(pipeline, settings)
     demo = _demo_dir(settings)
     if (demo / "index.html").exists():
         routes.append(Mount("/", app=StaticFiles(directory=str(demo), html=True), name="web"))
@@ -127,9 +133,13 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        if sip is not None:
+            await sip.start()
         try:
             yield
         finally:
+            if sip is not None:
+                await sip.close()
             await rtc_endpoint.close_all()
             await endpoint.close_all()
             for ep in phone.values():
@@ -154,6 +164,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     app.state.realtime = endpoint
     app.state.phone = phone  # provider name -> PhoneEndpoint
     app.state.twilio = phone["twilio"]
+    app.state.sip = sip  # the SipEndpoint, None when SIP is off
     return app
 
 

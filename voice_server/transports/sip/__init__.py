@@ -15,7 +15,8 @@ session core (``audio_out_mode="stream"``) through :class:`SessionRunner`:
   RTP packets in and out; :mod:`.dtmf` - RFC 4733 events;
   :mod:`.playout` - the outbound queue, barge-in and what was heard;
   :mod:`.payload` - G.711 / G.722 payloads; :mod:`.ports` - the RTP ports;
-* :mod:`.tcp` - SIP over TCP answering on the request's own connection.
+* :mod:`.listeners` - aiosipua's UDP and TCP listeners, adapted (uvloop;
+  TCP answers on the request's own connection).
 
 Signalling (parser, dialogs, transactions) is aiosipua's; RTP packets and
 RFC 4733 payloads are aiortp's.  Only this package imports them.

@@ -29,7 +29,7 @@ import secrets
 from typing import Optional
 
 from aiosipua import IncomingCall as DialogCall
-from aiosipua import SipMessage, SipRequest, SipResponse, SipUAS, UdpSipTransport, parse_sdp
+from aiosipua import SipMessage, SipRequest, SipResponse, SipUAS, parse_sdp
 from aiosipua.sdp import SdpMessage
 
 from ...settings import ServerSettings
@@ -41,7 +41,7 @@ from .incoming import Accept, IncomingCall, IncomingHook, Reject, accept_with_he
 from .media import RtpMedia
 from .ports import PortPool
 from .sdp import BadSdp, NoSharedCodec, read_offer
-from .tcp import ConnectionTcpTransport
+from .listeners import ConnectionTcpTransport, DatagramListener
 
 log = logging.getLogger("voice_server.transports.sip")
 
@@ -72,7 +72,7 @@ class SipEndpoint:
         """Bind the listeners (OSError: the port is taken)."""
         addr = (self.sip.host, self.sip.port)
         for name in self.sip.transports:
-            tr = UdpSipTransport(local_addr=addr) if name == "udp" \
+            tr = DatagramListener(local_addr=addr) if name == "udp" \
                 else ConnectionTcpTransport(local_addr=addr)
             uas = SipUAS(tr, user_agent=self.sip.user_agent,
                          advertised_addr=(self.sip.advertised_host, self.sip.port))

@@ -9,6 +9,11 @@ steady stream.  On hold (the caller does not listen) nothing is sent and the
 timestamps run on.  Received datagrams go through the :class:`RtpReader` and
 what it finds goes to the call's callbacks.
 
+A caller that stops sending (silence suppression, RFC 3551 section 4.1; a
+test tool at the end of its capture) is heard as silence: once no audio came
+for :data:`QUIET_AFTER_S`, each tick hands the session a silent frame, so its
+turn detection sees the pause it would hear on a line that keeps sending.
+
 The intervals between sends are kept (the last :data:`INTERVALS_KEPT`) so
 the benchmark and the metrics can read the rhythm the caller got.
 """
@@ -33,6 +38,7 @@ log = logging.getLogger("voice_server.transports.sip")
 
 TICK_S = PTIME_MS / 1000.0
 RESYNC_AFTER_S = 0.2
+QUIET_AFTER_S = 0.1  # no caller audio this long: the line is silent
 INTERVALS_KEPT = 3000  # one minute of send intervals
 
 
@@ -52,6 +58,7 @@ class RtpMedia(asyncio.DatagramProtocol):
         self.events: deque[EventTick] = deque()  # digits to send, tick by tick
         self.sending = True  # False while the caller holds us (they do not listen)
         self.last_rx = time.monotonic()  # the caller's last RTP (the RTP timeout reads it)
+        self.last_audio = self.last_rx  # the caller's last audio frame (or silence we filled)
         self.intervals_ms: deque[float] = deque(maxlen=INTERVALS_KEPT)
         self.stats = {"rtp_in": 0, "rtp_out": 0, "dropped": 0, "keys_in": 0, "events_out": 0}
         self._on_audio, self._on_key = on_audio, on_key
@@ -102,7 +109,7 @@ class RtpMedia(asyncio.DatagramProtocol):
         for msg in self.reader.feed(data, (addr[0], addr[1])):
             if isinstance(msg, CallerAudio):
                 self.stats["rtp_in"] += 1
-                self.last_rx = time.monotonic()
+                self.last_rx = self.last_audio = time.monotonic()
                 self._on_audio(msg.pcm, msg.rate)
             elif isinstance(msg, CallerKey):
                 self.stats["keys_in"] += 1
@@ -129,7 +136,12 @@ class RtpMedia(asyncio.DatagramProtocol):
             self.tick()
 
     def tick(self) -> None:
-        """One 20 ms tick: one packet (or none while held)."""
+        """One 20 ms tick: one packet (or none while held); silence in for a quiet line."""
+        now = time.monotonic()
+        if now - self.last_audio > QUIET_AFTER_S:
+            self.last_audio = now - QUIET_AFTER_S + TICK_S
+            fmt = self.codec.format
+            self._on_audio(np.zeros(fmt.frame_samples, np.int16), fmt.sample_rate)
         if not self.sending:
             self.writer.skip()
             self._last_send = None  # the rhythm counts while we send

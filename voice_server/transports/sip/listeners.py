@@ -1,6 +1,12 @@
-"""SIP over TCP that answers on the request's own connection.
+"""aiosipua's SIP listeners, adapted in two places.
 
-RFC 3261 section 18.2.2: over a connection-oriented transport the response
+UDP: aiosipua's datagram protocol asserts that its transport is an
+``asyncio.DatagramTransport``, which uvloop's (the server's loop under
+uvicorn) is not; the assertion fails in ``connection_made`` and logs a
+traceback at every start although nothing is wrong.  :class:`DatagramListener`
+binds with a protocol that only hands datagrams on.
+
+TCP: RFC 3261 section 18.2.2: over a connection-oriented transport the response
 goes back over the connection the request came on.  aiosipua's TCP transport
 routes responses by the top Via's host and port, which is the peer's
 listening port, not its connection's source port (SIPp and most phones
@@ -11,8 +17,11 @@ makes the Via routing name that connection.
 
 from __future__ import annotations
 
-from aiosipua import SipMessage, SipRequest, TcpSipTransport, parse_via, stringify_via
+import asyncio
 import logging
+
+from aiosipua import (SipMessage, SipRequest, TcpSipTransport, UdpSipTransport, parse_via,
+                      stringify_via)
 
 log = logging.getLogger("voice_server.transports.sip")
 
@@ -28,6 +37,26 @@ def stamp_connection(request: SipRequest, addr: tuple[str, int]) -> None:
     request.headers.remove("Via")
     for v in [stringify_via(top), *vias[1:]]:
         request.headers.append("Via", v)
+
+
+class _Datagrams(asyncio.DatagramProtocol):
+    def __init__(self, owner: "DatagramListener") -> None:
+        self.owner = owner
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.owner._dispatch(data, (str(addr[0]), int(addr[1])))
+
+    def error_received(self, exc: Exception) -> None:  # ICMP unreachable from a gone peer
+        log.debug("SIP UDP error: %r", exc)
+
+
+class DatagramListener(UdpSipTransport):
+    """:class:`UdpSipTransport` bound with :class:`_Datagrams` (module docstring)."""
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._udp_transport, _ = await loop.create_datagram_endpoint(
+            lambda: _Datagrams(self), local_addr=self.local_addr)
 
 
 class ConnectionTcpTransport(TcpSipTransport):
@@ -48,4 +77,4 @@ class ConnectionTcpTransport(TcpSipTransport):
                 log.exception("SIP request from %s failed", addr)
 
 
-__all__ = ["ConnectionTcpTransport", "stamp_connection"]
+__all__ = ["DatagramListener", "ConnectionTcpTransport", "stamp_connection"]

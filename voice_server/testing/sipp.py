@@ -3,8 +3,8 @@
 A :class:`SippCall` writes one UAC scenario from steps (offer, play a
 capture, send keys, hold, resume, hang up, cancel) and runs ``sipp`` for
 one call against the server's SIP port on 127.0.0.1.  The scenario's SDP
-names ``rtp_port``: where the agent's RTP goes (an :class:`RtpSink` the
-test owns), while SIPp plays its captures from its own media port, on the
+names ``rtp_port``: where the agent's RTP goes (a
+:class:`voice_server.testing.rtp_peer.RtpPeer` the test owns), while SIPp plays its captures from its own media port, on the
 same address.
 
 SIPp ships the captures used here: ``g711a.pcap`` (speech, A-law) and
@@ -125,11 +125,13 @@ class SippCall:
         self.steps.append(f'<nop><action><exec play_pcap_audio="{pcap}"/></action></nop>')
         return self
 
-    def keys(self, keys: str) -> "SippCall":
+    def keys(self, keys: str, gap_ms: int = 800) -> "SippCall":
+        """Each key's capture, ``gap_ms`` apart: SIPp stops a capture still
+        playing when the next starts, and on a busy machine its player starts late."""
         for k in keys:
             name = {"*": "star", "#": "pound"}.get(k, k)
             self.play(SIPP_SHARE / f"dtmf_2833_{name}.pcap")
-            self.pause(400)
+            self.pause(gap_ms)
         return self
 
     def pause(self, ms: int) -> "SippCall":
@@ -204,32 +206,5 @@ class SippResult:
         return self.rc == 0
 
 
-class RtpSink(asyncio.DatagramProtocol):
-    """A UDP socket that keeps every datagram the agent sends (with its arrival time)."""
-
-    def __init__(self) -> None:
-        self.packets: list[tuple[float, bytes]] = []
-        self.transport: Optional[asyncio.DatagramTransport] = None
-
-    @classmethod
-    async def open(cls, host: str = "127.0.0.1") -> "RtpSink":
-        sink = cls()
-        loop = asyncio.get_running_loop()
-        sink.transport, _ = await loop.create_datagram_endpoint(lambda: sink,
-                                                                local_addr=(host, 0))
-        return sink
-
-    @property
-    def port(self) -> int:
-        return self.transport.get_extra_info("sockname")[1]
-
-    def datagram_received(self, data: bytes, addr) -> None:
-        self.packets.append((time.monotonic(), data))
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-
-__all__ = ["SippCall", "SippResult", "RtpSink", "free_port", "sipp_available", "SPEECH_PCAP",
+__all__ = ["SippCall", "SippResult", "free_port", "sipp_available", "SPEECH_PCAP",
            "SIPP_SHARE", "OFFER_PCMA", "OFFER_PCMU", "OFFER_G729"]

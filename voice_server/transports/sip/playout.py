@@ -116,7 +116,7 @@ class Playout:
         self._drop(item_id)
         it = self.items.get(item_id)
         if it is not None:
-            it.queued_ms = max(int(played_ms), 0)
+            it.queued_ms = self._reported[item_id] = max(int(played_ms), 0)
             it.rem, it.resampler, it.finished = np.zeros(0, np.int16), None, False
 
     def hold(self, item_id: str, *, paused: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 from aiortp import DtmfEvent, RtpPacket
 
-from voice_server.audio_codec import alaw_decode, mulaw_decode
+from voice_server.audio_codec import alaw_decode, mulaw_decode, mulaw_encode, resample
 
 VOICED_LEVEL = 200  # mean |sample| of a 20 ms frame that carries voice (silence is ~0-8)
 
@@ -46,6 +46,7 @@ class RtpPeer(asyncio.DatagramProtocol):
         self.ssrc = secrets.randbits(32)
         self.seq = 1000
         self.ts = 0
+        self._said: list[tuple[np.ndarray, asyncio.Future, asyncio.Future]] = []  # mic queue
 
     @classmethod
     async def open(cls, host: str = "127.0.0.1") -> "RtpPeer":
@@ -122,6 +123,69 @@ class RtpPeer(asyncio.DatagramProtocol):
                             & 0xFFFFFFFF, ssrc=self.ssrc, payload=p.payload)
             tr.sendto(out.serialize(), self.remote)
         self.ts = (self.ts + pkts[-1].timestamp - ts0 + 240) & 0xFFFFFFFF
+
+
+    # ------------------------------------------------------------ a phone's microphone
+    def say(self, pcm: np.ndarray, rate: int) -> tuple[asyncio.Future, asyncio.Future]:
+        """Queue speech for :meth:`mic`; futures of the monotonic times its first
+        and last frame went out."""
+        loop = asyncio.get_running_loop()
+        started, ended = loop.create_future(), loop.create_future()
+        self._said.append((resample(np.asarray(pcm, np.int16), rate, 8000), started, ended))
+        return started, ended
+
+    async def mic(self) -> None:
+        """PCMU, one 20 ms frame every tick as a phone sends it: queued speech,
+        else silence (run it as a task; cancel it to stop)."""
+        t0, k, pos = time.monotonic(), 0, 0
+        while True:
+            frame = np.zeros(160, np.int16)
+            if self._said:
+                pcm, started, ended = self._said[0]
+                if pos == 0 and not started.done():
+                    started.set_result(time.monotonic())
+                chunk = pcm[pos:pos + 160]
+                frame[:chunk.size] = chunk
+                pos += 160
+                if pos >= pcm.size:
+                    self._said.pop(0)
+                    pos = 0
+                    if not ended.done():
+                        ended.set_result(time.monotonic())
+            if self.remote is not None:
+                self.seq = (self.seq + 1) & 0xFFFF
+                self.ts = (self.ts + 160) & 0xFFFFFFFF
+                pkt = RtpPacket(payload_type=0, sequence_number=self.seq, timestamp=self.ts,
+                                ssrc=self.ssrc, payload=mulaw_encode(frame))
+                self.transport.sendto(pkt.serialize(), self.remote)
+            k += 1
+            await asyncio.sleep(max(0.0, t0 + k * 0.02 - time.monotonic()))
+
+    def first_voice_after(self, t: float, level: int = VOICED_LEVEL) -> Optional[float]:
+        """When the first agent packet with voice arrived after ``t``."""
+        for at, p in self.received:
+            if at >= t and p.payload_type in (0, 8):
+                pcm = (mulaw_decode if p.payload_type == 0 else alaw_decode)(p.payload)
+                if np.abs(pcm.astype(np.int32)).mean() > level:
+                    return at
+        return None
+
+    def silent_from(self, t: float, run: int = 5) -> Optional[float]:
+        """When the agent's RTP fell silent after ``t``: the arrival of the first
+        of ``run`` silent packets in a row."""
+        quiet, first = 0, None
+        for at, p in self.received:
+            if at < t or p.payload_type not in (0, 8):
+                continue
+            pcm = (mulaw_decode if p.payload_type == 0 else alaw_decode)(p.payload)
+            if np.abs(pcm.astype(np.int32)).mean() <= VOICED_LEVEL:
+                first = at if quiet == 0 else first
+                quiet += 1
+                if quiet >= run:
+                    return first
+            else:
+                quiet = 0
+        return None
 
 
 __all__ = ["RtpPeer", "pcap_rtp", "VOICED_LEVEL"]

@@ -17,7 +17,6 @@ import asyncio
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -176,21 +175,26 @@ class SippCall:
                 str(self.rtp_port), "-nostdin", "-timeout", "60s", "-timeout_error",
                 "-trace_err", "-max_recv_loops", "1000"]
 
-    def run(self, timeout_s: float = 60.0) -> "SippResult":
-        """Run the call to its end (blocking; call it in a thread from async code)."""
+    async def arun(self, timeout_s: float = 60.0) -> "SippResult":
+        """Run the call to its end.  SIPp is killed when this is cancelled or
+        ``timeout_s`` passes (rc -9 then), so a test that gives up leaves no SIPp behind."""
         with tempfile.TemporaryDirectory(prefix="sipp-") as d:
             path = os.path.join(d, "call.xml")
             Path(path).write_text(self.scenario())
-            media = free_port()
             t0 = time.monotonic()
-            p = subprocess.run(self.command(path, media), cwd=d, capture_output=True, text=True,
-                               timeout=timeout_s, stdin=subprocess.DEVNULL)
+            p = await asyncio.create_subprocess_exec(
+                *self.command(path, free_port()), cwd=d, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            try:
+                out, err = await asyncio.wait_for(p.communicate(), timeout_s)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                p.kill()
+                await p.wait()
+                raise
             errors = "".join(f.read_text(errors="replace") for f in Path(d).glob("*errors.log"))
-            return SippResult(p.returncode, p.stdout[-4000:], p.stderr[-4000:], errors,
+            return SippResult(p.returncode, out.decode(errors="replace")[-4000:],
+                              err.decode(errors="replace")[-4000:], errors,
                               time.monotonic() - t0)
-
-    async def arun(self, timeout_s: float = 60.0) -> "SippResult":
-        return await asyncio.to_thread(self.run, timeout_s)
 
 
 @dataclass

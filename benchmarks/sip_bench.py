@@ -29,16 +29,26 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 from voice_server.settings import ServerSettings
 from voice_server.testing import ServerThread
 from voice_server.testing.callers import Caller, RealtimeWSTransport, load_speech
 from voice_server.testing.report import pct, write_json
-from voice_server.testing.rtp_peer import RtpPeer
+from voice_server.testing.rtp_peer import VOICED_LEVEL, RtpPeer
 from voice_server.testing.sipp import OFFER_PCMU, SippCall, free_port, sipp_available
 from voice_server.transports.sip.settings import SipSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 24000  # load_speech's rate
+
+
+def first_voiced_s(pcm, rate: int = RATE, level: int = VOICED_LEVEL) -> float:
+    """Where the first voiced 20 ms frame of ``pcm`` starts (flite leads with silence)."""
+    n = rate // 50
+    frames = np.abs(np.asarray(pcm[:pcm.size // n * n], np.int32)).reshape(-1, n).mean(1)
+    voiced = np.nonzero(frames > level)[0]
+    return float(voiced[0]) * 0.02 if voiced.size else 0.0
 
 
 def _spin(stop_at: float) -> None:
@@ -114,6 +124,10 @@ async def ws_turn(srv: ServerThread, speech: dict, k: int) -> float:
         _, end = c.say(speech["q"][k % len(speech["q"])])
         t_end = await asyncio.wait_for(end, 60)
         _, d = await c.wait(lambda e: e["type"] == "response.output_audio.delta", n, 60)
+        # let the reply finish: the caller's reader, cancelled while deltas stream in,
+        # can swallow the cancel (asyncio.wait_for on 3.11) and never end
+        with contextlib.suppress(TimeoutError):
+            await c.wait(lambda e: e["type"] == "response.done", n, 60)
         return (d["_t"] - t_end) * 1000
     finally:
         for x in tasks:
@@ -129,6 +143,7 @@ async def run(srv: ServerThread, turns: int, barges: int) -> dict:
            "error_samples": []}
 
     def failed(exc: BaseException) -> None:
+        log("  error:", repr(exc)[:200])
         res["errors"] += 1
         res["error_samples"].append(repr(exc)[:200])
 
@@ -139,7 +154,9 @@ async def run(srv: ServerThread, turns: int, barges: int) -> dict:
             async with SipCaller(srv) as c:
                 res["calls"] += 1
                 res["first_voice_ms"].append(await c.turn(speech["q"][k % len(speech["q"])]))
-            res["ws_first_voice_ms"].append(await ws_turn(srv, speech, k))
+            log(f"  sip turn {k}: {res['first_voice_ms'][-1]:.0f} ms")
+            res["ws_first_voice_ms"].append(await asyncio.wait_for(ws_turn(srv, speech, k), 90))
+            log(f"  ws turn {k}: {res['ws_first_voice_ms'][-1]:.0f} ms")
         except Exception as exc:  # noqa: BLE001
             failed(exc)
 
@@ -175,7 +192,7 @@ async def run(srv: ServerThread, turns: int, barges: int) -> dict:
                     await asyncio.sleep(0.01)
                 await asyncio.sleep(1.0)  # well into the reply
                 started, _ = c.peer.say(speech["interrupt"], RATE)
-                t0 = await started
+                t0 = await started + first_voiced_s(speech["interrupt"])
                 await asyncio.sleep(3.0)
                 quiet = c.peer.silent_from(t0)
                 if quiet is None:

@@ -190,6 +190,23 @@ async def test_clear_final_answers_no_codec_busy_forbidden(server, sip_endpoint)
         for e in (ep, walled, busy):
             await nothing_left(server, e)
     finally:
+        if "first" in locals():
+            first.cancel()
+        peer.close()
+
+
+async def test_rtp_timeout_hangs_up_a_dead_call_never_a_held_one(server, sip_endpoint):
+    ep = sip_endpoint(rtp_timeout_s=1.0)
+    peer = await RtpPeer.open()  # SIPp sends no RTP at all in this call
+    # held (inactive) longer than the timeout: no BYE may come (SIPp would fail on it);
+    # resumed and still silent: the agent hangs up
+    script = (SippCall(ep.sip.port, peer.port).invite().reinvite("inactive", "inactive")
+              .pause(2500).reinvite("sendrecv", "sendrecv").await_bye(20000))
+    try:
+        result = await script.arun(60)
+        assert result.ok, result.errors or result.stderr
+        await nothing_left(server, ep)
+    finally:
         peer.close()
 
 

@@ -36,7 +36,7 @@ from ...settings import ServerSettings
 from ..access import admit
 from ..phone.bridge import ThrottledLog
 from .access import DigestGuard, source_allowed
-from .call import SipCall
+from .call import CallState, SipCall
 from .incoming import Accept, IncomingCall, IncomingHook, Reject, accept_with_headers
 from .media import RtpMedia
 from .ports import PortPool
@@ -213,7 +213,7 @@ class SipEndpoint:
                 await call.answer(plan, decision if isinstance(decision, Accept) else Accept())
             except Exception:
                 log.exception("sip %s: could not answer", call.call_id)
-                if not call.finished and call.state.value == "answering":
+                if call.state is CallState.ANSWERING:
                     self._final(dialog, 503, "Service Unavailable")
                 call.end("answer failed")
         finally:

@@ -142,6 +142,36 @@ async def test_keys_in_hold_resume_and_caller_bye_over_tcp(server, sip_endpoint)
         peer.close()
 
 
+async def test_transfer_by_refer_completed_and_refused(server, sip_endpoint):
+    ep = sip_endpoint()
+    peer = await RtpPeer.open()
+    try:
+        # the caller's side accepts the REFER and reports the target answered (200):
+        # completed, and the agent leaves the call (BYE)
+        caller = asyncio.ensure_future(SippCall(ep.sip.port, peer.port).invite()
+                                       .transfer(200).await_bye().arun(60))
+        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        outcome = await server.acall(call.control.transfer, "sip:desk@127.0.0.1", timeout=60)
+        assert (outcome.status, outcome.sip_status) == ("completed", 200)
+        result = await caller
+        assert result.ok, result.errors or result.stderr
+        assert call.end_reason == "transferred"
+        # a refused REFER: failed with its status, the call goes on
+        caller = asyncio.ensure_future(SippCall(ep.sip.port, peer.port).invite()
+                                       .transfer(refuse=403).await_bye().arun(60))
+        call = await until(lambda: next((c for c in ep.calls.values() if not c.finished),
+                                        None), 20, "the second call")
+        outcome = await server.acall(call.control.transfer, "tel:+15550100", timeout=60)
+        assert (outcome.status, outcome.sip_status) == ("failed", 403) and not call.finished
+        assert (await server.acall(call.control.transfer, "http://nope")).status == "failed"
+        await server.acall(call.control.hang_up, "done")
+        result = await caller
+        assert result.ok, result.errors or result.stderr
+        await nothing_left(server, ep)
+    finally:
+        peer.close()
+
+
 async def test_cancel_while_ringing_and_the_hook_refusing(server, sip_endpoint):
     ep = sip_endpoint()
     decided = asyncio.Event()

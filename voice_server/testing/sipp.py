@@ -155,6 +155,30 @@ class SippCall:
         self.steps.append('<recv response="200" crlf="true"/>')
         return self
 
+    def _reply(self, status: str) -> str:
+        return ('<send><![CDATA[\nSIP/2.0 ' + status + '\n[last_Via:]\n[last_From:]\n'
+                '[last_To:]\n[last_Call-ID:]\n[last_CSeq:]\nContent-Length: 0\n\n]]></send>')
+
+    def transfer(self, outcome: int = 200, refuse: int = 0, timeout_ms: int = 30000) -> "SippCall":
+        """The agent REFERs us: answer 202 then NOTIFY the transfer's ``outcome``
+        (a sipfrag status line), or refuse the REFER with ``refuse``."""
+        self.steps.append(f'<recv request="REFER" timeout="{timeout_ms}"/>')
+        if refuse:
+            self.steps.append(self._reply(f"{refuse} Refused"))
+            return self
+        self.steps.append(self._reply("202 Accepted"))
+        self._cseq += 1
+        body = f"SIP/2.0 {outcome} {'OK' if outcome < 300 else 'Failed'}\n"
+        notify = _request("NOTIFY", f"{self._cseq} NOTIFY", headers=(
+            "Event: refer", "Subscription-State: terminated;reason=noresource"))
+        notify = notify.replace("[last_To:]", "To: <sip:agent@[remote_ip]:[remote_port]>"
+                                "[peer_tag_param]")
+        notify = notify.replace("Content-Length: 0\n\n", "Content-Type: message/sipfrag;"
+                                "version=2.0\nContent-Length: [len]\n\n" + body)
+        self.steps.append('<send retrans="500"><![CDATA[\n' + notify + ']]></send>')
+        self.steps.append('<recv response="200"/>')
+        return self
+
     def await_bye(self, timeout_ms: int = 30000) -> "SippCall":
         """The agent hangs up: receive its BYE and answer 200."""
         self.steps.append(f'<recv request="BYE" timeout="{timeout_ms}"/>')

@@ -15,7 +15,7 @@ STAMPS := .stamps
 # tests and benchmarks are judged on; iproute2 brings up loopback in the network
 # namespace of tests/server/test_offline_voice.py.
 APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox chromium \
-	sip-tester baresip-core \
+	sip-tester \
 	pocketsphinx-testdata alsa-utils iproute2
 HOST ?= 127.0.0.1
 PORT ?= 8000

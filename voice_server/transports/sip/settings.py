@@ -1,0 +1,78 @@
+"""``extra.server.sip``: the SIP endpoint's settings (off by default).
+
+::
+
+    extra:
+      server:
+        sip:
+          enabled: true
+          host: 0.0.0.0              # the address the listeners bind
+          port: 5060                 # UDP and TCP share it
+          transports: [udp, tcp]
+          public_host: null          # the address written in Contact and SDP (null: host,
+                                     # or 127.0.0.1 when host is 0.0.0.0)
+          allow_from: [127.0.0.0/8]  # source networks that may send INVITEs (403 otherwise)
+          users: {}                  # digest auth for incoming INVITEs: {user: password}
+          realm: voice-agent
+          rtp_ports: [20000, 20999]  # the RTP ports, one even port a call
+          codecs: [PCMU, PCMA, G722] # the order we prefer (the caller's order wins)
+          rtp_timeout_s: 30          # no RTP this long on an active call: BYE
+          answer_timeout_s: 30       # the incoming-call hook must decide by then (480)
+
+Validated once here; a bad value fails the server's start naming the field.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+CodecName = Literal["PCMU", "PCMA", "G722"]
+
+
+class SipSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(5060, ge=1, le=65535)
+    transports: tuple[Literal["udp", "tcp"], ...] = ("udp", "tcp")
+    public_host: Optional[str] = None
+    # trunk-only mode: the networks a trunk or PBX sends from; default loopback only,
+    # so turning SIP on never opens the agent to the internet by itself
+    allow_from: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+    users: dict[str, str] = Field(default_factory=dict)
+    realm: str = "voice-agent"
+    rtp_ports: tuple[int, int] = (20000, 20999)
+    codecs: tuple[CodecName, ...] = ("PCMU", "PCMA", "G722")
+    rtp_timeout_s: float = Field(30.0, gt=0)
+    answer_timeout_s: float = Field(30.0, gt=0)
+    user_agent: str = "voice-agent"
+
+    @field_validator("allow_from")
+    @classmethod
+    def _networks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for net in v:
+            ipaddress.ip_network(net, strict=False)  # ValueError names the bad one
+        return v
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "SipSettings":
+        lo, hi = self.rtp_ports
+        if not (1024 <= lo < hi <= 65535):
+            raise ValueError("rtp_ports must be [low, high] with 1024 <= low < high <= 65535")
+        if not self.transports or not self.codecs:
+            raise ValueError("transports and codecs must each name at least one")
+        return self
+
+    @property
+    def advertised_host(self) -> str:
+        """The address peers reach us at (Contact, SDP ``c=``)."""
+        if self.public_host:
+            return self.public_host
+        return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+
+
+__all__ = ["SipSettings", "CodecName"]

@@ -18,6 +18,11 @@ the call that sent them.  OPTIONS gets 200, other methods 405, requests that
 miss mandatory headers 400 (aiosipua); an unreadable datagram is logged and
 dropped.  Nothing a peer sends can raise out of here: aiosipua's transports
 log any exception of a handler, and each handler keeps to its call.
+
+With ``sip.register`` (``SipSettings.registration``) the endpoint also keeps itself registered with a
+registrar over its UDP listener (:mod:`.registration`); the registrar's
+answers go there, and the calls it routes to us arrive as any INVITE (so
+its address must be in ``allow_from``).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from .call import CallState, SipCall
 from .incoming import Accept, IncomingCall, IncomingHook, Reject, accept_with_headers
 from .media import RtpMedia
 from .ports import PortPool
+from .registration import RegistrationKeeper
 from .sdp import BadSdp, NoSharedCodec, read_offer
 from .listeners import ConnectionTcpTransport, DatagramListener
 
@@ -67,6 +73,7 @@ class SipEndpoint:
         self.ringing: dict[str, asyncio.Task] = {}  # SIP Call-ID -> the INVITE being decided
         self.bad_log = ThrottledLog()
         self.uas: dict[str, SipUAS] = {}  # transport name -> its UAS
+        self.registration: Optional[RegistrationKeeper] = None  # sip.register (UDP)
         self._tasks: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------ life
@@ -88,8 +95,17 @@ class SipEndpoint:
             await tr.start()  # what SipUAS.start does, with our router in front
             self.uas[name] = uas
         log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
+        if self.sip.registration is not None:
+            if "udp" not in self.uas:
+                raise ValueError("sip.register needs the udp transport")
+            self.registration = RegistrationKeeper(
+                self.sip.registration, self.uas["udp"].transport,
+                (self.sip.advertised_host, self.sip.port), self.sip.user_agent)
+            self.registration.start()
 
     async def close(self) -> None:
+        if self.registration is not None:
+            await self.registration.close()
         for call in list(self.calls.values()):
             call.hang_up("server shutting down")
         for t in list(self.ringing.values()):
@@ -116,6 +132,9 @@ class SipEndpoint:
     def _message(self, uas: SipUAS, msg: SipMessage, src: tuple[str, int]) -> None:
         """Responses to our own requests go to their call; requests to the UAS."""
         if isinstance(msg, SipResponse):
+            if self.registration is not None and self.registration.owns(msg):
+                self.registration.on_response(msg, src)
+                return
             call = self.by_sip_id.get(msg.call_id or "")
             if call is not None:
                 call.on_response(msg)

@@ -18,6 +18,12 @@
           codecs: [PCMU, PCMA, G722] # the order we prefer (the caller's order wins)
           rtp_timeout_s: 30          # no RTP this long on an active call: BYE
           answer_timeout_s: 30       # the incoming-call hook must decide by then (480)
+          register:                  # null: no registration (a trunk sends INVITEs here)
+            registrar: pbx.example:5060  # where the REGISTERs go (UDP)
+            aor: sip:agent@pbx.example   # the address callers dial
+            user: agent              # digest credentials, when the registrar asks
+            password: secret
+            expires: 300             # asked for; refreshed before what is granted runs out
 
 Validated once here; a bad value fails the server's start naming the field.
 """
@@ -32,8 +38,42 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 CodecName = Literal["PCMU", "PCMA", "G722"]
 
 
-class SipSettings(BaseModel):
+class RegisterSettings(BaseModel):
+    """Registration with a registrar (a PBX, a trunk's proxy): the calls to
+    ``aor`` reach us through it.  Its address must be in ``allow_from``."""
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    registrar: str
+    aor: str
+    user: Optional[str] = None
+    password: Optional[str] = None
+    expires: int = Field(300, ge=30, le=86400)
+
+    @field_validator("aor")
+    @classmethod
+    def _aor(cls, v: str) -> str:
+        if not v.startswith(("sip:", "sips:")) or "@" not in v:
+            raise ValueError("aor must be a SIP URI with a user, like sip:agent@pbx.example")
+        return v
+
+    @model_validator(mode="after")
+    def _credentials(self) -> "RegisterSettings":
+        if (self.user is None) != (self.password is None):
+            raise ValueError("register.user and register.password go together")
+        self.registrar_addr   # a bad port fails here, naming it
+        return self
+
+    @property
+    def registrar_addr(self) -> tuple[str, int]:
+        host, _, port = self.registrar.rpartition(":") if ":" in self.registrar \
+            else (self.registrar, "", "5060")
+        if not port.isdigit() or not 0 < int(port) < 65536 or not host:
+            raise ValueError(f"register.registrar must be host or host:port, got {self.registrar!r}")
+        return host, int(port)
+
+
+class SipSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     enabled: bool = False
     host: str = "127.0.0.1"
@@ -50,6 +90,8 @@ class SipSettings(BaseModel):
     rtp_timeout_s: float = Field(30.0, gt=0)
     answer_timeout_s: float = Field(30.0, gt=0)
     user_agent: str = "voice-agent"
+    # YAML ``register:`` (a field of that name would shadow pydantic's own)
+    registration: Optional[RegisterSettings] = Field(None, alias="register")
 
     @field_validator("allow_from")
     @classmethod
@@ -75,4 +117,4 @@ class SipSettings(BaseModel):
         return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
 
 
-__all__ = ["SipSettings", "CodecName"]
+__all__ = ["SipSettings", "RegisterSettings", "CodecName"]

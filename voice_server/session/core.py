@@ -271,6 +271,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self.extension_events = extension_events
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
         self._silence = SilenceWatch(hang_up_after)  # the idle deadline, check-ins, the hang-up
+        self._on_hold = False  # the caller put the call on hold (call_held): nothing is due
         # outbound calls: who answered (answering_machine.py); None: not asked
         self._machine = AnsweringMachineDetector() if answering_machine else None
         self._message_left = False  # the message for a machine was asked for
@@ -291,6 +292,21 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             fmt = r.output_format
             pcm = decode_wire_audio(base64.b64decode(cmd.event["delta"]), fmt.type)
             self._echo.played(pcm, fmt.sample_rate, start_ms, r.id)
+
+    def call_held(self, held: bool, now_ms: float) -> list[Command]:
+        """The caller put the call on hold (a SIP re-INVITE ``sendonly`` /
+        ``inactive``) or took it off: the reply pauses and resumes where it
+        was, and a silence on hold is no silence: the agent does not check in
+        while held, and counts a whole ``idle_timeout_ms`` again from the resume."""
+        if held == self._on_hold:
+            return []
+        self._on_hold = held
+        if held:
+            return self.pause_output(now_ms)
+        td = self.settings.turn_detection
+        if self._silence.deadline is not None and td is not None and td.idle_timeout_ms:
+            self._silence.count_until(max(self._silence.deadline, now_ms + td.idle_timeout_ms))
+        return self.resume_output(now_ms)
 
     # ------------------------------------------------------- events and state
     def _send(self, type_: str, **fields) -> SendEvent:
@@ -424,8 +440,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 return acted
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or not self._silence.due(now_ms) or \
-                self._responses.active is not None or self._turn.speech_item is not None or \
-                self._turn.awaiting_final:
+                self._on_hold or self._responses.active is not None or \
+                self._turn.speech_item is not None or self._turn.awaiting_final:
             return []
         return self._caller_silent(td, now_ms)
 

@@ -192,7 +192,7 @@ class SipCall:
         self.media.sending = not held
         self.media.last_rx = time.monotonic()
         if self.runner is not None:
-            (self.runner.pause_output if held else self.runner.resume_output)()
+            self.runner.call_held(held)
         if not held:
             self.media.writer.talkspurt()
 

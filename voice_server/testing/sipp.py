@@ -221,6 +221,101 @@ class SippCall:
                               time.monotonic() - t0)
 
 
+def udp_port_taken(port: int) -> bool:
+    """Someone (a SIPp callee that is up) holds UDP ``port`` on 127.0.0.1."""
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.bind(("127.0.0.1", port))
+        return False
+    except OSError:
+        return True
+    finally:
+        u.close()
+
+
+@dataclass
+class SippCallee:
+    """SIPp as the callee of a call the server places: it listens on
+    ``sip_port`` and answers one INVITE as told (``answer``: 180 then 200
+    with an SDP naming ``rtp_port``; ``busy``: 486; ``ring``: 180 until the
+    caller CANCELs), then, once answered, waits for the server's BYE
+    (``hang_up_ms=None``) or sends its own after that long."""
+    sip_port: int
+    rtp_port: int
+    behaviour: str = "answer"  # answer | busy | ring
+    hang_up_ms: Optional[int] = None
+    offer: str = OFFER_PCMU
+
+    def scenario(self) -> str:
+        reply = ("<send><![CDATA[\nSIP/2.0 {status}\n[last_Via:]\n[last_From:]\n"
+                 "[last_To:];tag=[pid]callee[call_number]\n[last_Call-ID:]\n[last_CSeq:]\n"
+                 "Contact: <sip:callee@[local_ip]:[local_port];transport=[transport]>\n"
+                 "{body}]]></send>")
+        empty = "Content-Length: 0\n\n"
+        steps = ['<recv request="INVITE" crlf="true"><action><ereg regexp="CSeq: *([0-9]+)" '
+                 'search_in="msg" check_it="true" assign_to="whole,invite_cseq"/></action></recv>']
+        if self.behaviour == "busy":
+            steps += [reply.format(status="486 Busy Here", body=empty),
+                      '<recv request="ACK" optional="true" timeout="5000"/>']
+        elif self.behaviour == "ring":
+            steps += [reply.format(status="180 Ringing", body=empty),
+                      '<recv request="CANCEL"/>',
+                      reply.format(status="200 OK", body=empty),
+                      reply.format(status="487 Request Terminated", body=empty)
+                      .replace("[last_CSeq:]", "CSeq: [$invite_cseq] INVITE"),
+                      '<recv request="ACK" optional="true" timeout="5000"/>']
+        else:
+            sdp = _sdp(self.offer).replace("[cseq]", "1")
+            steps += [reply.format(status="180 Ringing", body=empty),
+                      '<pause milliseconds="300"/>',
+                      reply.format(status="200 OK", body="Content-Type: application/sdp\n"
+                                   "Content-Length: [len]\n\n" + sdp),
+                      '<recv request="ACK" crlf="true"><action>'
+                      '<ereg regexp=".*" search_in="hdr" header="To:" assign_to="ack_to"/>'
+                      '<ereg regexp=".*" search_in="hdr" header="From:" assign_to="ack_from"/>'
+                      '</action></recv>']
+            if self.hang_up_ms is None:
+                steps += ['<recv request="BYE" timeout="60000"/>',
+                          reply.format(status="200 OK", body=empty)]
+            else:
+                steps += [f'<pause milliseconds="{self.hang_up_ms}"/>',
+                          '<send retrans="500"><![CDATA[\nBYE sip:agent@[remote_ip]:[remote_port] SIP/2.0\n'
+                          'Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]\n'
+                          'From:[$ack_to]\nTo:[$ack_from]\n[last_Call-ID:]\nCSeq: 2 BYE\n'
+                          'Max-Forwards: 70\nContent-Length: 0\n\n]]></send>',
+                          '<recv response="200"/>']
+        body = "\n".join(steps)
+        # SIPp refuses a variable set and never used unless it is declared so
+        refs = "whole,invite_cseq,rtp" + (",ack_to,ack_from" if "ack_to" in body else "")
+        return ('<?xml version="1.0" encoding="ISO-8859-1" ?>\n'
+                f'<scenario name="voice-agent test callee">\n<Global variables="rtp"/>\n'
+                f'{body}\n<Reference variables="{refs}"/>\n</scenario>\n')
+
+    async def arun(self, timeout_s: float = 60.0) -> "SippResult":
+        """Listen, answer one call, end (killed when cancelled or past ``timeout_s``)."""
+        with tempfile.TemporaryDirectory(prefix="sipp-") as d:
+            path = os.path.join(d, "callee.xml")
+            Path(path).write_text(self.scenario())
+            t0 = time.monotonic()
+            cmd = ["sipp", "-sf", path, "-m", "1", "-i", "127.0.0.1", "-p", str(self.sip_port),
+                   "-mi", "127.0.0.1", "-mp", str(free_port()), "-t", "u1", "-set", "rtp",
+                   str(self.rtp_port), "-nostdin", "-timeout", f"{int(timeout_s)}s",
+                   "-timeout_error", "-trace_err"]
+            p = await asyncio.create_subprocess_exec(
+                *cmd, cwd=d, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+            try:
+                out, err = await asyncio.wait_for(p.communicate(), timeout_s)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                p.kill()
+                await p.wait()
+                raise
+            errors = "".join(f.read_text(errors="replace") for f in Path(d).glob("*errors.log"))
+            return SippResult(p.returncode, out.decode(errors="replace")[-4000:],
+                              err.decode(errors="replace")[-4000:], errors,
+                              time.monotonic() - t0)
+
+
 @dataclass
 class SippResult:
     rc: int  # 0: the scenario ran as written
@@ -234,5 +329,5 @@ class SippResult:
         return self.rc == 0
 
 
-__all__ = ["SippCall", "SippResult", "free_port", "sipp_available", "SPEECH_PCAP",
+__all__ = ["SippCall", "SippCallee", "SippResult", "udp_port_taken", "free_port", "sipp_available", "SPEECH_PCAP",
            "SIPP_SHARE", "OFFER_PCMA", "OFFER_PCMU", "OFFER_G729"]

@@ -100,6 +100,7 @@ class SipCall:
         self.sdp_version = 0  # o= version of our answers
         self.keys_pressed: list[str] = []  # the caller's keys, in order (last 256)
         self.dropped = 0  # RTP datagrams ignored
+        self.answering_machine: Optional[bool] = None  # a call we place may ask (None: settings)
         self._sdp_session = secrets.randbits(31)
         self._refer: Optional[asyncio.Future] = None  # our REFER's final response
         self._transfer: Optional[asyncio.Future] = None  # the NOTIFY's final sipfrag status
@@ -131,25 +132,42 @@ class SipCall:
     async def answer(self, plan: MediaPlan, decision: Accept) -> None:
         """Bind RTP, start the session, send 200 OK with our SDP and start the clock.
         Raises :class:`~.ports.PortsExhausted` (the endpoint answers 503)."""
+        await self.bind_media(plan)
+        await self._go_live(plan, decision, send_answer=True)
+
+    async def bind_media(self, plan: MediaPlan) -> int:
+        """Our RTP socket for ``plan`` (a call we place binds it before its
+        offer, with a provisional plan the callee's answer then replaces)."""
         self.plan = plan
         self.media = RtpMedia(PayloadCodec(plan.format), plan.dtmf_pt, plan.remote,
                               on_audio=self._audio, on_key=self._key, on_heard=self._heard,
                               on_dropped=self._dropped)
         self.port = await self.ep.bind_rtp(self.media)
+        return self.port
+
+    async def connected(self, plan: MediaPlan, decision: Accept) -> None:
+        """A call we placed was answered with ``plan``: the session starts (no SDP to send)."""
+        assert self.media is not None
+        self.media.renegotiate(PayloadCodec(plan.format), plan.dtmf_pt, plan.remote)
+        self.plan = plan
+        await self._go_live(plan, decision, send_answer=False)
+
+    async def _go_live(self, plan: MediaPlan, decision: Accept, send_answer: bool) -> None:
         self._start_session()
         await self.runner.start()
         self.ticket.release()  # the registered runner counts itself now
-        self.dialog.accept(self.ep.sdp_message(answer_sdp(plan, self.ep.sip.advertised_host,
-                                                          self.port, self._sdp_session, 0)))
+        if send_answer:
+            self.dialog.accept(self.ep.sdp_message(answer_sdp(
+                plan, self.ep.sip.advertised_host, self.port, self._sdp_session, 0)))
         self.state = CallState.ACTIVE
         self._apply_hold(plan.held)
         self.media.start()
         if decision.session:
             self.runner.client_event({"type": "session.update",
                                       "session": {"type": "realtime", **decision.session}})
-        log.info("sip %s: answered (%s, %s, rtp %s -> %s:%s, session %s)", self.call_id,
-                 self.sip_call_id, plan.format.name, self.port, *plan.remote,
-                 self.session.session_id)
+        log.info("sip %s: %s (%s, %s, rtp %s -> %s:%s, session %s)", self.call_id,
+                 "answered" if send_answer else "connected", self.sip_call_id,
+                 plan.format.name, self.port, *plan.remote, self.session.session_id)
 
     def _start_session(self) -> None:
         s = self.settings
@@ -158,7 +176,8 @@ class SipCall:
                                output_lead_ms=s.output_lead_ms, interruptions=s.interruptions,
                                extension_events=False,  # no channel for events
                                hang_up_after=s.phone_idle_hang_up_after or None,
-                               answering_machine=s.phone_answering_machine,
+                               answering_machine=s.phone_answering_machine
+                               if self.answering_machine is None else self.answering_machine,
                                clear_on_pause=s.phone_clear_on_pause)
         extra = {"call_control": self.control} if _RUNNER_TAKES_CONTROL else {}
         self.runner = SessionRunner(self.session, self.ep.pipeline, self._event,
@@ -171,7 +190,7 @@ class SipCall:
                                     **extra)
 
     # ------------------------------------------------------------ re-INVITE
-    def reoffer(self, plan: MediaPlan) -> None:
+    def reoffer(self, plan: MediaPlan, dialog: Optional[DialogCall] = None) -> None:
         """A re-INVITE's offer was read: answer it 200 with the mirrored
         direction, move or hold the stream."""
         assert self.media is not None
@@ -180,7 +199,7 @@ class SipCall:
             self.media.renegotiate(PayloadCodec(plan.format), plan.dtmf_pt, plan.remote)
         self.plan = plan
         self.sdp_version += 1
-        self.dialog.accept(self.ep.sdp_message(answer_sdp(
+        (dialog or self.dialog).accept(self.ep.sdp_message(answer_sdp(
             plan, self.ep.sip.advertised_host, self.port, self._sdp_session, self.sdp_version)))
         self._apply_hold(plan.held)
 

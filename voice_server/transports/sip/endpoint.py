@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
+import time
+from collections import OrderedDict
 from typing import Callable, Optional
 
 from aiosipua import IncomingCall as DialogCall
-from aiosipua import SipMessage, SipRequest, SipResponse, SipUAS, parse_sdp
+from aiosipua import SipMessage, SipRequest, SipResponse, SipUAC, SipUAS, parse_sdp
+from aiosipua.sdp import serialize_sdp
 from aiosipua.sdp import SdpMessage
 
 from ...settings import ServerSettings
@@ -46,12 +50,16 @@ from .incoming import Accept, IncomingCall, IncomingHook, Reject, accept_with_he
 from .media import RtpMedia
 from .ports import PortPool
 from .registration import RegistrationKeeper
-from .sdp import BadSdp, NoSharedCodec, read_offer
+from .outbound import (KEPT, DialRequest, OutboundDialog, PlacedCall, ack_of_refusal, outcome_of,
+                       route_of)
+from .payload import FORMATS
+from .sdp import OUR_DTMF_PT, BadSdp, MediaPlan, NoSharedCodec, offer_sdp, read_offer
 from .listeners import ConnectionTcpTransport, DatagramListener
 
 log = logging.getLogger("voice_server.transports.sip")
 
 MAX_HEADERS_SHOWN = 64  # headers handed to the hook at most (a flood is cut there)
+INVITES_KEPT = 256  # our own INVITEs remembered, to ACK a retransmitted refusal
 
 
 class SipEndpoint:
@@ -74,6 +82,11 @@ class SipEndpoint:
         self.bad_log = ThrottledLog()
         self.uas: dict[str, SipUAS] = {}  # transport name -> its UAS
         self.registration: Optional[RegistrationKeeper] = None  # sip.register (UDP)
+        self.uac: Optional[SipUAC] = None  # our own requests on the UDP listener (dial, REGISTER)
+        self.placed: dict[str, PlacedCall] = {}  # calls we placed, newest last (KEPT at most)
+        self.dialing: dict[str, asyncio.Task] = {}  # placed call id -> its task, until it ends
+        # our INVITEs by SIP Call-ID (the last INVITES_KEPT): a refusal's ACK is built from one
+        self.invites: OrderedDict[str, SipRequest] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
 
     # ------------------------------------------------------------ life
@@ -95,12 +108,16 @@ class SipEndpoint:
             await tr.start()  # what SipUAS.start does, with our router in front
             self.uas[name] = uas
         log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
+        if "udp" in self.uas:
+            udp = self.uas["udp"]
+            self.uac = SipUAC(udp.transport, advertised_addr=(self.sip.advertised_host,
+                                                              self.sip.port))
+            udp.uac = self.uac  # in-dialog requests (BYE, re-INVITE) on calls we placed
         if self.sip.registration is not None:
-            if "udp" not in self.uas:
+            if self.uac is None:
                 raise ValueError("sip.register needs the udp transport")
-            self.registration = RegistrationKeeper(
-                self.sip.registration, self.uas["udp"].transport,
-                (self.sip.advertised_host, self.sip.port), self.sip.user_agent)
+            self.registration = RegistrationKeeper(self.sip.registration, self.uac,
+                                                   self.sip.user_agent)
             self.registration.start()
 
     async def close(self) -> None:
@@ -132,14 +149,110 @@ class SipEndpoint:
     def _message(self, uas: SipUAS, msg: SipMessage, src: tuple[str, int]) -> None:
         """Responses to our own requests go to their call; requests to the UAS."""
         if isinstance(msg, SipResponse):
-            if self.registration is not None and self.registration.owns(msg):
-                self.registration.on_response(msg, src)
-                return
             call = self.by_sip_id.get(msg.call_id or "")
-            if call is not None:
-                call.on_response(msg)
+            method = msg.cseq.method.upper() if msg.cseq is not None else ""
+            if call is not None and method != "INVITE":
+                call.on_response(msg)  # our REFER's or BYE's answer
+            elif self.uac is not None:
+                invite = self.invites.get(msg.call_id or "")
+                if invite is not None and method == "INVITE" and msg.status_code >= 300:
+                    self.uac.transport.send(ack_of_refusal(invite, msg), src)
+                self.uac.handle_response(msg, src)  # a call we place, a REGISTER
             return
         uas._on_message(msg, src)
+
+    # ------------------------------------------------------------ calls we place
+    def dial(self, req: DialRequest) -> PlacedCall:
+        """Place a call (:mod:`.outbound`); its progress shows on the returned record."""
+        placed = PlacedCall("sipout_" + secrets.token_hex(12), req.to)
+        self.placed[placed.id] = placed
+        for old in [k for k, p in self.placed.items() if p.finished][:max(0, len(self.placed) - KEPT)]:
+            del self.placed[old]
+        task = self._spawn(self._place(placed, req))
+        self.dialing[placed.id] = task
+        task.add_done_callback(lambda _t: self.dialing.pop(placed.id, None))
+        return placed
+
+    def hang_up_placed(self, placed: PlacedCall) -> bool:
+        """End a call we placed: CANCEL while it rings, BYE once answered;
+        False when it is over already."""
+        if placed.finished:
+            return False
+        call = self.calls.get(placed.id)
+        if call is not None:
+            call.hang_up("hangup requested")
+        elif placed.id in self.dialing:
+            self.dialing[placed.id].cancel()
+        return True
+
+    async def _place(self, placed: PlacedCall, req: DialRequest) -> None:
+        ticket = admit(self.pipeline, self.settings.max_sessions)
+        if ticket is None:
+            return placed.settle("failed", reason="max_sessions reached")
+        call: Optional[SipCall] = None
+        try:
+            if self.uac is None:
+                return placed.settle("failed", reason="placing calls needs the udp transport")
+            try:
+                remote = route_of(req.to, self.sip.outbound_proxy_addr)
+            except ValueError as exc:
+                return placed.settle("failed", reason=str(exc))
+            host = self.sip.advertised_host
+            info = IncomingCall(call_id=placed.id, sip_call_id="", from_uri=f"sip:{req.from_user}@{host}",
+                                to_uri=req.to, source=remote, transport="udp", headers=())
+            call = SipCall(self, None, info, ticket)
+            call.answering_machine = req.answering_machine
+            port = await call.bind_media(MediaPlan(FORMATS[self.sip.codecs[0]], OUR_DTMF_PT,
+                                                   remote, "sendrecv"))
+            offer = offer_sdp(self.sip.codecs, host, port, secrets.randbits(31))
+            out = self.uac.send_invite(f"sip:{req.from_user}@{host}:{self.sip.port}", req.to,
+                                       remote, parse_sdp(offer), user_agent=self.sip.user_agent)
+            call.dialog = OutboundDialog(out, self.uac)
+            self.invites[out.call_id] = out.invite
+            while len(self.invites) > INVITES_KEPT:
+                self.invites.popitem(last=False)
+            call.info = dataclasses.replace(info, sip_call_id=out.call_id)
+            out.on_ringing = lambda _c: setattr(placed, "status", "ringing") \
+                if placed.status == "dialing" else None
+            try:
+                await out.wait_answered(req.ring_timeout_s)
+            except asyncio.CancelledError:  # hung up by the operator while it rang
+                out.cancel(self.uac)
+                placed.settle("cancelled", reason="hung up before the answer")
+                raise
+            except TimeoutError:
+                out.cancel(self.uac)
+                return placed.settle("no_answer", reason="not answered in time")
+            except RuntimeError:
+                return placed.settle(outcome_of(out._reject_code), out._reject_code,
+                                     out._reject_reason)
+            try:
+                plan = read_offer(serialize_sdp(out.sdp_answer) if out.sdp_answer else "",
+                                  self.sip.codecs)
+            except (BadSdp, NoSharedCodec) as exc:
+                out.hangup(self.uac)
+                return placed.settle("failed", 200, f"unusable answer: {exc}")
+            self.calls[call.call_id] = call
+            self.by_sip_id[out.call_id] = call
+            await call.connected(plan, Accept(req.session))
+            placed.status, placed.sip_status = "answered", 200
+            placed.session_id, placed.answered_at = call.session.session_id, time.time()
+            await call.run()
+            placed.settle("ended", reason=call.end_reason)
+        except Exception as exc:  # noqa: BLE001 - the placed call fails, the server goes on
+            log.exception("sip %s: placing the call failed", placed.id)
+            placed.settle("failed", reason=f"{type(exc).__name__}")
+        finally:
+            if call is not None and call.state is not CallState.ENDED:
+                call.end(placed.reason or placed.status)
+                await call.close()
+            elif call is None:
+                ticket.release()
+            if call is not None and isinstance(call.dialog, OutboundDialog):
+                self.uac.remove_call(call.dialog.call_id)
+
+    def placed_call(self, call_id: str) -> Optional[PlacedCall]:
+        return self.placed.get(call_id)
 
     def _reinvite(self, dialog: DialogCall) -> None:
         call = self.by_sip_id.get(dialog.call_id)
@@ -153,7 +266,7 @@ class SipEndpoint:
             # the re-INVITE fails, the call goes on as it was (RFC 3261 section 14.2)
             dialog._send_response(488, "Not Acceptable Here")
             return
-        call.reoffer(plan)
+        call.reoffer(plan, dialog)
 
     def _bye(self, dialog: DialogCall, request: SipRequest) -> None:
         self._ended(dialog.call_id, "caller hung up")
@@ -299,7 +412,8 @@ class SipEndpoint:
         self.calls.pop(call.call_id, None)
         if self.by_sip_id.get(call.sip_call_id) is call:
             del self.by_sip_id[call.sip_call_id]
-        self._forget_dialog(call.dialog)
+        if call.dialog is not None:  # (a call we place that failed before its INVITE has none)
+            self._forget_dialog(call.dialog)
         if self.on_ended is not None:
             self.on_ended(call.call_id)
 

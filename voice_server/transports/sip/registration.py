@@ -4,8 +4,8 @@ A PBX or a trunk's proxy routes calls for an address-of-record to whoever
 registered it last; registered, the agent needs no static route there.
 aiosipua's :class:`~aiosipua.Registration` does the protocol (REGISTER,
 digest challenges, 423, refreshing at 90% of the granted interval); this
-module gives it a UAC on the endpoint's UDP listener, hands it the
-responses that belong to it, says in the log when the state changes, and
+module runs it on the endpoint's UAC (its UDP listener, which hands the
+UAC the registrar's answers), says in the log when the state changes, and
 unregisters (``Expires: 0``) when the server stops.  A registrar that
 refuses or does not answer is retried every :data:`RETRY_S`, so a PBX that
 restarts finds the agent again.
@@ -18,7 +18,7 @@ import contextlib
 import logging
 from typing import Optional
 
-from aiosipua import SipResponse, SipUAC
+from aiosipua import SipUAC
 from aiosipua.auth import SipDigestAuth
 from aiosipua.registration import Registration, RegistrationState
 
@@ -34,10 +34,9 @@ UNREGISTER_WAIT_S = 2.0  # at shutdown, for the registrar's answer to Expires: 0
 class RegistrationKeeper:
     """One registration (module docstring); ``start`` after the listener is up."""
 
-    def __init__(self, settings: RegisterSettings, transport, advertised: tuple[str, int],
-                 user_agent: str) -> None:
+    def __init__(self, settings: RegisterSettings, uac: SipUAC, user_agent: str) -> None:
         self.settings = settings
-        self.uac = SipUAC(transport, advertised_addr=advertised)
+        self.uac = uac  # the endpoint's, on its UDP listener: it hands us our responses
         auth = SipDigestAuth(settings.user, settings.password) if settings.user else None
         self.reg = Registration(self.uac, settings.aor, settings.registrar_addr,
                                 expires=settings.expires, auth=auth, user_agent=user_agent)
@@ -58,12 +57,6 @@ class RegistrationKeeper:
     @property
     def call_id(self) -> str:
         return self.reg.call_id
-
-    def owns(self, response: SipResponse) -> bool:
-        return response.call_id == self.reg.call_id
-
-    def on_response(self, response: SipResponse, src: tuple[str, int]) -> None:
-        self.uac.handle_response(response, src)
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._keep())
@@ -97,7 +90,6 @@ class RegistrationKeeper:
             while self.reg.state is RegistrationState.REGISTERED and \
                     asyncio.get_running_loop().time() < deadline:
                 await asyncio.sleep(0.02)
-        self.uac.close()
 
 
 __all__ = ["RegistrationKeeper"]

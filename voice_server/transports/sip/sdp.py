@@ -21,7 +21,7 @@ from aiosipua import parse_sdp
 from .payload import FORMATS, PayloadFormat
 
 DTMF_EVENT = "telephone-event"
-OUR_DTMF_PT = 101  # offered back when the caller names none (never: we only answer)
+OUR_DTMF_PT = 101  # the telephone-event payload type of our own offers (calls we place)
 ANSWER_DIRECTION = {"sendrecv": "sendrecv", "sendonly": "recvonly", "recvonly": "sendonly",
                     "inactive": "inactive"}
 MAX_SDP_CHARS = 16 * 1024
@@ -114,6 +114,21 @@ def read_offer(text: str, allowed: Sequence[str],
     return MediaPlan(chosen, dtmf_pt, (addr[0], int(addr[1])), audio.direction)
 
 
+def offer_sdp(codecs: Sequence[str], host: str, port: int, session_id: int) -> str:
+    """Our offer, for a call we place: ``codecs`` in our order, telephone-event
+    (:data:`OUR_DTMF_PT`), ptime 20, sendrecv.  The callee's answer is read
+    with :func:`read_offer` (it names the one format it took)."""
+    fam = "IP6" if ":" in host else "IP4"
+    fmts = [FORMATS[c] for c in codecs]
+    pts = [str(f.payload_type) for f in fmts] + [str(OUR_DTMF_PT)]
+    lines = ["v=0", f"o=voice-agent {session_id} 0 IN {fam} {host}", "s=voice-agent",
+             f"c=IN {fam} {host}", "t=0 0", f"m=audio {port} RTP/AVP {' '.join(pts)}"]
+    lines += [f"a=rtpmap:{f.payload_type} {f.name}/{f.clock_rate}" for f in fmts]
+    lines += [f"a=rtpmap:{OUR_DTMF_PT} {DTMF_EVENT}/8000", f"a=fmtp:{OUR_DTMF_PT} 0-15",
+              "a=ptime:20", "a=sendrecv"]
+    return "\r\n".join(lines) + "\r\n"
+
+
 def answer_sdp(plan: MediaPlan, host: str, port: int, session_id: int, version: int) -> str:
     """Our answer: one format, telephone-event when the caller offered it,
     ptime 20 and the direction that mirrors theirs."""
@@ -129,4 +144,4 @@ def answer_sdp(plan: MediaPlan, host: str, port: int, session_id: int, version: 
     return "\r\n".join(lines) + "\r\n"
 
 
-__all__ = ["MediaPlan", "BadSdp", "NoSharedCodec", "read_offer", "answer_sdp"]
+__all__ = ["MediaPlan", "BadSdp", "NoSharedCodec", "read_offer", "answer_sdp", "offer_sdp"]

@@ -18,6 +18,8 @@
           codecs: [PCMU, PCMA, G722] # the order we prefer (the caller's order wins)
           rtp_timeout_s: 30          # no RTP this long on an active call: BYE
           answer_timeout_s: 30       # the incoming-call hook must decide by then (480)
+          outbound_proxy: null       # calls we place go here (a trunk); null: the
+                                     # registrar if registered, else the URI's host
           register:                  # null: no registration (a trunk sends INVITEs here)
             registrar: pbx.example:5060  # where the REGISTERs go (UDP)
             aor: sip:agent@pbx.example   # the address callers dial
@@ -36,6 +38,14 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CodecName = Literal["PCMU", "PCMA", "G722"]
+
+
+def host_port(value: str, name: str) -> tuple[str, int]:
+    """``host`` or ``host:port`` (5060 by default); ValueError naming the setting."""
+    host, _, port = value.rpartition(":") if ":" in value else (value, "", "5060")
+    if not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise ValueError(f"{name} must be host or host:port, got {value!r}")
+    return host, int(port)
 
 
 class RegisterSettings(BaseModel):
@@ -65,11 +75,7 @@ class RegisterSettings(BaseModel):
 
     @property
     def registrar_addr(self) -> tuple[str, int]:
-        host, _, port = self.registrar.rpartition(":") if ":" in self.registrar \
-            else (self.registrar, "", "5060")
-        if not port.isdigit() or not 0 < int(port) < 65536 or not host:
-            raise ValueError(f"register.registrar must be host or host:port, got {self.registrar!r}")
-        return host, int(port)
+        return host_port(self.registrar, "register.registrar")
 
 
 class SipSettings(BaseModel):
@@ -90,6 +96,9 @@ class SipSettings(BaseModel):
     rtp_timeout_s: float = Field(30.0, gt=0)
     answer_timeout_s: float = Field(30.0, gt=0)
     user_agent: str = "voice-agent"
+    # where calls we place go (a trunk: host or host:port); null: the registrar
+    # when registered, else the dialled sip: URI's own host
+    outbound_proxy: Optional[str] = None
     # YAML ``register:`` (a field of that name would shadow pydantic's own)
     registration: Optional[RegisterSettings] = Field(None, alias="register")
 
@@ -102,12 +111,19 @@ class SipSettings(BaseModel):
 
     @model_validator(mode="after")
     def _ranges(self) -> "SipSettings":
+        self.outbound_proxy_addr  # a bad one fails here, naming it
         lo, hi = self.rtp_ports
         if not (1024 <= lo < hi <= 65535):
             raise ValueError("rtp_ports must be [low, high] with 1024 <= low < high <= 65535")
         if not self.transports or not self.codecs:
             raise ValueError("transports and codecs must each name at least one")
         return self
+
+    @property
+    def outbound_proxy_addr(self) -> Optional[tuple[str, int]]:
+        if self.outbound_proxy:
+            return host_port(self.outbound_proxy, "outbound_proxy")
+        return self.registration.registrar_addr if self.registration is not None else None
 
     @property
     def advertised_host(self) -> str:

@@ -202,23 +202,29 @@ class SippCall:
     async def arun(self, timeout_s: float = 60.0) -> "SippResult":
         """Run the call to its end.  SIPp is killed when this is cancelled or
         ``timeout_s`` passes (rc -9 then), so a test that gives up leaves no SIPp behind."""
-        with tempfile.TemporaryDirectory(prefix="sipp-") as d:
-            path = os.path.join(d, "call.xml")
-            Path(path).write_text(self.scenario())
-            t0 = time.monotonic()
-            p = await asyncio.create_subprocess_exec(
-                *self.command(path, free_port()), cwd=d, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-            try:
-                out, err = await asyncio.wait_for(p.communicate(), timeout_s)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
-                p.kill()
-                await p.wait()
-                raise
-            errors = "".join(f.read_text(errors="replace") for f in Path(d).glob("*errors.log"))
-            return SippResult(p.returncode, out.decode(errors="replace")[-4000:],
-                              err.decode(errors="replace")[-4000:], errors,
-                              time.monotonic() - t0)
+        return await run_sipp(self.scenario(), lambda path: self.command(path, free_port()),
+                              timeout_s)
+
+
+async def run_sipp(scenario: str, command, timeout_s: float) -> "SippResult":
+    """Run SIPp on ``scenario`` (``command(path)`` is its command line) to its
+    end; killed when cancelled or past ``timeout_s``, so no SIPp is left behind."""
+    with tempfile.TemporaryDirectory(prefix="sipp-") as d:
+        path = os.path.join(d, "scenario.xml")
+        Path(path).write_text(scenario)
+        t0 = time.monotonic()
+        p = await asyncio.create_subprocess_exec(
+            *command(path), cwd=d, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        try:
+            out, err = await asyncio.wait_for(p.communicate(), timeout_s)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            p.kill()
+            await p.wait()
+            raise
+        errors = "".join(f.read_text(errors="replace") for f in Path(d).glob("*errors.log"))
+        return SippResult(p.returncode, out.decode(errors="replace")[-4000:],
+                          err.decode(errors="replace")[-4000:], errors, time.monotonic() - t0)
 
 
 def udp_port_taken(port: int) -> bool:
@@ -291,29 +297,14 @@ class SippCallee:
                 f'<scenario name="voice-agent test callee">\n<Global variables="rtp"/>\n'
                 f'{body}\n<Reference variables="{refs}"/>\n</scenario>\n')
 
+    def command(self, path: str) -> list[str]:
+        return ["sipp", "-sf", path, "-m", "1", "-i", "127.0.0.1", "-p", str(self.sip_port),
+                "-mi", "127.0.0.1", "-mp", str(free_port()), "-t", "u1", "-set", "rtp",
+                str(self.rtp_port), "-nostdin", "-timeout", "300s", "-timeout_error", "-trace_err"]
+
     async def arun(self, timeout_s: float = 60.0) -> "SippResult":
         """Listen, answer one call, end (killed when cancelled or past ``timeout_s``)."""
-        with tempfile.TemporaryDirectory(prefix="sipp-") as d:
-            path = os.path.join(d, "callee.xml")
-            Path(path).write_text(self.scenario())
-            t0 = time.monotonic()
-            cmd = ["sipp", "-sf", path, "-m", "1", "-i", "127.0.0.1", "-p", str(self.sip_port),
-                   "-mi", "127.0.0.1", "-mp", str(free_port()), "-t", "u1", "-set", "rtp",
-                   str(self.rtp_port), "-nostdin", "-timeout", f"{int(timeout_s)}s",
-                   "-timeout_error", "-trace_err"]
-            p = await asyncio.create_subprocess_exec(
-                *cmd, cwd=d, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
-            try:
-                out, err = await asyncio.wait_for(p.communicate(), timeout_s)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
-                p.kill()
-                await p.wait()
-                raise
-            errors = "".join(f.read_text(errors="replace") for f in Path(d).glob("*errors.log"))
-            return SippResult(p.returncode, out.decode(errors="replace")[-4000:],
-                              err.decode(errors="replace")[-4000:], errors,
-                              time.monotonic() - t0)
+        return await run_sipp(self.scenario(), self.command, timeout_s)
 
 
 @dataclass

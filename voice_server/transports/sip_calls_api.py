@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..call_actions_runner import transfer_output
 from ..call_control import TRANSFER
 from ..call_registry import DEFAULT_REJECT_STATUS, CallGone, CallRegistry, CallState
 from ..session.call_actions import TARGET_URI_RE
@@ -41,7 +42,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 def api_error(status: int, code: str, message: str, param: str | None = None,
-           type_: str = "invalid_request_error", headers: dict | None = None) -> JSONResponse:
+              type_: str = "invalid_request_error", headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": {"type": type_, "code": code, "message": message,
                                    "param": param}}, status_code=status, headers=headers)
 
@@ -85,18 +86,28 @@ class SipCallsApi:
         call = self.registry.get(call_id)
         if call is None or call.state is CallState.ENDED:
             return None, api_error(404, "call_not_found", f"No call {call_id[:64]!r}.",
-                                type_="not_found_error")
+                                   type_="not_found_error")
         return call, None
 
-    async def accept(self, request: Request) -> Response:
+    async def _acting(self, request: Request):
+        """The access rule, the call, and the JSON body: ``(call, body, None)``,
+        or ``(None, None, the error response)``."""
         refused = self._refused(request)
         if refused is not None:
-            return refused
+            return None, None, refused
         call, err = self._call(request)
+        if err is not None:
+            return None, None, err
+        try:
+            return call, await json_body(request), None
+        except BadBody as e:
+            return None, None, api_error(400, e.code, e.message, e.param)
+
+    async def accept(self, request: Request) -> Response:
+        call, body, err = await self._acting(request)
         if err is not None:
             return err
         try:
-            body = await json_body(request)
             if body.get("type", "realtime") != "realtime":
                 raise BadBody("invalid_value", "Invalid value for 'type': supported values are: "
                               "'realtime'.", "type")
@@ -112,27 +123,20 @@ class SipCallsApi:
             await call.accept(body)
         except CallGone:
             return api_error(404, "call_not_found", "The call ended before it was accepted.",
-                          type_="not_found_error")
+                             type_="not_found_error")
         return JSONResponse({})
 
     async def reject(self, request: Request) -> Response:
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        call, err = self._call(request)
+        call, body, err = await self._acting(request)
         if err is not None:
             return err
-        try:
-            body = await json_body(request)
-        except BadBody as e:
-            return api_error(400, e.code, e.message, e.param)
         status = body.get("status_code", DEFAULT_REJECT_STATUS)
         if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 699:
             return api_error(400, "invalid_value", "Invalid 'status_code': a SIP final status, "
-                          "400 to 699.", "status_code")
+                             "400 to 699.", "status_code")
         if call.state is not CallState.PENDING:
             return api_error(409, "call_not_pending", "Only a ringing call can be rejected; "
-                          "hang up a live one.")
+                             "hang up a live one.")
         try:
             await call.reject(status)
         except CallGone:
@@ -141,35 +145,22 @@ class SipCallsApi:
         return JSONResponse({})
 
     async def refer(self, request: Request) -> Response:
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        call, err = self._call(request)
+        call, body, err = await self._acting(request)
         if err is not None:
             return err
-        try:
-            body = await json_body(request)
-        except BadBody as e:
-            return api_error(400, e.code, e.message, e.param)
         target = body.get("target_uri")
         if not isinstance(target, str):
             return api_error(400, "missing_required_parameter", "Missing required parameter: "
-                          "'target_uri'.", "target_uri")
+                             "'target_uri'.", "target_uri")
         if not TARGET_URI_RE.match(target):
             return api_error(400, "invalid_value", "Invalid 'target_uri': a tel: or sip: URI.",
-                          "target_uri")
+                             "target_uri")
         control = call.call_control
         if call.state is not CallState.LIVE or control is None:
             return api_error(409, "call_not_live", "Only an accepted call can be transferred.")
         if TRANSFER not in control.actions():
             return api_error(409, "refer_not_supported", "This call cannot be transferred now.")
-        outcome = await control.transfer(target)
-        out: dict = {"status": outcome.status}
-        if outcome.sip_status is not None:
-            out["sip_status"] = outcome.sip_status
-        if outcome.detail:
-            out["detail"] = outcome.detail
-        return JSONResponse(out)
+        return JSONResponse(transfer_output(await control.transfer(target)))
 
     async def hangup(self, request: Request) -> Response:
         if self.registry.get(request.path_params["call_id"]) is None and \

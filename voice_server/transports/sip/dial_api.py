@@ -61,7 +61,7 @@ class DialApi:
         except ValidationError as e:
             first = e.errors()[0]
             return api_error(400, "invalid_value", f"{'.'.join(map(str, first['loc']))}: "
-                          f"{first['msg']}", ".".join(map(str, first["loc"])) or None)
+                             f"{first['msg']}", ".".join(map(str, first["loc"])) or None)
         except ClientError as e:
             return api_error(400, e.code, e.message, "session." + (top_param(e.param) or ""))
         return JSONResponse(ep.dial(req).as_json(), status_code=201)
@@ -73,8 +73,8 @@ class DialApi:
         placed = ep.placed_call(request.path_params["call_id"])
         if placed is None:
             return ep, None, api_error(404, "call_not_found",
-                                    f"No placed call {request.path_params['call_id'][:64]!r}.",
-                                    type_="not_found_error")
+                                       f"No placed call {request.path_params['call_id'][:64]!r}.",
+                                       type_="not_found_error")
         return ep, placed, None
 
     async def get(self, request: Request) -> Response:

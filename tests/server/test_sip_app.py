@@ -9,7 +9,7 @@ import socket
 
 from voice_server.app import build_app
 from voice_server.settings import ServerSettings
-from voice_server.testing.sipp import free_port
+from voice_server.testing.sipp import free_port, udp_port_taken
 from voice_server.transports.sip.settings import SipSettings
 
 
@@ -30,17 +30,6 @@ def _options(port: int) -> bytes:
         s.close()
 
 
-def _port_free(port: int) -> bool:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.bind(("127.0.0.1", port))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
 def test_sip_is_off_by_default_and_the_lifespan_runs_it_when_on(server):
     assert not ServerSettings().sip.enabled
     port = free_port()
@@ -56,4 +45,4 @@ def test_sip_is_off_by_default_and_the_lifespan_runs_it_when_on(server):
     off, answer = server.call(cycle)
     assert off is None
     assert answer.startswith(b"SIP/2.0 200"), answer[:80]
-    assert _port_free(port)  # closed with the app
+    assert not udp_port_taken(port)  # closed with the app

@@ -228,7 +228,7 @@ async def run_sipp(scenario: str, command, timeout_s: float) -> "SippResult":
 
 
 def udp_port_taken(port: int) -> bool:
-    """Someone (a SIPp callee that is up) holds UDP ``port`` on 127.0.0.1."""
+    """Someone holds UDP ``port`` on 127.0.0.1 (a SIPp callee that is up, a server not yet closed)."""
     u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         u.bind(("127.0.0.1", port))

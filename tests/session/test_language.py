@@ -64,7 +64,7 @@ def test_a_detected_language_is_said_carried_by_the_item_and_asked_for():
     assert reply_request(start)[2][SPEAK_LANGUAGE] == "es"
     # a new listen stream starts from it (a hint, not a pin)
     cmds = s.client_event({"type": "session.update", "session": {"audio": {"input": {
-        "turn_detection": {"type": "server_vad"}}}}}, 8000)
+        "turn_detection": {"type": "server_vad", "silence_duration_ms": 700}}}}}, 8000)
     [listen] = of(cmds, ConfigureListen)
     assert listen.params["language_start"] == "es" and "language" not in listen.params
     # the same language again is no news

@@ -220,6 +220,24 @@ class WhisperASR:
             self._prompts[language] = list(tok.sot_sequence) + [tok.no_timestamps]
         return self._prompts[language]
 
+    def detect(self, segments: list[np.ndarray]) -> list[tuple[str, float]]:
+        """Whisper's language guess for each segment and its probability (one
+        batched encode and language step; what :meth:`hear` does for a
+        segment that is not pinned).  An English-only model: ``("en", 1.0)``."""
+        import ctranslate2
+
+        if not self.multilingual or not segments:
+            return [(ENGLISH, 1.0)] * len(segments)
+        pieces = [np.asarray(x, dtype=np.float32).reshape(-1)[: int(WINDOW_S * LISTEN_RATE_HZ)]
+                  for x in segments]
+        frames = min(int(WINDOW_S * LISTEN_RATE_HZ) // HOP,
+                     max(self.window_frames, -(-max(p.size for p in pieces) // HOP) + 10))
+        feats = np.stack([self._mel(p, frames) for p in pieces])
+        with self._lock:
+            found = self._model.model.detect_language(
+                ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)))
+        return [(best[0][0].strip("<|>"), float(best[0][1])) for best in found]
+
     def hear(self, segments: list[np.ndarray],
              languages: list[LanguageAsk | str | None] | None = None) -> list[Heard]:
         """16 kHz float32 mono segments -> their transcripts ("" for no speech),

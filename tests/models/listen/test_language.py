@@ -71,7 +71,7 @@ def test_a_pin_and_an_english_only_model_never_change():
 # ---------------------------------------------------------- the listen stage
 def espeak_16k(text: str, voice: str, tmp) -> np.ndarray:
     out = tmp / f"{voice}.wav"
-    subprocess.run(["espeak-ng", "-v", voice, "-w", str(out), text], check=True)
+    subprocess.run(["espeak-ng", "-v", voice, "-s", "130", "-g", "3", "-w", str(out), text], check=True)
     with wave.open(str(out)) as w:
         rate = w.getframerate()
         x = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32768

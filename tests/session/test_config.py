@@ -307,6 +307,7 @@ def test_the_multilingual_profile_is_the_default_with_whisper_base():
     listen = {s["name"]: s for s in one["stages"]}["listen"]["args"]
     listen_multi = {s["name"]: s for s in multi["stages"]}["listen"]["args"]
     assert (listen["asr_model"], listen_multi["asr_model"]) == ("tiny.en", "base")
+    assert "en" in listen_multi.pop("asr_languages")   # what detection picks among
     assert {**listen_multi, "asr_model": "tiny.en"} == listen
     assert [s for s in multi["stages"] if s["name"] != "listen"] == \
         [s for s in one["stages"] if s["name"] != "listen"]

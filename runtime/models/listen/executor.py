@@ -151,6 +151,8 @@ class ListenExecutor(ChunkExecutor):
       switches (language.py); words in a language other than English are
       not read by the English rules or ``turn_text_model`` (Smart Turn, which
       hears 23 languages, decides alone).  An English-only model ignores it;
+    * ``asr_languages``: the languages detection picks among (default null: all
+      of Whisper's); a pin may name any;
     * ``voice_lock``: the per-request param's default (false): once the caller
       is enrolled, another person's speech opens no turn (voice_lock.py); the
       speaker embedding (CAM++, extracted by ``make``) runs on a thread of its
@@ -184,6 +186,7 @@ class ListenExecutor(ChunkExecutor):
         self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
         self.alt_prompt = str(args.get("asr_alt_prompt", ALT_PROMPT) or "")
         self.alt_max_s = float(args.get("asr_alt_max_s", 1.2))
+        self.asr_languages = list(args.get("asr_languages") or []) or None
         self.spare_decoders = max(0, int(args.get("spare_decoders", 1)))
         self.turn_model = args.get("turn_model", "smart-turn-v3.2")   # None: no semantic_vad
         self.turn_threads = max(1, int(args.get("turn_threads", 1)))
@@ -217,7 +220,8 @@ class ListenExecutor(ChunkExecutor):
             asr = WhisperASR(self.asr_model, threads=self.asr_threads, window_s=self.asr_window_s,
                              beam_size=self.asr_beam_size,
                              no_repeat_ngram_size=self.no_repeat_ngram,
-                             alt_prompt=self.alt_prompt, alt_max_s=self.alt_max_s)
+                             alt_prompt=self.alt_prompt, alt_max_s=self.alt_max_s,
+                             languages=self.asr_languages)
             asr.hear([np.zeros(LISTEN_RATE_HZ, dtype=np.float32)])   # first call allocates
             self.multilingual = asr.multilingual
             self._thread = RecognitionThread(asr.hear, self.asr_max_batch, name="listen-asr",

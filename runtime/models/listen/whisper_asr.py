@@ -55,7 +55,7 @@ import numpy as np
 from runtime.errors import ErrorCode, StageError
 from runtime.models.model_files import ModelFileMissing, models_dir, wheel_file
 from runtime.models.voice_contract import LISTEN_RATE_HZ
-from runtime.models.listen.language import ENGLISH, LanguageAsk, transcribe_in
+from runtime.models.listen.language import ENGLISH, LanguageAsk, check_language, transcribe_in
 from runtime.models.listen.whisper_loops import cut_loop, said_tokens, starts_over
 
 HOP = 160                       # Whisper's log-mel hop: 100 frames per second
@@ -169,7 +169,7 @@ class WhisperASR:
     def __init__(self, model: str = "tiny.en", threads: int = 1, window_s: float = WINDOW_S,
                  compute_type: str = "int8", language: str = "en", beam_size: int = 1,
                  no_repeat_ngram_size: int = 0, alt_prompt: str = "",
-                 alt_max_s: float = 1.2) -> None:
+                 alt_max_s: float = 1.2, languages: list[str] | None = None) -> None:
         prefer_avx512()
         try:
             from faster_whisper import WhisperModel
@@ -191,6 +191,9 @@ class WhisperASR:
                                     language=language if multilingual else None)
         self._prompt = list(self._tokenizer.sot_sequence) + [self._tokenizer.no_timestamps]
         self._prompts = {self.language: self._prompt}   # per language (multilingual)
+        # detection picks among these (None: all of Whisper's): see _best
+        self.languages = frozenset(check_language(x, "whisper languages") for x in languages) \
+            if languages else None
         # the second reading of short segments (hear): "" or 0 turns it off
         self._alt_prompt = [self._tokenizer.sot_prev] + self._tokenizer.encode(" " + alt_prompt.strip()) \
             + self._prompt if alt_prompt.strip() else None
@@ -236,7 +239,22 @@ class WhisperASR:
         with self._lock:
             found = self._model.model.detect_language(
                 ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)))
-        return [(best[0][0].strip("<|>"), float(best[0][1])) for best in found]
+        return [self._best(ranked) for ranked in found]
+
+    def _best(self, ranked: list[tuple[str, float]]) -> tuple[str, float]:
+        """Whisper's first language (of ``languages`` where the operator named
+        them: its probability then their share of the probability those
+        languages have together).  Whisper base hears espeak-ng's Portuguese
+        as Latin and a German stretch as Thai at p = 0.97: a deployment that
+        serves a few languages does not let such a guess lock a call."""
+        pairs = [(tok.strip("<|>"), float(p)) for tok, p in ranked]
+        if self.languages is None:
+            return pairs[0]
+        allowed = [(lang, p) for lang, p in pairs if lang in self.languages]
+        if not allowed:
+            return pairs[0]
+        total = sum(p for _, p in allowed)
+        return allowed[0][0], (allowed[0][1] / total if total > 0 else 0.0)
 
     def hear(self, segments: list[np.ndarray],
              languages: list[LanguageAsk | str | None] | None = None) -> list[Heard]:
@@ -292,9 +310,8 @@ class WhisperASR:
             enc = np.asarray(features)[detect]
             found = self._model.model.detect_language(
                 ctranslate2.StorageView.from_array(np.ascontiguousarray(enc)))
-            for i, best in zip(detect, found):
-                token, p = best[0]
-                lang = token.strip("<|>")
+            for i, ranked in zip(detect, found):
+                lang, p = self._best(ranked)
                 heard[i] = (lang, float(p))
                 langs[i] = transcribe_in(asks[i], lang, float(p), pieces[i].size / LISTEN_RATE_HZ)
         return langs, heard

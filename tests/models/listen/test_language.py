@@ -117,7 +117,7 @@ def test_spanish_locks_and_a_short_okay_stays_spanish(base_ex, speech):
     events = _run(base_ex, np.concatenate([speech["es"], speech["okay"], speech["okay"]]), {})
     said = [e for e in events if e["type"] in (FINAL, LANGUAGE)]
     assert [e["type"] for e in said] == [LANGUAGE, FINAL, FINAL, FINAL], said
-    assert said[0]["language"] == "es" and said[0]["probability"] >= 0.5
+    assert said[0]["language"] == "es" and said[0]["probability"] >= 0.8
     assert [e["language"] for e in said[1:]] == ["es", "es", "es"], said
     assert wer(SPANISH, said[1]["text"]) <= 0.4, said
     for e in events:

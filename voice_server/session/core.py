@@ -178,6 +178,8 @@ from __future__ import annotations
 
 import base64
 
+from runtime.models.voice_contract import LISTEN_LANGUAGE, LISTEN_LANGUAGE_START
+
 from ..audio_codec import decode_wire_audio
 from .agent_actions import ActionState, AgentActions
 from .backchannel import InterruptionSettings
@@ -269,6 +271,9 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._size_lead()
         self._paused_item: str | None = None  # item a stream transport holds paused (playback.py)
         self.extension_events = extension_events
+        # the caller's language: the client's pin, else what the listen stage
+        # detected (turns.py _language_changed); None: not known yet
+        self.language: str | None = self.settings.language
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
         self._silence = SilenceWatch(hang_up_after)  # the idle deadline, check-ins, the hang-up
         self._on_hold = False  # the caller put the call on hold (call_held): nothing is due
@@ -409,12 +414,19 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 self._listening = None
                 return [StopListen()]
             return []
+        out = self._language_changed(self.settings.language, "pinned") \
+            if self.settings.language else []
         params = {**td.listen_params(), "noise_reduction": self.settings.noise_reduction,
                   "voice_lock": self.settings.voice_lock}
+        if self.settings.language:
+            params[LISTEN_LANGUAGE] = self.settings.language
         if params != self._listening:
             self._listening = params
-            return [ConfigureListen(dict(params))]
-        return []
+            # a new stream starts from the language detected so far (not a pin)
+            start = {LISTEN_LANGUAGE_START: self.language} \
+                if self.language and not self.settings.language else {}
+            return out + [ConfigureListen({**params, **start})]
+        return out
 
     # ----------------------------------------------------------------- timers
     def tick(self, now_ms: float) -> list[Command]:

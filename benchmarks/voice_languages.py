@@ -4,21 +4,23 @@ characters for Japanese) and rated by DNSMOS (speechmos, as in tts_bench.py).
 
 All speech here is synthetic (the voices under test); no recordings of people
 in these languages ship with the project.  ``benchmarks/language_bench.py``
-calls :func:`voice_rows` and merges its keys into each language's entry;
-alone::
+writes the listen and think keys of the same file; this module adds its keys
+to each language's entry there and leaves the others as they are::
 
-    python -m benchmarks.voice_languages --quick --out benchmarks/results/voice_languages.json
+    python -m benchmarks.voice_languages --quick       # benchmarks/results/languages.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 
-from voice_server.testing.report import write_json
+RESULTS = Path("benchmarks/results/languages.json")   # shared with language_bench.py
 
 # Sentences a voice agent says, with numbers where the language's words matter.
 SENTENCES: dict[str, list[str]] = {
@@ -109,13 +111,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help=f"{QUICK} sentence per language")
     ap.add_argument("--languages", default=",".join(SENTENCES))
-    ap.add_argument("--out", default="benchmarks/results/voice_languages.json")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
+    t0 = time.perf_counter()
     rows = voice_rows(args.languages.split(","), quick=args.quick)
     for lang, r in rows.items():
         print(f"{lang}  {r['voice']:>9} ({r['voice_engine']:<6})  WER {r['voice_wer'] * 100:5.1f}%  "
               f"DNSMOS {r['voice_dnsmos']:.2f}  CPU/audio s {r['voice_cpu_per_audio_s']:.3f}")
-    write_json(args.out, {"languages": rows})
+    out: dict = {"languages": {}}
+    if args.out.exists():      # language_bench's keys stay
+        try:
+            out = json.loads(args.out.read_text())
+            out.setdefault("languages", {})
+        except ValueError:
+            pass
+    for lang, r in rows.items():
+        out["languages"].setdefault(lang, {}).update(r)
+    out["speak"] = {"speech": "synthetic: each language's voice, read back by Whisper base",
+                    "sentences_per_language": 1 if args.quick else max(map(len, SENTENCES.values())),
+                    "quick": bool(args.quick), "seconds": round(time.perf_counter() - t0, 1)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@
                                              # /metrics (voice_server.metrics),
                                              # /v1/sessions, /v1/requests/{id} (.admin),
                                              # /v1/calls (.transports.calls_api),
+                                             # SIP on its own port when enabled
+                                             # (.transports.sip, docs/SIP.md),
                                              # web_demo/ as static files at /
     await serve("configs/voice-cpu.yaml", "127.0.0.1", 8000)
 
@@ -49,6 +51,7 @@ from .transports.access import is_loopback
 from .call_registry import CallRegistry
 from .call_webhook import CallWebhook
 from .transports.calls_api import calls_routes
+from .transports.sip.dial_api import dial_routes
 from .transports.sip_calls_api import sip_calls_routes
 from .transports.client_secrets import ClientSecretStore
 from .transports.http.routes import http_routes
@@ -118,6 +121,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
                              settings.sip_accept_timeout_s)
     endpoint.sip_calls = sip_calls
     routes += sip_calls_routes(sip_calls, settings, other_hangup=rtc_endpoint.delete_call)
+    routes += dial_routes(lambda: sip, settings)   # calls the agent places (SIP off: 404)
     routes += rtc_routes
     # call records (voice_server.records): every runner of this pipeline records into it
     records = CallStore(settings.records) if settings.records.enabled else None
@@ -129,6 +133,12 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
         tracing = Tracing(settings.traces)
     registry_for(pipeline).traces = tracing
     routes += calls_routes(pipeline, settings)
+    sip = None
+    if settings.sip.enabled:  # SIP trunks and PBXs (docs/SIP.md); listeners bound at startup
+        from .transports.sip.endpoint import SipEndpoint
+        from .transports.sip.registered import registry_hook
+        ringing, ended = registry_hook(sip_calls, lambda call_id: sip.call(call_id))
+        sip = SipEndpoint(pipeline, settings, on_incoming=ringing, on_ended=ended)
     demo = _demo_dir(settings)
     if (demo / "index.html").exists():
         routes.append(Mount("/", app=StaticFiles(directory=str(demo), html=True), name="web"))
@@ -137,9 +147,13 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        if sip is not None:
+            await sip.start()
         try:
             yield
         finally:
+            if sip is not None:
+                await sip.close()
             await sip_calls.close()
             await rtc_endpoint.close_all()
             await endpoint.close_all()
@@ -166,6 +180,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     app.state.phone = phone  # provider name -> PhoneEndpoint
     app.state.twilio = phone["twilio"]
     app.state.sip_calls = sip_calls  # voice_server.call_registry: where SIP calls register
+    app.state.sip = sip  # the SipEndpoint, None when SIP is off
     return app
 
 

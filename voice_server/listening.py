@@ -20,7 +20,8 @@ from typing import Any, Optional
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import (AGENT_SPEAKING, FINAL, LISTEN, LISTEN_RATE_HZ,
+from runtime.models.voice_contract import (AGENT_SPEAKING, FINAL, LISTEN, LISTEN_LANGUAGE,
+                                           LISTEN_LANGUAGE_START, LISTEN_RATE_HZ,
                                            LISTEN_TIME_KEYS)
 
 from .runner_host import RequestKind, RunnerHost
@@ -217,7 +218,12 @@ class Listening:
         """One committed input buffer through the listen stage with lenient VAD."""
         host = self.host
         params = {"sample_rate": LISTEN_RATE_HZ, **host.opt.transcribe_params}
+        if host.session.settings.language:       # the client's pin
+            params[LISTEN_LANGUAGE] = host.session.settings.language
+        elif host.session.language:             # detected before: where to start
+            params[LISTEN_LANGUAGE_START] = host.session.language
         texts: list[str] = []
+        language = None
         error = None
         rid = None
         try:
@@ -234,6 +240,7 @@ class Listening:
                     p = ev.payload
                     if isinstance(p, dict) and p.get("type") == FINAL and p.get("text"):
                         texts.append(str(p["text"]).strip())
+                        language = language or p.get("language")
                 elif ev.kind != "done":
                     error = ev.error.to_wire() if ev.error is not None else \
                         {"code": ErrorCode.INTERNAL.value, "message": f"transcription {ev.kind}"}
@@ -245,4 +252,5 @@ class Listening:
         if host.closed:
             return
         text = " ".join(t for t in texts if t)
-        host.dispatch(host.session.transcription_result(item_id, text, host.clock(), error=error))
+        host.dispatch(host.session.transcription_result(item_id, text, host.clock(), error=error,
+                                                        language=language))

@@ -18,7 +18,7 @@ from typing import Optional
 
 from runtime.errors import ErrorCode, PipelineClosed
 from runtime.executor import CONVERSATION, FORGET, PREFILL_ONLY, PREFILL_WORDS
-from runtime.models.voice_contract import (SPEAK_SPEED, SPEAK_VOICE, SPOKEN_REPLY_ROUTE, TEXT_REPLY_ROUTE,
+from runtime.models.voice_contract import (SPEAK_LANGUAGE, SPEAK_SPEED, SPEAK_VOICE, SPOKEN_REPLY_ROUTE, TEXT_REPLY_ROUTE,
                                            THINK, ThinkRequest, think_request)
 
 from . import metrics
@@ -53,11 +53,14 @@ def reply_request(c: StartResponse | PrepareReply) -> tuple[ThinkRequest, list[s
     """The think(+speak) request a response (or a prepared reply) submits: the
     conversation, the instructions as its system message, and the tools
     (already in the chat-completions shape); a spoken reply's params carry the
-    session's voice and pace to the speak stage."""
+    session's voice and pace to the speak stage, and the caller's language
+    where it is known (the speak stage picks its voice when the client chose none)."""
     spoken = "audio" in c.modalities
+    params = {SPEAK_VOICE: c.voice, SPEAK_SPEED: c.speed} if spoken else {}
+    if spoken and c.language:
+        params[SPEAK_LANGUAGE] = c.language
     return (think_request(chat_messages(c), c.max_tokens, c.tools, c.tool_choice, include_usage=True),
-            list(SPOKEN_REPLY_ROUTE if spoken else TEXT_REPLY_ROUTE),
-            {SPEAK_VOICE: c.voice, SPEAK_SPEED: c.speed} if spoken else {})
+            list(SPOKEN_REPLY_ROUTE if spoken else TEXT_REPLY_ROUTE), params)
 
 
 class Replies:

@@ -229,6 +229,11 @@ class SessionRunner:
         if not self.closed:
             self.dispatch(self.session.resume_output(self.clock()))
 
+    def call_held(self, held: bool) -> None:
+        """The caller held the call or took it off hold (``Session.call_held``)."""
+        if not self.closed:
+            self.dispatch(self.session.call_held(held, self.clock()))
+
     def reject_client_frame(self, code: str, message: str) -> None:
         """The transport got a client frame it cannot hand over as an event
         (binary WebSocket frame, undecodable or oversized data-channel message).

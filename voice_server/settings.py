@@ -23,6 +23,8 @@ under ``extra.server:``::
         records: {enabled: false, folder: call-records, recording: false,
                   max_age_days: 30, max_total_mb: 1024}   # voice_server.records
         traces: {otlp_endpoint: null}   # e.g. http://127.0.0.1:4318/v1/traces (voice_server.traces)
+        sip: {enabled: false, host: 127.0.0.1, port: 5060, transports: [udp, tcp],
+              allow_from: [127.0.0.0/8], rtp_ports: [20000, 20999]}   # docs/SIP.md
 
 Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_ALLOWED_ORIGINS`` (comma separated), ``VOICE_AGENT_MAX_SESSIONS``,
@@ -67,6 +69,7 @@ from .webhook_signing import secret_bytes
 from .session.config import NoiseReduction, ServerLimits, SessionSettings, TurnDetection
 from .session.truncation import ThinkContext
 from .traces.settings import TraceSettings
+from .transports.sip.settings import SipSettings
 
 
 # Environment variables naming a field (strings; pydantic converts and checks
@@ -219,6 +222,8 @@ class ServerSettings(BaseModel):
     records: RecordSettings = RecordSettings()
     # OpenTelemetry traces of each turn over OTLP/HTTP (voice_server.traces); no endpoint: off
     traces: TraceSettings = TraceSettings()
+    # the SIP endpoint (voice_server.transports.sip, docs/SIP.md); off by default
+    sip: SipSettings = SipSettings()
 
     def session_defaults(self, model: str | None = None) -> SessionSettings:
         """What a new session starts with, on every transport."""

@@ -39,9 +39,10 @@ TEXT_REPLY_ROUTE = (THINK,)
 # A spoken reply's request params for the speak stage: the voice (an OpenAI name
 # or a shipped voice, runtime.models.speak.voices), the pace (1.0: the voice's
 # own; a Realtime session allows 0.25..1.5, /v1/audio/speech 0.25..4.0) and the
-# language the reply is in (ISO-639-1, e.g. "es"; None: the stage's default).
-# A shipped voice named in SPEAK_VOICE wins; otherwise SPEAK_LANGUAGE picks the
-# language's voice (an OpenAI name keeps its gender where that language has one).
+# language of the caller the reply answers (ISO-639-1, as the listen stage heard
+# or the client pinned it; absent or None: not known).  A shipped voice named in
+# SPEAK_VOICE wins; otherwise SPEAK_LANGUAGE picks the language's voice (an
+# OpenAI name keeps its gender where that language has one).
 SPEAK_VOICE = "voice"
 SPEAK_SPEED = "speed"
 SPEAK_LANGUAGE = "language"
@@ -69,8 +70,10 @@ TURN_CONTINUES = "turn_continues"
 SPEECH_PAUSED = "speech_paused"
 SPEECH_RESUMED = "speech_resumed"
 INTERIM = "interim"
+LANGUAGE = "language"
 LISTEN_EVENT_TYPES = (SPEECH_STARTED, PARTIAL, SPEECH_STOPPED, FINAL, ONSET, ONSET_DROPPED,
-                      TURN_LIKELY_OVER, TURN_CONTINUES, SPEECH_PAUSED, SPEECH_RESUMED, INTERIM)
+                      TURN_LIKELY_OVER, TURN_CONTINUES, SPEECH_PAUSED, SPEECH_RESUMED, INTERIM,
+                      LANGUAGE)
 # The listen event keys that are positions on the input timeline.
 LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
 
@@ -82,6 +85,12 @@ LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
 # an interruption, only over a reply; the later ones, which ready the reply's
 # prompt, only when no reply plays.  Absent: every early reading runs.
 AGENT_SPEAKING = "agent_speaking"
+# A listen request's language params (runtime/models/listen/language.py): the
+# client's pin (ISO-639-1; None: detect), and where a new stream of a session
+# starts from when it detected one before (a hint, not a pin).  A multilingual
+# Whisper only; an English-only model hears English whatever they say.
+LISTEN_LANGUAGE = "language"
+LISTEN_LANGUAGE_START = "language_start"
 
 
 class SpeechStarted(TypedDict):
@@ -109,6 +118,19 @@ class Final(TypedDict):
     # a short utterance read again after an acknowledgements prompt ("Uh-huh."
     # for Whisper's "I heard that."), when about as likely (whisper_asr.Heard)
     alternative: NotRequired[str]
+    # the language it was transcribed in (ISO-639-1), where the text is not empty
+    language: NotRequired[str]
+
+
+class Language(TypedDict):
+    """The stream's language changed: locked on a first long utterance, or
+    switched on clear evidence (runtime/models/listen/language.py).  Comes
+    just before the ``final`` that changed it; ``probability`` is Whisper's
+    on that utterance."""
+
+    type: Literal["language"]
+    language: str
+    probability: float
 
 
 class Onset(TypedDict):
@@ -170,7 +192,7 @@ class Interim(TypedDict):
 
 
 ListenEvent = Union[SpeechStarted, Partial, SpeechStopped, Final, Onset, OnsetDropped, TurnLikelyOver,
-                    TurnContinues, SpeechPaused, SpeechResumed, Interim]
+                    TurnContinues, SpeechPaused, SpeechResumed, Interim, Language]
 
 
 def speech_started_event(audio_start_ms: int) -> SpeechStarted:
@@ -186,12 +208,18 @@ def speech_stopped_event(audio_end_ms: int) -> SpeechStopped:
 
 
 def final_event(text: str, audio_start_ms: int, audio_end_ms: int,
-                alternative: str | None = None) -> Final:
+                alternative: str | None = None, language: str | None = None) -> Final:
     ev: Final = {"type": FINAL, "text": text, "audio_start_ms": audio_start_ms,
                  "audio_end_ms": audio_end_ms}
     if alternative:
         ev["alternative"] = alternative
+    if language and text:
+        ev["language"] = language
     return ev
+
+
+def language_event(language: str, probability: float) -> Language:
+    return {"type": LANGUAGE, "language": language, "probability": round(float(probability), 3)}
 
 
 def onset_event(audio_start_ms: int) -> Onset:

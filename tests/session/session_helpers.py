@@ -17,7 +17,9 @@ from voice_server.session.backchannel import InterruptionSettings
 PLAIN_BARGE_IN = InterruptionSettings(resume_backchannels=False, echo_guard=False)
 EXTENSION_KEYS = {"type", "event_id", "response_id", "item_id", "audio_end_ms"}
 EXTENSION_KEYS_BY_TYPE = {  # extension events with keys of their own
-    "voice_agent.answering_machine.detected": {"type", "event_id", "result", "audio_end_ms"}}
+    "voice_agent.answering_machine.detected": {"type", "event_id", "result", "audio_end_ms"},
+    "voice_agent.language.changed": {"type", "event_id", "language", "previous", "source",
+                                     "probability"}}
 
 _SERVER_CLASSES = {}
 for _cls in typing.get_args(typing.get_args(_rse.RealtimeServerEvent)[0]):

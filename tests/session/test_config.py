@@ -289,3 +289,26 @@ def test_records_and_traces_from_the_environment():
     assert s.traces.enabled and s.traces.otlp_endpoint.endswith("/v1/traces")
     off = ServerSettings.from_sources({}, env={})
     assert not off.records.enabled and not off.records.recording and not off.traces.enabled
+
+
+def test_the_multilingual_profile_is_the_default_with_whisper_base():
+    """configs/voice-cpu-multilingual.yaml (issue 42) is voice-cpu.yaml but for
+    Whisper base, multilingual: the English default keeps tiny.en and its speed."""
+    from pathlib import Path
+
+    import yaml
+
+    from runtime.config import load_config
+
+    root = Path(__file__).resolve().parents[2] / "configs"
+    one, multi = (yaml.safe_load((root / n).read_text())
+                  for n in ("voice-cpu.yaml", "voice-cpu-multilingual.yaml"))
+    load_config(root / "voice-cpu-multilingual.yaml", check_imports=False)
+    listen = {s["name"]: s for s in one["stages"]}["listen"]["args"]
+    listen_multi = {s["name"]: s for s in multi["stages"]}["listen"]["args"]
+    assert (listen["asr_model"], listen_multi["asr_model"]) == ("tiny.en", "base")
+    assert "en" in listen_multi.pop("asr_languages")   # what detection picks among
+    assert {**listen_multi, "asr_model": "tiny.en"} == listen
+    assert [s for s in multi["stages"] if s["name"] != "listen"] == \
+        [s for s in one["stages"] if s["name"] != "listen"]
+    assert (multi["edges"], multi["extra"]) == (one["edges"], one["extra"])

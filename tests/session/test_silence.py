@@ -74,6 +74,20 @@ def test_never_while_the_caller_speaks(kind):
     assert of(cmds, StartResponse)  # the caller's words are answered, not the silence
 
 
+def test_no_check_in_while_the_caller_holds_the_call():
+    """A SIP caller's hold (call_held): however long it lasts nothing is due,
+    and the resume counts a whole idle_timeout_ms again."""
+    s = quiet_session("server_vad")
+    spoken_turn(s, "hello", now=0)
+    end = reply_heard(s, 100)
+    s.call_held(True, end + 500)
+    assert s.tick(end + IDLE * 10) == []
+    resumed = end + IDLE * 10 + 1
+    s.call_held(False, resumed)
+    assert s.tick(resumed + IDLE - 1) == []
+    assert "input_audio_buffer.timeout_triggered" in types(s.tick(resumed + IDLE))
+
+
 def test_noise_the_asr_finds_empty_does_not_restart_the_count():
     s = quiet_session("server_vad")
     spoken_turn(s, "hello", now=0)

@@ -265,7 +265,7 @@ class ClientEventHandlers:
 
     def _on_conversation_item_retrieve(self, ev, now_ms) -> list[Command]:
         item = self._item_or_error(ev.item_id)
-        return [self._send("conversation.item.retrieved", item=item.wire())]
+        return [self._send("conversation.item.retrieved", item=item.wire(self.extension_events))]
 
     def _on_response_create(self, ev, now_ms) -> list[Command]:
         active = self._responses.active

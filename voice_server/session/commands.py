@@ -78,6 +78,7 @@ class StartResponse:
     tool_choice: Any = None
     voice: str | None = None   # audio.output.voice and .speed, for the speak stage
     speed: float = 1.0
+    language: str | None = None   # the caller's language (ISO-639-1), for the speak stage
 
 
 @dataclass
@@ -94,6 +95,7 @@ class PrepareReply:
     tool_choice: Any = None
     voice: str | None = None
     speed: float = 1.0
+    language: str | None = None
 
 
 @dataclass

@@ -25,6 +25,10 @@ merging of a client's ``session.update`` into it.
   ``audio.input.noise_reduction`` (``{"type": "near_field"|"far_field"}`` or
   null) picks the listen stage's denoiser (runtime/models/listen/denoise.py),
   applied before VAD and ASR.
+  ``audio.input.transcription.language`` (ISO-639-1, or null: detect) pins
+  the language the caller is heard in (runtime/models/listen/language.py);
+  the session's language, pinned or detected, is what the reply is asked to
+  answer in and spoken in (prompt.py, the speak request's ``language``).
   Unsupported optional fields (tracing, the transcription model, voice
   names...) are accepted and ignored.
   ``semantic_vad`` (with ``eagerness``) runs the end-of-turn model in the
@@ -39,6 +43,7 @@ from typing import Any, List, Literal, Optional, Tuple, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime.models.listen.language import check_language
 from runtime.models.speak.voices import OPENAI_VOICES
 
 from ..audio_codec import PCM, PCMA, PCMU, G711_RATE
@@ -122,6 +127,9 @@ class SessionSettings(BaseModel):
     # None = the client turned input transcription events off; the server
     # still transcribes internally (it needs the text to answer).
     transcription_model: Optional[str] = "server-asr"
+    # audio.input.transcription.language: the caller's language, pinned
+    # (ISO-639-1); None: detected by the listen stage
+    language: Optional[str] = None
     max_output_tokens: Optional[int] = None  # None = "inf"
     # function tools in the Realtime shape ({"type": "function", "name", ...}, tools.py)
     tools: List[dict] = Field(default_factory=list)
@@ -371,6 +379,8 @@ def merge_session_update(current: SessionSettings, session: Any,
         put("turn_detection", turn_detection, s.turn_detection, "session.turn_detection")
     if "input_audio_transcription" in s.model_fields_set:
         upd["transcription_model"] = _transcription_model(s.input_audio_transcription, current)
+        put("language", _transcription_language, s.input_audio_transcription, current,
+            "session.input_audio_transcription.language")
     a = s.audio
     if a is not None and a.input is not None:
         i = a.input
@@ -382,6 +392,8 @@ def merge_session_update(current: SessionSettings, session: Any,
                 "session.audio.input.turn_detection")
         if "transcription" in i.model_fields_set:
             upd["transcription_model"] = _transcription_model(i.transcription, current)
+            put("language", _transcription_language, i.transcription, current,
+                "session.audio.input.transcription.language")
         if "noise_reduction" in i.model_fields_set:
             put("noise_reduction", _noise_reduction, i.noise_reduction,
                 "session.audio.input.noise_reduction")
@@ -530,10 +542,29 @@ def _transcription_model(value: Any, current: SessionSettings) -> Optional[str]:
     return current.transcription_model or "server-asr"
 
 
+def _transcription_language(value: Any, current: SessionSettings, param: str) -> Optional[str]:
+    """``transcription.language``: an ISO-639-1 code Whisper knows, or
+    null / absent (detect); a transcription object without it keeps no pin,
+    as the API's does (its fields are set together)."""
+    if not isinstance(value, dict):
+        return None
+    lang = value.get("language")
+    if lang == "":
+        return None
+    try:
+        return check_language(lang)
+    except ValueError:
+        raise ClientError("invalid_value", f"Invalid value for '{param}': {lang!r}. Expected an "
+                          "ISO-639-1 language code (such as 'en', 'es', 'ja') or null.",
+                          param) from None
+
+
 def session_to_wire(settings: SessionSettings, session_id: str,
                     expires_at: int = 0) -> dict:
     """Full effective session object for session.created/updated."""
     tr = None if settings.transcription_model is None else {"model": settings.transcription_model}
+    if tr is not None and settings.language is not None:
+        tr["language"] = settings.language
     va = {} if settings.call_actions is None else {"call_actions": settings.call_actions.wire()}
     if settings.voice_lock is not None:
         va["voice_lock"] = settings.voice_lock

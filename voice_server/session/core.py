@@ -178,6 +178,8 @@ from __future__ import annotations
 
 import base64
 
+from runtime.models.voice_contract import LISTEN_LANGUAGE, LISTEN_LANGUAGE_START
+
 from ..audio_codec import decode_wire_audio
 from .agent_actions import ActionState, AgentActions
 from .backchannel import InterruptionSettings
@@ -269,8 +271,12 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         self._size_lead()
         self._paused_item: str | None = None  # item a stream transport holds paused (playback.py)
         self.extension_events = extension_events
+        # the caller's language: the client's pin, else what the listen stage
+        # detected (turns.py _language_changed); None: not known yet
+        self.language: str | None = self.settings.language
         self._keypad = Keypad()  # the phone caller's key presses (key_pressed)
         self._silence = SilenceWatch(hang_up_after)  # the idle deadline, check-ins, the hang-up
+        self._on_hold = False  # the caller put the call on hold (call_held): nothing is due
         # outbound calls: who answered (answering_machine.py); None: not asked
         self._machine = AnsweringMachineDetector() if answering_machine else None
         self._message_left = False  # the message for a machine was asked for
@@ -291,6 +297,21 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
             fmt = r.output_format
             pcm = decode_wire_audio(base64.b64decode(cmd.event["delta"]), fmt.type)
             self._echo.played(pcm, fmt.sample_rate, start_ms, r.id)
+
+    def call_held(self, held: bool, now_ms: float) -> list[Command]:
+        """The caller put the call on hold (a SIP re-INVITE ``sendonly`` /
+        ``inactive``) or took it off: the reply pauses and resumes where it
+        was, and a silence on hold is no silence: the agent does not check in
+        while held, and counts a whole ``idle_timeout_ms`` again from the resume."""
+        if held == self._on_hold:
+            return []
+        self._on_hold = held
+        if held:
+            return self.pause_output(now_ms)
+        td = self.settings.turn_detection
+        if self._silence.deadline is not None and td is not None and td.idle_timeout_ms:
+            self._silence.count_until(max(self._silence.deadline, now_ms + td.idle_timeout_ms))
+        return self.resume_output(now_ms)
 
     # ------------------------------------------------------- events and state
     def _send(self, type_: str, **fields) -> SendEvent:
@@ -393,12 +414,19 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 self._listening = None
                 return [StopListen()]
             return []
+        out = self._language_changed(self.settings.language, "pinned") \
+            if self.settings.language else []
         params = {**td.listen_params(), "noise_reduction": self.settings.noise_reduction,
                   "voice_lock": self.settings.voice_lock}
+        if self.settings.language:
+            params[LISTEN_LANGUAGE] = self.settings.language
         if params != self._listening:
             self._listening = params
-            return [ConfigureListen(dict(params))]
-        return []
+            # a new stream starts from the language detected so far (not a pin)
+            start = {LISTEN_LANGUAGE_START: self.language} \
+                if self.language and not self.settings.language else {}
+            return out + [ConfigureListen({**params, **start})]
+        return out
 
     # ----------------------------------------------------------------- timers
     def tick(self, now_ms: float) -> list[Command]:
@@ -424,8 +452,8 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                 return acted
         td = self.settings.turn_detection
         if td is None or not td.idle_timeout_ms or not self._silence.due(now_ms) or \
-                self._responses.active is not None or self._turn.speech_item is not None or \
-                self._turn.awaiting_final:
+                self._on_hold or self._responses.active is not None or \
+                self._turn.speech_item is not None or self._turn.awaiting_final:
             return []
         return self._caller_silent(td, now_ms)
 

@@ -95,8 +95,11 @@ class Item:
     name: str | None = None
     arguments: str | None = None
     output: str | None = None
+    # a user audio message: the language it was heard in (ISO-639-1), an
+    # extension on the wire (``voice_agent.language``)
+    language: str | None = None
 
-    def wire(self) -> dict:
+    def wire(self, extensions: bool = True) -> dict:
         head = {"id": self.id, "object": "realtime.item", "type": self.type,
                 "status": self.status}
         if self.type == FUNCTION_CALL:
@@ -104,7 +107,10 @@ class Item:
                     "arguments": self.arguments or ""}
         if self.type == FUNCTION_CALL_OUTPUT:
             return {**head, "call_id": self.call_id, "output": self.output or ""}
-        return {**head, "role": self.role, "content": [c.wire() for c in self.content]}
+        out = {**head, "role": self.role, "content": [c.wire() for c in self.content]}
+        if self.language and extensions:
+            out["voice_agent"] = {"language": self.language}
+        return out
 
     def text(self) -> str:
         return "".join(c.plain() for c in self.content).strip()

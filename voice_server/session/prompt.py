@@ -9,6 +9,15 @@ short and speakable, the client's says who the agent is and what it does.
 Without instructions the session sends none and the stage's own prompt applies
 unchanged (its decoded cells are shared by every turn).
 
+Language: once the session's language is known and is not English (the
+client's ``audio.input.transcription.language``, or the language the listen
+stage locked on), a line between the stage's prompt and the client's
+instructions asks for answers in it ("The caller speaks Spanish. Answer in
+Spanish."); instructions that say otherwise come after it and win.  English
+sessions, and sessions whose language is not known yet, are asked exactly as
+before.  The first reply after the language locks or switches is asked anew
+(a reply prepared in that turn's pause had the old system text).
+
 History: the ``truncation`` setting (truncation.py) takes the oldest items out
 of the model's context when the conversation outgrows it; which items are out
 is kept from turn to turn, so a prompt changes at its head only when a cut is
@@ -23,6 +32,30 @@ from .truncation import ContextTooLong, drop_oldest, system_chars
 
 SEPARATOR = "\n\n"
 
+# Whisper's commoner languages by name; another code is named as a code.
+LANGUAGE_NAMES = {
+    "en": "English", "es": "Spanish", "de": "German", "fr": "French", "it": "Italian",
+    "pt": "Portuguese", "ja": "Japanese", "zh": "Chinese", "nl": "Dutch", "ru": "Russian",
+    "pl": "Polish", "tr": "Turkish", "ko": "Korean", "ar": "Arabic", "sv": "Swedish",
+    "da": "Danish", "no": "Norwegian", "nn": "Norwegian Nynorsk", "fi": "Finnish",
+    "cs": "Czech", "el": "Greek", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian",
+    "id": "Indonesian", "ms": "Malay", "ro": "Romanian", "uk": "Ukrainian", "vi": "Vietnamese",
+    "th": "Thai", "ca": "Catalan", "bg": "Bulgarian", "hr": "Croatian", "sk": "Slovak",
+    "sl": "Slovenian", "sr": "Serbian", "lt": "Lithuanian", "lv": "Latvian", "et": "Estonian",
+    "fa": "Persian", "ur": "Urdu", "bn": "Bengali", "ta": "Tamil", "tl": "Tagalog",
+    "gl": "Galician", "eu": "Basque", "cy": "Welsh", "is": "Icelandic", "af": "Afrikaans",
+    "sw": "Swahili", "yue": "Cantonese",
+}
+
+
+def language_line(language: str | None) -> str | None:
+    """The system text's line asking for answers in ``language`` (None for
+    English or an unknown language: nothing to ask)."""
+    if not language or language == "en":
+        return None
+    name = LANGUAGE_NAMES.get(language, f"the language whose ISO 639-1 code is {language!r}")
+    return f"The caller speaks {name}. Answer in {name}."
+
 
 class Prompt:
     def _system_text(self, instructions: str | None) -> str | None:
@@ -33,9 +66,12 @@ class Prompt:
         or the conversation is empty (the agent speaks first: a request needs
         one message)."""
         own = self.settings.context.system_prompt
+        line = language_line(self.language)
+        if line:
+            own = own + SEPARATOR + line if own else line
         if not instructions:
             items = self.conversation.items
-            if own and (not items or any(it.role == "system" for it in items)):
+            if own and (line or not items or any(it.role == "system" for it in items)):
                 return own
             return None
         return own + SEPARATOR + instructions if own else instructions

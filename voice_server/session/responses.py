@@ -177,7 +177,7 @@ class Responses:
         r.started = True
         return [StartResponse(r.id, msgs, list(r.modalities), r.max_tokens, r.instructions,
                               r.metadata, r.tools, r.tool_choice, voice=r.voice,
-                              speed=self.settings.speed)]
+                              speed=self.settings.speed, language=self.language)]
 
     def _fail(self, r: _Response, etype: str, code: str, message: str,
               usage: dict | None = None) -> list[Command]:

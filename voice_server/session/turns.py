@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import (FINAL, INTERIM, LISTEN_RATE_HZ, ONSET, ONSET_DROPPED,
+from runtime.models.voice_contract import (FINAL, INTERIM, LANGUAGE, LISTEN_RATE_HZ, ONSET, ONSET_DROPPED,
                                            PARTIAL, SPEECH_PAUSED, SPEECH_RESUMED, SPEECH_STARTED,
                                            SPEECH_STOPPED, TURN_CONTINUES, TURN_LIKELY_OVER,
                                            final_event, speech_stopped_event)
@@ -37,6 +37,7 @@ class TurnState:
     pending_transcripts: dict[str, int] = field(default_factory=dict)  # committed: item -> content
     prepared: bool = False             # a reply is being prepared during the pause (PrepareReply)
     paused_for_onset: bool = False     # the reply was paused when the caller made a sound
+    heard_language: str | None = None  # the language of the last final (its item carries it)
 
 
 @dataclass
@@ -124,7 +125,11 @@ class Turns:
             if self._interruption.deciding is not None:
                 return out + self._deciding_stopped(int(ev.get("audio_end_ms", 0)))
             out += self._commit_speech(int(ev.get("audio_end_ms", 0)))
+        elif t == LANGUAGE:
+            out += self._language_changed(str(ev.get("language") or ""), "detected",
+                                          ev.get("probability"))
         elif t == FINAL and (vad or self._turn.speech_item or self._turn.awaiting_final):
+            self._turn.heard_language = ev.get("language") or None
             text, start, end = (str(ev.get("text", "")), int(ev.get("audio_start_ms", 0)),
                                 int(ev.get("audio_end_ms", 0)))
             if self._dropped_final():
@@ -186,7 +191,7 @@ class Turns:
         msgs = self._context_messages(system, s.max_output_tokens, tools[0], pending=text,
                                       strict=False) + [{"role": "user", "content": text}]
         return [PrepareReply(msgs, list(s.output_modalities), s.max_output_tokens, system,
-                             *tools, voice=s.voice, speed=s.speed)]
+                             *tools, voice=s.voice, speed=s.speed, language=self.language)]
 
     def _drop_prepared(self) -> list[Command]:
         if not self._turn.prepared:
@@ -306,6 +311,7 @@ class Turns:
             self._turn.partial_sent.pop(item_id, None)
             return out
         text = text.strip()
+        item.language = self._turn.heard_language if text else None
         out += self._complete_transcript(item, 0, text, (end_ms - start_ms) / 1000.0)
         if text:
             self._turn.unanswered = True
@@ -330,17 +336,34 @@ class Turns:
         else:
             out += self._transcript_delta(item.id, text) if content_index == 0 else []
             if on:
+                heard = {"voice_agent": {"language": item.language}} \
+                    if item.language and self.extension_events else {}
                 out.append(self._send(
                     "conversation.item.input_audio_transcription.completed", item_id=item.id,
                     content_index=content_index, transcript=text,
-                    usage={"type": "duration", "seconds": round(max(seconds, 0.0), 3)}))
+                    usage={"type": "duration", "seconds": round(max(seconds, 0.0), 3)}, **heard))
         self._turn.partial_sent.pop(item.id, None)
         item.content[content_index].transcript = text
         item.status = "completed"
         out.append(self._send("conversation.item.done",
                               previous_item_id=self.conversation.previous_of(item.id),
-                              item=item.wire()))
+                              item=item.wire(self.extension_events)))
         return out
+
+    def _language_changed(self, language: str, source: str,
+                          probability: float | None = None) -> list[Command]:
+        """The session's language is now ``language`` (``pinned`` by the client,
+        or ``detected`` by the listen stage): the next replies are asked to
+        answer in it and spoken in it; the client hears of it in
+        ``voice_agent.language.changed``."""
+        if not language or language == self.language:
+            return []
+        previous, self.language = self.language, language
+        if not self.extension_events:
+            return []
+        p = None if probability is None else round(float(probability), 3)
+        return [self._send("voice_agent.language.changed", language=language, previous=previous,
+                           source=source, probability=p)]
 
     def _maybe_auto_respond(self, now_ms: float) -> list[Command]:
         td = self.settings.turn_detection
@@ -351,7 +374,10 @@ class Turns:
         return self._auto_response(now_ms)
 
     def transcription_result(self, item_id: str, text: str | None, now_ms: float,
-                             error: dict | None = None) -> list[Command]:
+                             error: dict | None = None,
+                             language: str | None = None) -> list[Command]:
+        """A committed buffer's (or a client audio item's) transcript; ``language``:
+        what the listen stage heard it in (the item carries it)."""
         if self.closed or item_id not in self._turn.pending_transcripts:
             return []
         idx = self._turn.pending_transcripts.pop(item_id)
@@ -359,6 +385,8 @@ class Turns:
         out: list[Command] = []
         if item is not None:
             secs = 0.0
+            if idx == 0 and text:
+                item.language = language
             out += self._complete_transcript(item, idx, (text or "").strip(), secs, error)
         out += self._maybe_start_waiting()
         return out

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..call_actions_runner import transfer_output
 from ..call_control import TRANSFER
 from ..call_registry import DEFAULT_REJECT_STATUS, CallGone, CallRegistry, CallState
 from ..session.call_actions import TARGET_URI_RE
@@ -40,8 +41,8 @@ MAX_BODY = 256 * 1024
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _error(status: int, code: str, message: str, param: str | None = None,
-           type_: str = "invalid_request_error", headers: dict | None = None) -> JSONResponse:
+def api_error(status: int, code: str, message: str, param: str | None = None,
+              type_: str = "invalid_request_error", headers: dict | None = None) -> JSONResponse:
     return JSONResponse({"error": {"type": type_, "code": code, "message": message,
                                    "param": param}}, status_code=status, headers=headers)
 
@@ -52,7 +53,7 @@ class BadBody(Exception):
         self.code, self.message, self.param = code, message, param
 
 
-async def _json_body(request: Request) -> dict:
+async def json_body(request: Request) -> dict:
     raw = await request.body()
     if len(raw) > MAX_BODY:
         raise BadBody("request_too_large", f"The body is over {MAX_BODY} bytes.")
@@ -78,61 +79,64 @@ class SipCallsApi:
         r = http_refusal(request.headers, self.settings.allowed_origins, self.settings.api_keys)
         if r is None:
             return None
-        return _error(r.status, r.code, r.message, type_=r.type, headers=r.headers)
+        return api_error(r.status, r.code, r.message, type_=r.type, headers=r.headers)
 
     def _call(self, request: Request):
         call_id = request.path_params["call_id"]
         call = self.registry.get(call_id)
         if call is None or call.state is CallState.ENDED:
-            return None, _error(404, "call_not_found", f"No call {call_id[:64]!r}.",
-                                type_="not_found_error")
+            return None, api_error(404, "call_not_found", f"No call {call_id[:64]!r}.",
+                                   type_="not_found_error")
         return call, None
 
-    async def accept(self, request: Request) -> Response:
+    async def _acting(self, request: Request):
+        """The access rule, the call, and the JSON body: ``(call, body, None)``,
+        or ``(None, None, the error response)``."""
         refused = self._refused(request)
         if refused is not None:
-            return refused
+            return None, None, refused
         call, err = self._call(request)
+        if err is not None:
+            return None, None, err
+        try:
+            return call, await json_body(request), None
+        except BadBody as e:
+            return None, None, api_error(400, e.code, e.message, e.param)
+
+    async def accept(self, request: Request) -> Response:
+        call, body, err = await self._acting(request)
         if err is not None:
             return err
         try:
-            body = await _json_body(request)
             if body.get("type", "realtime") != "realtime":
                 raise BadBody("invalid_value", "Invalid value for 'type': supported values are: "
                               "'realtime'.", "type")
             # checked whole here, so a bad field is this request's 400, not a call's error
             apply_session_update(self.settings.session_defaults(), body, self.settings.limits)
         except BadBody as e:
-            return _error(400, e.code, e.message, e.param)
+            return api_error(400, e.code, e.message, e.param)
         except ClientError as e:
-            return _error(400, e.code, e.message, _top_param(e.param))
+            return api_error(400, e.code, e.message, top_param(e.param))
         if call.state is not CallState.PENDING:
-            return _error(409, "call_not_pending", "The call was already accepted or rejected.")
+            return api_error(409, "call_not_pending", "The call was already accepted or rejected.")
         try:
             await call.accept(body)
         except CallGone:
-            return _error(404, "call_not_found", "The call ended before it was accepted.",
-                          type_="not_found_error")
+            return api_error(404, "call_not_found", "The call ended before it was accepted.",
+                             type_="not_found_error")
         return JSONResponse({})
 
     async def reject(self, request: Request) -> Response:
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        call, err = self._call(request)
+        call, body, err = await self._acting(request)
         if err is not None:
             return err
-        try:
-            body = await _json_body(request)
-        except BadBody as e:
-            return _error(400, e.code, e.message, e.param)
         status = body.get("status_code", DEFAULT_REJECT_STATUS)
         if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 699:
-            return _error(400, "invalid_value", "Invalid 'status_code': a SIP final status, "
-                          "400 to 699.", "status_code")
+            return api_error(400, "invalid_value", "Invalid 'status_code': a SIP final status, "
+                             "400 to 699.", "status_code")
         if call.state is not CallState.PENDING:
-            return _error(409, "call_not_pending", "Only a ringing call can be rejected; "
-                          "hang up a live one.")
+            return api_error(409, "call_not_pending", "Only a ringing call can be rejected; "
+                             "hang up a live one.")
         try:
             await call.reject(status)
         except CallGone:
@@ -141,35 +145,22 @@ class SipCallsApi:
         return JSONResponse({})
 
     async def refer(self, request: Request) -> Response:
-        refused = self._refused(request)
-        if refused is not None:
-            return refused
-        call, err = self._call(request)
+        call, body, err = await self._acting(request)
         if err is not None:
             return err
-        try:
-            body = await _json_body(request)
-        except BadBody as e:
-            return _error(400, e.code, e.message, e.param)
         target = body.get("target_uri")
         if not isinstance(target, str):
-            return _error(400, "missing_required_parameter", "Missing required parameter: "
-                          "'target_uri'.", "target_uri")
+            return api_error(400, "missing_required_parameter", "Missing required parameter: "
+                             "'target_uri'.", "target_uri")
         if not TARGET_URI_RE.match(target):
-            return _error(400, "invalid_value", "Invalid 'target_uri': a tel: or sip: URI.",
-                          "target_uri")
+            return api_error(400, "invalid_value", "Invalid 'target_uri': a tel: or sip: URI.",
+                             "target_uri")
         control = call.call_control
         if call.state is not CallState.LIVE or control is None:
-            return _error(409, "call_not_live", "Only an accepted call can be transferred.")
+            return api_error(409, "call_not_live", "Only an accepted call can be transferred.")
         if TRANSFER not in control.actions():
-            return _error(409, "refer_not_supported", "This call cannot be transferred now.")
-        outcome = await control.transfer(target)
-        out: dict = {"status": outcome.status}
-        if outcome.sip_status is not None:
-            out["sip_status"] = outcome.sip_status
-        if outcome.detail:
-            out["detail"] = outcome.detail
-        return JSONResponse(out)
+            return api_error(409, "refer_not_supported", "This call cannot be transferred now.")
+        return JSONResponse(transfer_output(await control.transfer(target)))
 
     async def hangup(self, request: Request) -> Response:
         if self.registry.get(request.path_params["call_id"]) is None and \
@@ -192,7 +183,7 @@ class SipCallsApi:
         return JSONResponse({})
 
 
-def _top_param(param: str | None) -> str | None:
+def top_param(param: str | None) -> str | None:
     """A session field's param as the body names it (``session.x`` -> ``x``)."""
     if param and param.startswith("session."):
         return param[len("session."):]
@@ -210,4 +201,4 @@ def sip_calls_routes(registry: CallRegistry, settings: Any,
             Route(base + "/hangup", api.hangup, methods=["POST"])]
 
 
-__all__ = ["sip_calls_routes", "SipCallsApi"]
+__all__ = ["sip_calls_routes", "SipCallsApi", "api_error", "json_body", "top_param", "BadBody"]

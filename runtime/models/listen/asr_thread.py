@@ -67,6 +67,11 @@ class Segment:
     is_current: Callable[[], bool]
     reading: Reading = Reading.TRANSCRIPT
     queued_at: float = field(default_factory=time.monotonic)
+    # the stream's language (language.LanguageAsk; None: the recogniser's
+    # default), or a function that says it when the segment runs (the words
+    # of the utterance before may have locked it meanwhile); passed on as
+    # ``languages=`` when any segment has one
+    language: Any = None
 
 
 @dataclass
@@ -313,7 +318,10 @@ class RecognitionThread:
         if not live:
             return
         try:
-            texts: list[Any] = list(self._transcribe([j.audio for j in live]))
+            audio = [j.audio for j in live]
+            langs = [j.language() if callable(j.language) else j.language for j in live]
+            texts: list[Any] = list(self._transcribe(audio, languages=langs)
+                                    if any(x is not None for x in langs) else self._transcribe(audio))
         except Exception as exc:  # noqa: BLE001 - fail these segments, keep serving
             texts = [exc] * len(live)
         self.counters["calls"] += 1

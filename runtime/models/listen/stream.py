@@ -22,6 +22,7 @@ import numpy as np
 import soxr
 
 from runtime.models.listen.denoise import make_denoiser
+from runtime.models.listen.language import ENGLISH
 from runtime.models.listen.silero_vad import FRAME_SAMPLES, SileroVAD
 from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
 from runtime.models.listen.turn_wait import TEXT_CUT_P, TEXT_END_P, Pause
@@ -402,7 +403,7 @@ class UtteranceStream:
         on a slow CPU the reply is not ready sooner).  Until the reading is in
         it waits for it, up to ``VERDICT_LATE_MS`` of silence (a busy stage:
         the words are late); words with nothing to read (none) do not wait."""
-        if self.reader is None:
+        if self.reader is None or not self._english():
             return True
         heard = self.pause
         if heard.words is False:
@@ -419,10 +420,20 @@ class UtteranceStream:
     def _forget_verdict(self) -> None:
         self.pause = Pause(gen=self.pause.gen + 1)    # a new silence run
 
+    def _english(self) -> bool:
+        """The words are English, or their language is not said (an English-only
+        recogniser, pocketsphinx): the English rules (turn_text.py) and the
+        English chat model read them.  Words in another language are not
+        judged: Smart Turn, which hears 23 languages, decides alone."""
+        return getattr(self.utt, "heard_language", None) in (None, ENGLISH)
+
     def _heard_words(self, text: str) -> None:
+        self.pause.text = text
+        if not self._english():
+            self.pause.words, self.pause.question = None, False
+            return
         self.pause.words = not looks_unfinished(text)
         self.pause.question = asks_the_agent(text)   # read once a pause, not every frame of it
-        self.pause.text = text
         self._maybe_read()
 
     def _maybe_read(self) -> None:
@@ -473,7 +484,7 @@ class UtteranceStream:
                     self._heard_words(ev["text"])
                 elif ev["paused"] or self.state is not StreamState.SPEECH:
                     continue     # the pause it was for is over, or the utterance is
-                elif self.reader is not None and self.silence_start is None:
+                elif self.reader is not None and self.silence_start is None and self._english():
                     self.reader(("ahead", self.pause.gen), ev["text"])
                 out.append(ev)
             elif ev["type"] == TURN_LIKELY_OVER:

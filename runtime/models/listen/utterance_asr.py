@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from runtime.models.listen.asr_thread import Call, Reading, RecognitionThread, Segment
+from runtime.models.listen.language import LanguageLock
 from runtime.models.voice_contract import (Final, ListenEvent, final_event, interim_event,
-                                           onset_dropped_event, partial_event,
+                                           language_event, onset_dropped_event, partial_event,
                                            turn_likely_over_event)
 
 
@@ -45,16 +46,21 @@ def _read(value: Any) -> tuple[str, str | None]:
 
 def _final(value: Any, times: tuple[int, int]) -> Final:
     text, alternative = _read(value)
-    return final_event(text, times[0], times[1], alternative)
+    return final_event(text, times[0], times[1], alternative, getattr(value, "language", None))
 
 
 class SpeculativeSegments:
     """Whole-segment recognition started at silence onset, abandoned if speech resumes."""
 
-    def __init__(self, key: int, thread: RecognitionThread, speculative: bool = True) -> None:
+    def __init__(self, key: int, thread: RecognitionThread, speculative: bool = True,
+                 language: LanguageLock | None = None) -> None:
         self.key = key
         self.thread = thread
         self.speculative = speculative
+        # the stream's language (language.py): asked of each segment, and
+        # told what each ended utterance was heard in
+        self.language = language
+        self.heard_language: str | None = None     # of the latest reading (None: not said)
         self.parts: list[np.ndarray] = []
         self.gen = 0                               # bumps whenever queued work goes stale
         self.spec: int | None = None               # generation of the live speculative job
@@ -73,8 +79,27 @@ class SpeculativeSegments:
         gen = self.gen
         audio = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
         self.thread.submit(Segment(self.key, gen, audio,
-                                   lambda: gen == self.gen or gen in self.awaiting))
+                                   lambda: gen == self.gen or gen in self.awaiting,
+                                   language=self._asker()))
         return gen
+
+    def _asker(self):
+        """What a segment asks of the recogniser about its language: read when
+        it runs (None: an English-only model or pocketsphinx, nothing to ask)."""
+        lock = self.language
+        return None if lock is None or not lock.multilingual else lock.ask
+
+    def _ended(self, value: Any, times: tuple[int, int]) -> list[ListenEvent]:
+        """An ended utterance's ``final``, after a ``language`` event when its
+        words locked or switched the stream's language."""
+        out: list[ListenEvent] = []
+        lock = self.language
+        if lock is not None and not isinstance(value, BaseException) and _read(value)[0]:
+            seconds = max(0, times[1] - times[0]) / 1000.0
+            if lock.observe(getattr(value, "heard", None), getattr(value, "heard_p", None),
+                            seconds):
+                out.append(language_event(lock.language, lock.probability or 0.0))
+        return out + [_final(value, times)]
 
     def begin(self, audio: np.ndarray) -> None:
         self._abandon()
@@ -101,7 +126,7 @@ class SpeculativeSegments:
         gen = self.gen
         audio = np.concatenate(self.parts)
         self.thread.submit(Segment(self.key, ("peek", gen), audio, lambda: gen == self.gen,
-                                   reading=Reading.EARLY))
+                                   reading=Reading.EARLY, language=self._asker()))
 
     def end(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
         """The utterance is over: reuse the speculative job if it saw all of it."""
@@ -115,7 +140,7 @@ class SpeculativeSegments:
         self.spec = None
         self.parts = []
         if gen in self.ready:
-            return [_final(self.ready.pop(gen), (start_ms, end_ms))]
+            return self._ended(self.ready.pop(gen), (start_ms, end_ms))
         self.awaiting[gen] = (start_ms, end_ms)
         return []
 
@@ -135,7 +160,8 @@ class SpeculativeSegments:
         audio = np.concatenate(self.parts)
         self.parts = []
         self.counters["blips_read"] += 1
-        self.thread.submit(Segment(self.key, ("blip", gen), audio, lambda: gen in self.blips))
+        self.thread.submit(Segment(self.key, ("blip", gen), audio, lambda: gen in self.blips,
+                                   language=self._asker()))
         return []
 
     def _abandon(self) -> None:
@@ -146,6 +172,8 @@ class SpeculativeSegments:
             self.gen += 1
 
     def result(self, tag: Any, value: Any) -> list[ListenEvent]:
+        if getattr(value, "language", None) and (not isinstance(tag, tuple) or tag[0] == "peek"):
+            self.heard_language = value.language
         if isinstance(tag, tuple) and tag[0] == "blip":
             times = self.blips.pop(tag[1], None)
             if times is None:
@@ -157,7 +185,7 @@ class SpeculativeSegments:
                 return [interim_event(text, False, alternative)]
             return []
         if tag in self.awaiting:
-            return [_final(value, self.awaiting.pop(tag))]
+            return self._ended(value, self.awaiting.pop(tag))
         if tag == self.spec:
             self.ready[tag] = value
             if isinstance(value, BaseException):

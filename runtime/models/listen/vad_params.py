@@ -17,6 +17,7 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.models.listen.denoise import ENGINES as DENOISE_ENGINES
 from runtime.models.listen.denoise import NOISE_REDUCTION_TYPES
+from runtime.models.listen.language import check_language
 from runtime.models.listen.turn_wait import EAGERNESS_WAIT_MS, Pause, semantic_wait_ms
 from runtime.models.voice_contract import LISTEN_RATE_HZ
 
@@ -47,6 +48,8 @@ class VadParams:
     eagerness: str = "auto"
     noise_reduction: str | None = None  # denoise.py: near_field | far_field | an engine | None
     voice_lock: bool = False        # voice_lock.py: only the enrolled caller's speech opens turns
+    language: str | None = None     # language.py: the client's pin (None: detect)
+    language_start: str | None = None   # a language detected earlier in the session (a hint)
 
     @property
     def semantic(self) -> bool:
@@ -94,6 +97,13 @@ class VadParams:
         if not isinstance(lock, bool):
             raise StageError(ErrorCode.BAD_INPUT, f"listen: voice_lock must be true, false or "
                              f"null, got {lock!r}")
+        langs = {}
+        for k in ("language", "language_start"):
+            v = (params or {}).get(k)
+            try:
+                langs[k] = check_language(defaults.get(k) if v is None else v, f"listen: {k}")
+            except ValueError as exc:
+                raise StageError(ErrorCode.BAD_INPUT, str(exc)) from None
         mode = str(merged_str.get("turn_mode", "silence"))
         eagerness = str(merged_str.get("eagerness", "auto"))
         if mode not in TURN_MODES:
@@ -103,4 +113,4 @@ class VadParams:
             raise StageError(ErrorCode.BAD_INPUT, "listen: eagerness must be one of "
                              f"{tuple(EAGERNESS_WAIT_MS)}, got {eagerness!r}")
         return cls(sample_rate=int(rate_f), turn_mode=mode, eagerness=eagerness,
-                   noise_reduction=noise, voice_lock=lock, **vals)
+                   noise_reduction=noise, voice_lock=lock, **langs, **vals)

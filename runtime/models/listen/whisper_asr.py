@@ -28,6 +28,16 @@ as likely as its own reading (mean token log-probability within
 ``ALT_MARGIN``): "Uh-huh." for the hum, but not "Ten of clubs." for "10 of
 close." (people's short commands score 0.7 lower).  It costs 20-40 ms a
 short segment and nothing for longer ones.
+
+Language (a multilingual model: ``base``): each segment is transcribed in a
+language of its own (CTranslate2 takes a prompt per batch item).  A segment
+queued with a :class:`~runtime.models.listen.language.LanguageAsk` that is
+not a pin also has its language detected (Whisper's language head on the
+encoder output the decode reuses: one decoder step for the batch), and
+:func:`~runtime.models.listen.language.transcribe_in` picks the language it
+is decoded in; the result says both (:class:`Heard`).  The acknowledgements
+reading is English and runs on English segments only.  An English-only model
+(``tiny.en``) says ``en`` and detects nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ import numpy as np
 from runtime.errors import ErrorCode, StageError
 from runtime.models.model_files import ModelFileMissing, models_dir, wheel_file
 from runtime.models.voice_contract import LISTEN_RATE_HZ
+from runtime.models.listen.language import ENGLISH, LanguageAsk, check_language, transcribe_in
 from runtime.models.listen.whisper_loops import cut_loop, said_tokens, starts_over
 
 HOP = 160                       # Whisper's log-mel hop: 100 frames per second
@@ -136,10 +147,15 @@ def prefer_avx512(cpuinfo: str = "/proc/cpuinfo") -> str | None:
 
 class Heard(NamedTuple):
     """What Whisper read in a segment, and for a short one the reading after an
-    acknowledgements prompt when it is about as likely (else None)."""
+    acknowledgements prompt when it is about as likely (else None); the
+    language it was transcribed in, and where it was detected, the language
+    Whisper heard and its probability."""
 
     text: str
     alternative: str | None = None
+    language: str | None = None
+    heard: str | None = None
+    heard_p: float | None = None
 
 
 class WhisperASR:
@@ -153,7 +169,7 @@ class WhisperASR:
     def __init__(self, model: str = "tiny.en", threads: int = 1, window_s: float = WINDOW_S,
                  compute_type: str = "int8", language: str = "en", beam_size: int = 1,
                  no_repeat_ngram_size: int = 0, alt_prompt: str = "",
-                 alt_max_s: float = 1.2) -> None:
+                 alt_max_s: float = 1.2, languages: list[str] | None = None) -> None:
         prefer_avx512()
         try:
             from faster_whisper import WhisperModel
@@ -169,10 +185,15 @@ class WhisperASR:
         self._model = WhisperModel(resolve_model(model), device="cpu", compute_type=compute_type,
                                    cpu_threads=max(1, int(threads)), num_workers=1)
         self._features = self._model.feature_extractor
-        multilingual = self._model.model.is_multilingual
+        self.multilingual = multilingual = bool(self._model.model.is_multilingual)
+        self.language = language if multilingual else ENGLISH   # a segment asked no language
         self._tokenizer = Tokenizer(self._model.hf_tokenizer, multilingual, task="transcribe",
                                     language=language if multilingual else None)
         self._prompt = list(self._tokenizer.sot_sequence) + [self._tokenizer.no_timestamps]
+        self._prompts = {self.language: self._prompt}   # per language (multilingual)
+        # detection picks among these (None: all of Whisper's): see _best
+        self.languages = frozenset(check_language(x, "whisper languages") for x in languages) \
+            if languages else None
         # the second reading of short segments (hear): "" or 0 turns it off
         self._alt_prompt = [self._tokenizer.sot_prev] + self._tokenizer.encode(" " + alt_prompt.strip()) \
             + self._prompt if alt_prompt.strip() else None
@@ -190,75 +211,174 @@ class WhisperASR:
         """16 kHz float32 mono segments -> their transcripts ("" for no speech)."""
         return [h.text for h in self.hear(segments)]
 
-    def hear(self, segments: list[np.ndarray]) -> list[Heard]:
+    def prompt(self, language: str | None) -> list[int]:
+        """The decoder's prompt for transcribing in ``language`` (None: the
+        model's default; an English-only model has one prompt)."""
+        if not self.multilingual or not language or language == self.language:
+            return self._prompt
+        if language not in self._prompts:
+            from faster_whisper.tokenizer import Tokenizer
+
+            tok = Tokenizer(self._model.hf_tokenizer, True, task="transcribe", language=language)
+            self._prompts[language] = list(tok.sot_sequence) + [tok.no_timestamps]
+        return self._prompts[language]
+
+    def detect(self, segments: list[np.ndarray]) -> list[tuple[str, float]]:
+        """Whisper's language guess for each segment and its probability (one
+        batched encode and language step; what :meth:`hear` does for a
+        segment that is not pinned).  An English-only model: ``("en", 1.0)``."""
+        import ctranslate2
+
+        if not self.multilingual or not segments:
+            return [(ENGLISH, 1.0)] * len(segments)
+        pieces = [np.asarray(x, dtype=np.float32).reshape(-1)[: int(WINDOW_S * LISTEN_RATE_HZ)]
+                  for x in segments]
+        frames = min(int(WINDOW_S * LISTEN_RATE_HZ) // HOP,
+                     max(self.window_frames, -(-max(p.size for p in pieces) // HOP) + 10))
+        feats = np.stack([self._mel(p, frames) for p in pieces])
+        with self._lock:
+            found = self._model.model.detect_language(
+                ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)))
+        return [self._best(ranked) for ranked in found]
+
+    def _best(self, ranked: list[tuple[str, float]]) -> tuple[str, float]:
+        """Whisper's first language (of ``languages`` where the operator named
+        them: its probability then their share of the probability those
+        languages have together).  Whisper base hears espeak-ng's Portuguese
+        as Latin and a German stretch as Thai at p = 0.97: a deployment that
+        serves a few languages does not let such a guess lock a call."""
+        pairs = [(tok.strip("<|>"), float(p)) for tok, p in ranked]
+        if self.languages is None:
+            return pairs[0]
+        allowed = [(lang, p) for lang, p in pairs if lang in self.languages]
+        if not allowed:
+            return pairs[0]
+        total = sum(p for _, p in allowed)
+        return allowed[0][0], (allowed[0][1] / total if total > 0 else 0.0)
+
+    def hear(self, segments: list[np.ndarray],
+             languages: list[LanguageAsk | str | None] | None = None) -> list[Heard]:
         """16 kHz float32 mono segments -> their transcripts ("" for no speech),
         with an alternative reading of the short ones (see the module's doc).
+
+        ``languages``: per segment, a language to transcribe in (a str), a
+        :class:`LanguageAsk` (detect unless pinned), or None (the model's
+        default language, nothing detected).
 
         A segment longer than the window is cut into window-sized pieces.
         """
         pieces: list[np.ndarray] = []
         owner: list[int] = []
+        asks: list[LanguageAsk | str | None] = []
         step = int(WINDOW_S * LISTEN_RATE_HZ)
         for i, seg in enumerate(segments):
             seg = np.asarray(seg, dtype=np.float32).reshape(-1)
             for start in range(0, max(seg.size, 1), step):
                 pieces.append(seg[start:start + step])
                 owner.append(i)
-        heard = self._decode(pieces)
+                asks.append(languages[i] if languages else None)
+        heard = self._decode(pieces, asks)
         out = [Heard("")] * len(segments)
         for i, h in zip(owner, heard):
+            prev = out[i]
+            if prev.language is None or (h.heard_p or 0.0) > (prev.heard_p or 0.0):
+                prev = prev._replace(language=h.language, heard=h.heard, heard_p=h.heard_p)
             if h.text:      # (only a segment within one window has an alternative)
-                out[i] = Heard(f"{out[i].text} {h.text}".strip(), h.alternative)
+                prev = prev._replace(text=f"{prev.text} {h.text}".strip(), alternative=h.alternative)
+            out[i] = prev
         return out
 
-    def _decode(self, pieces: list[np.ndarray]) -> list[Heard]:
+    def _languages(self, features, pieces: list[np.ndarray], asks: list) -> tuple[list, dict]:
+        """Each piece's language to decode in, and for those detected (a
+        :class:`LanguageAsk` that is no pin) what Whisper heard: index ->
+        (language, p).  Called under the model lock, on encoder output."""
+        import ctranslate2
+
+        langs = [self.language] * len(pieces)
+        detect = []
+        for i, a in enumerate(asks):
+            if not self.multilingual or a is None:
+                continue
+            if isinstance(a, str):
+                langs[i] = a
+            elif a.pinned and a.language:
+                langs[i] = a.language
+            else:
+                detect.append(i)
+        heard: dict[int, tuple[str, float]] = {}
+        if detect:
+            enc = np.asarray(features)[detect]
+            found = self._model.model.detect_language(
+                ctranslate2.StorageView.from_array(np.ascontiguousarray(enc)))
+            for i, ranked in zip(detect, found):
+                lang, p = self._best(ranked)
+                heard[i] = (lang, float(p))
+                langs[i] = transcribe_in(asks[i], lang, float(p), pieces[i].size / LISTEN_RATE_HZ)
+        return langs, heard
+
+    def _decode(self, pieces: list[np.ndarray], asks: list | None = None) -> list[Heard]:
         import ctranslate2
 
         if not pieces:
             return []
+        asks = asks or [None] * len(pieces)
         longest = max(p.size for p in pieces)
         frames = min(int(WINDOW_S * LISTEN_RATE_HZ) // HOP,
                      max(self.window_frames, -(-longest // HOP) + 10))
         feats = np.stack([self._mel(p, frames) for p in pieces])
         max_len = min(MAX_TOKENS, int(TOKENS_PER_S * longest / LISTEN_RATE_HZ) + TOKENS_SLACK)
-        short = [i for i, p in enumerate(pieces) if self._alt_prompt and p.size <= self.alt_max_samples]
+        detecting = self.multilingual and any(isinstance(a, LanguageAsk) and not a.pinned
+                                              for a in asks)
         model = self._model.model
         with self._lock:
             features = ctranslate2.StorageView.from_array(np.ascontiguousarray(feats))
-            if short:    # the encoder output serves both readings
+            if detecting:    # the encoder output serves every reading
                 features = model.encode(features, to_cpu=True)
+            langs, heard = self._languages(features, pieces, asks)
+            # the acknowledgements reading is English: short English segments only
+            short = [i for i, p in enumerate(pieces) if self._alt_prompt
+                     and p.size <= self.alt_max_samples and langs[i] == ENGLISH]
+            if short and not detecting:
+                features = model.encode(features, to_cpu=True)
+            prompts = [self.prompt(lang) for lang in langs]
             results = model.generate(
-                features, [self._prompt] * len(pieces), beam_size=self.beam_size,
+                features, prompts, beam_size=self.beam_size,
                 max_length=max_len, no_repeat_ngram_size=self.no_repeat_ngram_size,
                 return_no_speech_prob=True, suppress_blank=True, suppress_tokens=[-1])
             ids = [[t for t in r.sequences_ids[0] if t < self._tokenizer.eot] for r in results]
             loops = [i for i, t in enumerate(ids) if starts_over(self._tokenizer.decode(t))]
             if loops:
-                self._cut_padding(features, frames, pieces, ids, loops)
+                self._cut_padding(features, frames, pieces, ids, loops, prompts)
             alts = self._alternatives(features, frames, pieces, ids, short) if short else {}
         out = []
         for i, (piece, r) in enumerate(zip(pieces, results)):
+            lang, (said, p) = langs[i], heard.get(i, (None, None))
             if r.no_speech_prob > NO_SPEECH_THRESHOLD:
-                out.append(Heard(""))    # Whisper invents words ("Thank you.") for noise
+                # Whisper invents words ("Thank you.") for noise
+                out.append(Heard("", None, lang, said, p))
                 continue
             seconds = piece.size / LISTEN_RATE_HZ
             out.append(Heard(cut_loop(self._tokenizer.decode(ids[i]).strip(), seconds),
-                             alts.get(i)))
+                             alts.get(i), lang, said, p))
         return out
 
     def _cut_padding(self, features, frames: int, pieces: list[np.ndarray],
-                     ids: list[list[int]], loops: list[int]) -> None:
+                     ids: list[list[int]], loops: list[int], prompts: list[list[int]]) -> None:
         """Cut each reading in ``loops`` (one that starts over) before the words
         Whisper aligns past the end of its piece's audio, in the window's zero
         padding (whisper_loops.said_tokens); ``ids`` is changed in place.
         Called under the model lock."""
         import ctranslate2
 
-        feats = np.asarray(features)[loops]      # mel or encoder output: align takes either
-        aligned = self._model.model.align(
-            ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)), self._prompt,
-            [ids[i] for i in loops], [frames] * len(loops))   # the padding too: a loop lies there
-        for i, a in zip(loops, aligned):
+        aligned = []
+        # align takes one prompt for its batch: one call per language
+        for prompt in {tuple(prompts[i]) for i in loops}:
+            group = [i for i in loops if tuple(prompts[i]) == prompt]
+            feats = np.asarray(features)[group]      # mel or encoder output: align takes either
+            aligned += zip(group, self._model.model.align(
+                ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)), list(prompt),
+                [ids[i] for i in group], [frames] * len(group)))   # the padding too: a loop lies there
+        for i, a in aligned:
             ends = [0.0] * len(ids[i])
             for token, step in a.alignments:
                 if 0 <= token < len(ends):

@@ -1,0 +1,81 @@
+"""A Spanish spoken turn end to end (issue 42) on configs/voice-cpu-multilingual.yaml:
+espeak-ng's Spanish voice (synthetic speech: no recordings of people in Spanish
+ship here) over the Realtime WebSocket is recognised as Spanish, the session
+says so (voice_agent.language.changed), the user item carries "es", and the
+reply's speak request carries the language."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import subprocess
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soxr
+
+from voice_server import replies
+from voice_server.settings import ServerSettings
+from voice_server.testing import ServerThread
+from voice_server.testing.realtime_client import RTClient
+
+from .conftest import API_KEY, ROOT, unpaced_ws
+
+pytestmark = pytest.mark.timeout(120)
+
+SPANISH = "Hola, quisiera saber a qué hora abre la tienda mañana por la mañana."
+
+
+def espeak_24k(text: str, tmp: Path) -> np.ndarray:
+    out = tmp / "es.wav"
+    subprocess.run(["espeak-ng", "-v", "es", "-s", "130", "-g", "3", "-w", str(out), text], check=True)
+    with wave.open(str(out)) as w:
+        rate = w.getframerate()
+        x = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16).astype(np.float32) / 32768
+    return (np.clip(soxr.resample(x, rate, 24000), -1, 1) * 32767).astype("<i2")
+
+
+@pytest.fixture(scope="module")
+def multilingual():
+    settings = ServerSettings(api_keys=[API_KEY], max_sessions=2, max_output_tokens=24)
+    srv = ServerThread(str(ROOT / "configs" / "voice-cpu-multilingual.yaml"), settings).start()
+    with unpaced_ws(srv):
+        yield srv
+    srv.stop()
+
+
+def test_a_spanish_turn_is_heard_said_and_spoken_in_spanish(multilingual, tmp_path, monkeypatch):
+    asked: list[dict] = []
+    real = replies.reply_request
+
+    def spy(c):
+        payload, route, params = real(c)
+        asked.append({"params": params, "system": payload["messages"][0]})
+        return payload, route, params
+    monkeypatch.setattr(replies, "reply_request", spy)
+    silence = np.zeros(24000, dtype="<i2")
+    pcm = np.concatenate([silence // 2, espeak_24k(SPANISH, tmp_path), silence, silence])
+
+    async def run() -> RTClient:
+        c = await RTClient.connect(multilingual.url)
+        await c.wait("session.created")
+        for i in range(0, pcm.size, 2400):
+            await c.send({"type": "input_audio_buffer.append",
+                          "audio": base64.b64encode(pcm[i:i + 2400].tobytes()).decode()})
+        await c.wait("response.done", timeout=60)
+        await c.close()
+        return c
+
+    c = asyncio.run(run())
+    [changed] = c.of_type("voice_agent.language.changed")
+    assert (changed["language"], changed["source"]) == ("es", "detected")
+    [done] = c.of_type("conversation.item.input_audio_transcription.completed")
+    assert done["voice_agent"] == {"language": "es"}
+    assert any(w in done["transcript"].lower() for w in ("tienda", "mañana", "hora")), done
+    item = [e["item"] for e in c.of_type("conversation.item.done") if e["item"]["role"] == "user"]
+    assert item[0]["voice_agent"] == {"language": "es"}
+    spoken = [a for a in asked if a["params"].get("language")]
+    assert spoken and spoken[-1]["params"]["language"] == "es"
+    assert "Answer in Spanish." in spoken[-1]["system"]["content"]

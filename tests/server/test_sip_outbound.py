@@ -1,0 +1,170 @@
+"""Calls the agent places (``POST /v1/sip/calls``): SIPp is the callee on
+127.0.0.1, a real RTP peer its media.  Answered (the session starts, the
+agent's voice reaches the callee; the agent hangs up through the API, the
+callee gets the BYE), answered then hung up by the callee, busy (486),
+nobody answering in time (CANCEL, 487), the operator hanging up while it
+rings, and bad requests; nothing is left behind (sessions, ports, UAC calls).
+
+The endpoint is the one ``build_app`` makes when SIP is on: the test server's
+app is rebuilt with SIP settings of its own, so the HTTP API is the real one."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from voice_server.transports.sip.endpoint import SipEndpoint
+from voice_server.transports.sip.dial_api import dial_routes
+from voice_server.transports.sip.settings import SipSettings
+from voice_server.testing.rtp_peer import RtpPeer
+from voice_server.testing.sipp import SippCallee, free_port, sipp_available, udp_port_taken
+from .conftest import API_KEY
+from .test_sip import nothing_left, until
+
+pytestmark = [pytest.mark.skipif(not sipp_available(), reason="SIPp (sip-tester) not installed"),
+              pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def dialer(server):
+    """A started SipEndpoint on the shared server, and an ASGI client of the
+    dial API bound to it (the app's own routes, built by dial_routes)."""
+    from starlette.applications import Starlette
+    settings = server.app.state.settings.model_copy(update={
+        "sip": SipSettings(enabled=True, port=free_port(), rtp_ports=(34300, 34338))})
+    ep = SipEndpoint(server.pipeline, settings)
+    server.call(ep.start)
+    app = Starlette(routes=dial_routes(lambda: ep, settings))
+    yield ep, app
+    server.call(ep.close)
+
+
+def api(server, app) -> httpx.AsyncClient:
+    """The dial API, run on the server's own loop (where the endpoint lives)."""
+    class OnServerLoop(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request):
+            inner = httpx.ASGITransport(app=app)
+            return await server.acall(inner.handle_async_request, request, timeout=60)
+    return httpx.AsyncClient(transport=OnServerLoop(), base_url="http://sip.test",
+                             headers={"Authorization": f"Bearer {API_KEY}"})
+
+
+async def placed(client, call_id: str) -> dict:
+    return (await client.get(f"/v1/sip/calls/{call_id}")).json()
+
+
+async def test_answered_spoken_to_and_hung_up_by_the_agent(server, dialer):
+    ep, app = dialer
+    peer = await RtpPeer.open()
+    callee_port = free_port()
+    callee = asyncio.ensure_future(SippCallee(callee_port, peer.port).arun(90))
+    await until(lambda: udp_port_taken(callee_port), 10, "SIPp listening")
+    async with api(server, app) as client:
+        try:
+            r = await client.post("/v1/sip/calls", json={
+                "to": f"sip:bob@127.0.0.1:{callee_port}", "session": {
+                    "instructions": "Greet the person who answers in one short sentence."}})
+            assert r.status_code == 201, r.text
+            call_id = r.json()["id"]
+            assert r.json()["status"] in ("dialing", "ringing")
+            await until(lambda: ep.call(call_id) is not None, 20, "the answer")
+            info = await placed(client, call_id)
+            assert info["status"] == "answered" and info["sip_status"] == 200, info
+            assert info["session_id"]
+            call = ep.call(call_id)
+            assert call.session.settings.instructions.startswith("Greet")
+            # the agent speaks first: its voice reaches the callee's RTP
+            await server.acall(call.runner.client_event, {"type": "response.create"})
+            await until(lambda: peer.voiced_frames() > 10, 30, "the agent's voice")
+            r = await client.post(f"/v1/sip/calls/{call_id}/hangup")
+            assert r.status_code == 200, r.text
+            result = await callee
+            assert result.ok, result.errors or result.stderr     # it got our BYE
+            await until(lambda: ep.placed_call(call_id).status == "ended", 10, "ended")
+            assert (await client.post(f"/v1/sip/calls/{call_id}/hangup")).status_code == 409
+            await nothing_left(server, ep)
+            assert not ep.uac._calls
+        finally:
+            callee.cancel()
+            peer.close()
+
+
+@pytest.mark.parametrize("behaviour, outcome, sip_status", [
+    ("busy", "busy", 486), ("ring", "no_answer", None)])
+async def test_busy_and_no_answer(server, dialer, behaviour, outcome, sip_status):
+    ep, app = dialer
+    peer = await RtpPeer.open()
+    callee_port = free_port()
+    callee = asyncio.ensure_future(SippCallee(callee_port, peer.port, behaviour).arun(60))
+    await until(lambda: udp_port_taken(callee_port), 10, "SIPp listening")
+    async with api(server, app) as client:
+        try:
+            r = await client.post("/v1/sip/calls", json={
+                "to": f"sip:bob@127.0.0.1:{callee_port}", "ring_timeout_s": 2})
+            call_id = r.json()["id"]
+            await until(lambda: ep.placed_call(call_id).finished, 30, "an outcome")
+            info = await placed(client, call_id)
+            assert info["status"] == outcome and info["sip_status"] == sip_status, info
+            assert info["session_id"] is None
+            result = await callee
+            assert result.ok, result.errors or result.stderr
+            await nothing_left(server, ep)
+            assert not ep.uac._calls
+        finally:
+            callee.cancel()
+            peer.close()
+
+
+async def test_the_callee_hangs_up_and_the_operator_hangs_up_while_it_rings(server, dialer):
+    ep, app = dialer
+    peer = await RtpPeer.open()
+    async with api(server, app) as client:
+        try:
+            port = free_port()
+            callee = asyncio.ensure_future(SippCallee(port, peer.port, hang_up_ms=1500).arun(60))
+            await until(lambda: udp_port_taken(port), 10, "SIPp listening")
+            call_id = (await client.post("/v1/sip/calls", json={
+                "to": f"sip:bob@127.0.0.1:{port}"})).json()["id"]
+            result = await callee
+            assert result.ok, result.errors or result.stderr
+            await until(lambda: ep.placed_call(call_id).status == "ended", 20, "ended")
+            await nothing_left(server, ep)
+            port = free_port()
+            callee = asyncio.ensure_future(SippCallee(port, peer.port, "ring").arun(60))
+            await until(lambda: udp_port_taken(port), 10, "SIPp listening")
+            call_id = (await client.post("/v1/sip/calls", json={
+                "to": f"sip:bob@127.0.0.1:{port}", "ring_timeout_s": 60})).json()["id"]
+            await until(lambda: ep.placed_call(call_id).status == "ringing", 20, "ringing")
+            r = await client.post(f"/v1/sip/calls/{call_id}/hangup")
+            assert r.status_code == 200, r.text
+            result = await callee
+            assert result.ok, result.errors or result.stderr   # CANCEL, 487
+            assert (await placed(client, call_id))["status"] == "cancelled"
+            await nothing_left(server, ep)
+        finally:
+            peer.close()
+
+
+async def test_bad_requests_get_clear_answers(server, dialer):
+    _, app = dialer
+    async with api(server, app) as client:
+        for body, param in (({"to": "mailto:bob@example"}, "to"), ({}, "to"),
+                            ({"to": "sip:bob@127.0.0.1", "ring_timeout_s": 0}, "ring_timeout_s"),
+                            ({"to": "sip:bob@127.0.0.1", "session": {"instructions": 5}},
+                             "session.instructions"),
+                            ({"to": "sip:bob@127.0.0.1", "colour": "red"}, "colour")):
+            r = await client.post("/v1/sip/calls", json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+        r = await client.post("/v1/sip/calls", content=b"{")
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+        assert (await client.get("/v1/sip/calls/sipout_nope")).status_code == 404
+        # a tel: URI with no trunk to route it: the call fails with the reason
+        call_id = (await client.post("/v1/sip/calls", json={"to": "tel:+15550100"})).json()["id"]
+        await until(lambda: True, 1)
+        info = await placed(client, call_id)
+        assert info["status"] == "failed" and "outbound_proxy" in info["reason"], info
+        r = await client.post("/v1/sip/calls", json={"to": "sip:bob@127.0.0.1"},
+                              headers={"Authorization": "Bearer nope"})
+        assert r.status_code == 401

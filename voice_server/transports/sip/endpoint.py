@@ -1,0 +1,425 @@
+"""The SIP endpoint: listeners, access, admission, the incoming-call hook,
+and the routing of every request to its call.
+
+Per INVITE, in order, each check with its own final answer (RFC 3261
+section 21): 100 Trying (at once), 403 for a source outside ``allow_from``,
+401 with a digest challenge where users are configured, 486 Busy Here past
+``max_sessions`` (every transport's sessions count, as everywhere:
+:func:`..access.admit`), 488 when no codec is shared (400 for unreadable
+SDP), then 180 Ringing while the incoming hook decides (:mod:`.incoming`;
+480 when it does not in ``answer_timeout_s``), then 200 OK with our SDP or
+the hook's final status.  A CANCEL before the answer gets 200 and the
+INVITE 487 (aiosipua) and the ringing call is dropped with its place.
+
+Afterwards: a re-INVITE goes to its call (hold, resume, a moved stream; 488
+when the new offer shares no codec), BYE ends it (200; 481 for a call we do
+not know), NOTIFY reports a transfer, responses to our REFER and BYE go to
+the call that sent them.  OPTIONS gets 200, other methods 405, requests that
+miss mandatory headers 400 (aiosipua); an unreadable datagram is logged and
+dropped.  Nothing a peer sends can raise out of here: aiosipua's transports
+log any exception of a handler, and each handler keeps to its call.
+
+With ``sip.register`` (``SipSettings.registration``) the endpoint also keeps itself registered with a
+registrar over its UDP listener (:mod:`.registration`); the registrar's
+answers go there, and the calls it routes to us arrive as any INVITE (so
+its address must be in ``allow_from``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from typing import Callable, Optional
+
+from aiosipua import IncomingCall as DialogCall
+from aiosipua import SipMessage, SipRequest, SipResponse, SipUAC, SipUAS, parse_sdp
+from aiosipua.sdp import serialize_sdp
+from aiosipua.sdp import SdpMessage
+
+from ...settings import ServerSettings
+from ..access import admit
+from ..phone.bridge import ThrottledLog
+from .access import DigestGuard, source_allowed
+from .call import CallState, SipCall
+from .incoming import Accept, IncomingCall, IncomingHook, Reject, accept_with_headers
+from .media import RtpMedia
+from .ports import PortPool
+from .registration import RegistrationKeeper
+from .outbound import (KEPT, DialRequest, OutboundDialog, PlacedCall, ack_of_refusal, outcome_of,
+                       route_of)
+from .payload import FORMATS
+from .sdp import OUR_DTMF_PT, BadSdp, MediaPlan, NoSharedCodec, offer_sdp, read_offer
+from .listeners import ConnectionTcpTransport, DatagramListener
+
+log = logging.getLogger("voice_server.transports.sip")
+
+MAX_HEADERS_SHOWN = 64  # headers handed to the hook at most (a flood is cut there)
+INVITES_KEPT = 256  # our own INVITEs remembered, to ACK a retransmitted refusal
+
+
+class SipEndpoint:
+    """The SIP listeners of one server (module docstring).  ``start`` in the
+    app's startup, ``close`` in its shutdown."""
+
+    def __init__(self, pipeline, settings: ServerSettings,
+                 on_incoming: IncomingHook = accept_with_headers,
+                 on_ended: Optional[Callable[[str], None]] = None) -> None:
+        self.pipeline = pipeline
+        self.settings = settings  # each call reads it at its INVITE
+        self.on_incoming = on_incoming  # the operator's decision (module .incoming)
+        self.on_ended = on_ended  # told each answered call's id once it is over
+        self.sip = settings.sip
+        self.ports = PortPool(*self.sip.rtp_ports)
+        self.digest = DigestGuard(self.sip.users, self.sip.realm)
+        self.calls: dict[str, SipCall] = {}  # our call id -> answered call
+        self.by_sip_id: dict[str, SipCall] = {}  # SIP Call-ID -> answered call
+        self.ringing: dict[str, asyncio.Task] = {}  # SIP Call-ID -> the INVITE being decided
+        self.bad_log = ThrottledLog()
+        self.uas: dict[str, SipUAS] = {}  # transport name -> its UAS
+        self.registration: Optional[RegistrationKeeper] = None  # sip.register (UDP)
+        self.uac: Optional[SipUAC] = None  # our own requests on the UDP listener (dial, REGISTER)
+        self.placed: dict[str, PlacedCall] = {}  # calls we placed, newest last (KEPT at most)
+        self.dialing: dict[str, asyncio.Task] = {}  # placed call id -> its task, until it ends
+        # our INVITEs by SIP Call-ID (the last INVITES_KEPT): a refusal's ACK is built from one
+        self.invites: OrderedDict[str, SipRequest] = OrderedDict()
+        self._tasks: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------ life
+    async def start(self) -> None:
+        """Bind the listeners (OSError: the port is taken)."""
+        addr = (self.sip.host, self.sip.port)
+        for name in self.sip.transports:
+            tr = DatagramListener(local_addr=addr) if name == "udp" \
+                else ConnectionTcpTransport(local_addr=addr)
+            uas = SipUAS(tr, user_agent=self.sip.user_agent,
+                         advertised_addr=(self.sip.advertised_host, self.sip.port))
+            uas.on_invite = lambda call, n=name: self._spawn(self._ring(call, n))
+            uas.on_reinvite = self._reinvite
+            uas.on_bye = self._bye
+            uas.on_cancel = self._cancel
+            uas.on_ack_timeout = lambda call: self._ended(call.call_id, "no ACK")
+            uas.on_transfer_progress = self._transfer_progress
+            tr.on_message = lambda msg, src, u=uas: self._message(u, msg, src)
+            await tr.start()  # what SipUAS.start does, with our router in front
+            self.uas[name] = uas
+        log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
+        if "udp" in self.uas:
+            udp = self.uas["udp"]
+            self.uac = SipUAC(udp.transport, advertised_addr=(self.sip.advertised_host,
+                                                              self.sip.port))
+            udp.uac = self.uac  # in-dialog requests (BYE, re-INVITE) on calls we placed
+        if self.sip.registration is not None:
+            if self.uac is None:
+                raise ValueError("sip.register needs the udp transport")
+            self.registration = RegistrationKeeper(self.sip.registration, self.uac,
+                                                   self.sip.user_agent)
+            self.registration.start()
+
+    async def close(self) -> None:
+        if self.registration is not None:
+            await self.registration.close()
+        for call in list(self.calls.values()):
+            call.hang_up("server shutting down")
+        for t in list(self.ringing.values()):
+            t.cancel()
+        tasks = list(self._tasks)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for uas in self.uas.values():
+            with contextlib.suppress(Exception):
+                await uas.stop()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._task_done)
+        return t
+
+    def _task_done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        if not t.cancelled() and t.exception() is not None:
+            log.error("SIP task failed: %r", t.exception(), exc_info=t.exception())
+
+    # ------------------------------------------------------------ routing
+    def _message(self, uas: SipUAS, msg: SipMessage, src: tuple[str, int]) -> None:
+        """Responses to our own requests go to their call; requests to the UAS."""
+        if isinstance(msg, SipResponse):
+            call = self.by_sip_id.get(msg.call_id or "")
+            method = msg.cseq.method.upper() if msg.cseq is not None else ""
+            if call is not None and method != "INVITE":
+                call.on_response(msg)  # our REFER's or BYE's answer
+            elif self.uac is not None:
+                invite = self.invites.get(msg.call_id or "")
+                if invite is not None and method == "INVITE" and msg.status_code >= 300:
+                    self.uac.transport.send(ack_of_refusal(invite, msg), src)
+                self.uac.handle_response(msg, src)  # a call we place, a REGISTER
+            return
+        uas._on_message(msg, src)
+
+    # ------------------------------------------------------------ calls we place
+    def dial(self, req: DialRequest) -> PlacedCall:
+        """Place a call (:mod:`.outbound`); its progress shows on the returned record."""
+        placed = PlacedCall("sipout_" + secrets.token_hex(12), req.to)
+        self.placed[placed.id] = placed
+        for old in [k for k, p in self.placed.items() if p.finished][:max(0, len(self.placed) - KEPT)]:
+            del self.placed[old]
+        task = self._spawn(self._place(placed, req))
+        self.dialing[placed.id] = task
+        task.add_done_callback(lambda _t: self.dialing.pop(placed.id, None))
+        return placed
+
+    def hang_up_placed(self, placed: PlacedCall) -> bool:
+        """End a call we placed: CANCEL while it rings, BYE once answered;
+        False when it is over already."""
+        if placed.finished:
+            return False
+        call = self.calls.get(placed.id)
+        if call is not None:
+            call.hang_up("hangup requested")
+        elif placed.id in self.dialing:
+            self.dialing[placed.id].cancel()
+        return True
+
+    async def _place(self, placed: PlacedCall, req: DialRequest) -> None:
+        ticket = admit(self.pipeline, self.settings.max_sessions)
+        if ticket is None:
+            return placed.settle("failed", reason="max_sessions reached")
+        call: Optional[SipCall] = None
+        try:
+            if self.uac is None:
+                return placed.settle("failed", reason="placing calls needs the udp transport")
+            try:
+                remote = route_of(req.to, self.sip.outbound_proxy_addr)
+            except ValueError as exc:
+                return placed.settle("failed", reason=str(exc))
+            host = self.sip.advertised_host
+            info = IncomingCall(call_id=placed.id, sip_call_id="", from_uri=f"sip:{req.from_user}@{host}",
+                                to_uri=req.to, source=remote, transport="udp", headers=())
+            call = SipCall(self, None, info, ticket)
+            call.answering_machine = req.answering_machine
+            port = await call.bind_media(MediaPlan(FORMATS[self.sip.codecs[0]], OUR_DTMF_PT,
+                                                   remote, "sendrecv"))
+            offer = offer_sdp(self.sip.codecs, host, port, secrets.randbits(31))
+            out = self.uac.send_invite(f"sip:{req.from_user}@{host}:{self.sip.port}", req.to,
+                                       remote, parse_sdp(offer), user_agent=self.sip.user_agent)
+            call.dialog = OutboundDialog(out, self.uac)
+            self.invites[out.call_id] = out.invite
+            while len(self.invites) > INVITES_KEPT:
+                self.invites.popitem(last=False)
+            call.info = dataclasses.replace(info, sip_call_id=out.call_id)
+            out.on_ringing = lambda _c: setattr(placed, "status", "ringing") \
+                if placed.status == "dialing" else None
+            try:
+                await out.wait_answered(req.ring_timeout_s)
+            except asyncio.CancelledError:  # hung up by the operator while it rang
+                out.cancel(self.uac)
+                placed.settle("cancelled", reason="hung up before the answer")
+                raise
+            except TimeoutError:
+                out.cancel(self.uac)
+                return placed.settle("no_answer", reason="not answered in time")
+            except RuntimeError:
+                return placed.settle(outcome_of(out._reject_code), out._reject_code,
+                                     out._reject_reason)
+            try:
+                plan = read_offer(serialize_sdp(out.sdp_answer) if out.sdp_answer else "",
+                                  self.sip.codecs)
+            except (BadSdp, NoSharedCodec) as exc:
+                out.hangup(self.uac)
+                return placed.settle("failed", 200, f"unusable answer: {exc}")
+            self.calls[call.call_id] = call
+            self.by_sip_id[out.call_id] = call
+            await call.connected(plan, Accept(req.session))
+            placed.status, placed.sip_status = "answered", 200
+            placed.session_id, placed.answered_at = call.session.session_id, time.time()
+            await call.run()
+            placed.settle("ended", reason=call.end_reason)
+        except Exception as exc:  # noqa: BLE001 - the placed call fails, the server goes on
+            log.exception("sip %s: placing the call failed", placed.id)
+            placed.settle("failed", reason=f"{type(exc).__name__}")
+        finally:
+            if call is not None and call.state is not CallState.ENDED:
+                call.end(placed.reason or placed.status)
+                await call.close()
+            elif call is None:
+                ticket.release()
+            if call is not None and isinstance(call.dialog, OutboundDialog):
+                self.uac.remove_call(call.dialog.call_id)
+
+    def placed_call(self, call_id: str) -> Optional[PlacedCall]:
+        return self.placed.get(call_id)
+
+    def _reinvite(self, dialog: DialogCall) -> None:
+        call = self.by_sip_id.get(dialog.call_id)
+        if call is None or call.finished:
+            dialog.reject(481, "Call/Transaction Does Not Exist")
+            return
+        try:
+            plan = read_offer(dialog.invite.text, self.sip.codecs, prefer=call.plan.format)
+        except (BadSdp, NoSharedCodec) as exc:
+            log.warning("sip %s: re-INVITE refused: %s", call.call_id, exc)
+            # the re-INVITE fails, the call goes on as it was (RFC 3261 section 14.2)
+            dialog._send_response(488, "Not Acceptable Here")
+            return
+        call.reoffer(plan, dialog)
+
+    def _bye(self, dialog: DialogCall, request: SipRequest) -> None:
+        self._ended(dialog.call_id, "caller hung up")
+
+    def _ended(self, sip_call_id: str, reason: str) -> None:
+        call = self.by_sip_id.get(sip_call_id)
+        if call is not None:
+            call.end(reason)
+
+    def _cancel(self, request: SipRequest, src: tuple[str, int]) -> None:
+        task = self.ringing.pop(request.call_id or "", None)
+        if task is not None:
+            log.info("sip: %s cancelled before the answer", request.call_id)
+            task.cancel()
+
+    def _transfer_progress(self, sip_call_id: str, status: int, reason: str) -> None:
+        call = self.by_sip_id.get(sip_call_id)
+        if call is not None:
+            call.on_transfer_progress(status)
+
+    # ------------------------------------------------------------ a new call
+    async def _ring(self, dialog: DialogCall, transport: str) -> None:
+        """From the INVITE to the answer (module docstring)."""
+        sip_id = dialog.call_id
+        if sip_id in self.ringing or sip_id in self.by_sip_id:
+            return  # a retransmitted INVITE: the first one is being answered
+        self.ringing[sip_id] = asyncio.current_task()
+        try:
+            await self._decide(dialog, transport)
+        except asyncio.CancelledError:
+            self._forget_dialog(dialog)  # CANCEL (487 sent) or shutdown
+            call = self.by_sip_id.get(sip_id)
+            if call is not None:  # cancelled while the answer was under way
+                call.end("cancelled")
+                await call.close()
+        finally:
+            self.ringing.pop(sip_id, None)
+
+    async def _decide(self, dialog: DialogCall, transport: str) -> None:
+        s = self.settings
+        src = dialog.source_addr
+        if not source_allowed(src[0], self.sip.allow_from):
+            log.warning("sip: INVITE from %s refused (not in allow_from)", src[0])
+            return self._final(dialog, 403, "Forbidden")
+        if self.digest.enabled and not self.digest.verify(
+                "INVITE", dialog.invite.get_header("authorization")):
+            return self._final(dialog, 401, "Unauthorized",
+                               {"WWW-Authenticate": self.digest.challenge()})
+        try:
+            plan = read_offer(dialog.invite.text, self.sip.codecs)
+        except NoSharedCodec as exc:
+            log.warning("sip: INVITE from %s refused: %s", src[0], exc)
+            return self._final(dialog, 488, "Not Acceptable Here")
+        except BadSdp as exc:
+            log.warning("sip: INVITE from %s refused: %s", src[0], exc)
+            return self._final(dialog, 488 if dialog.invite.body else 400,
+                               "Not Acceptable Here" if dialog.invite.body else "Bad Request")
+        ticket = admit(self.pipeline, s.max_sessions)
+        if ticket is None:
+            log.warning("sip: INVITE from %s refused: max_sessions (%d) reached", src[0],
+                        s.max_sessions)
+            return self._final(dialog, 486, "Busy Here")
+        try:
+            info = self._incoming(dialog, transport)
+            dialog.ringing()
+            try:
+                decision = await asyncio.wait_for(self.on_incoming(info),
+                                                  self.sip.answer_timeout_s)
+            except asyncio.TimeoutError:
+                return self._final(dialog, 480, "Temporarily Unavailable")
+            if isinstance(decision, Reject):
+                status = decision.status if 400 <= decision.status < 700 else 603
+                return self._final(dialog, status, decision.reason)
+            call = SipCall(self, dialog, info, ticket)
+            self.calls[call.call_id] = call
+            self.by_sip_id[dialog.call_id] = call
+            try:
+                await call.answer(plan, decision if isinstance(decision, Accept) else Accept())
+            except Exception:
+                log.exception("sip %s: could not answer", call.call_id)
+                if call.state is CallState.ANSWERING:
+                    self._final(dialog, 503, "Service Unavailable")
+                call.end("answer failed")
+        finally:
+            ticket.release()  # a call that registered released it already (harmless twice)
+        self._spawn(call.run())
+        self.ringing.pop(dialog.call_id, None)  # a CANCEL now finds nothing to cancel
+
+    def _incoming(self, dialog: DialogCall, transport: str) -> IncomingCall:
+        headers = []
+        for name, values in dialog.invite.headers.items():
+            for v in values:
+                headers.append({"name": name, "value": v})
+        return IncomingCall(call_id="sip_" + secrets.token_hex(12), sip_call_id=dialog.call_id,
+                            from_uri=dialog.caller, to_uri=dialog.callee,
+                            source=dialog.source_addr, transport=transport,
+                            headers=tuple(headers[:MAX_HEADERS_SHOWN]))
+
+    def _final(self, dialog: DialogCall, status: int, reason: str,
+               headers: Optional[dict] = None) -> None:
+        """A final non-2xx answer to the INVITE; the dialog is forgotten."""
+        if headers:  # aiosipua's reject() takes no headers (a 401 needs its challenge)
+            dialog._send_response(status, reason, extra_headers=headers)
+            dialog.dialog.terminate()
+        else:
+            dialog.reject(status, reason)
+        self._forget_dialog(dialog)
+
+    def _forget_dialog(self, dialog: DialogCall) -> None:
+        """aiosipua keeps a rejected INVITE's dialog until its ACK; an ACK that
+        never comes (a flood, a lost datagram) would keep it for ever.  The ACK
+        of a forgotten dialog is ignored, as it should be."""
+        for uas in self.uas.values():
+            if uas._calls.get(dialog.call_id) is dialog:
+                uas._calls.pop(dialog.call_id, None)
+                uas._remove_invite_transaction(dialog.invite)
+
+    # ------------------------------------------------------------ for the calls
+    async def bind_rtp(self, media: RtpMedia) -> int:
+        """Bind ``media`` to a free port of the range (PortsExhausted: none)."""
+        for port in self.ports.candidates():
+            try:
+                await media.bind(self.sip.host, port)
+            except OSError:
+                continue
+            self.ports.take(port)
+            return port
+        raise AssertionError("unreachable: candidates() raises when exhausted")
+
+    @staticmethod
+    def sdp_message(text: str) -> SdpMessage:
+        return parse_sdp(text)
+
+    def in_dialog_request(self, call: SipCall, method: str) -> SipRequest:
+        host, port = self.sip.advertised_host, self.sip.port
+        return call.dialog.dialog.create_request(method, via_host=host, via_port=port,
+                                                 via_transport=call.info.transport.upper())
+
+    def send(self, call: SipCall, request: SipRequest) -> None:
+        call.dialog.transport.send(request, call.dialog.source_addr)
+
+    def forget(self, call: SipCall) -> None:
+        self.calls.pop(call.call_id, None)
+        if self.by_sip_id.get(call.sip_call_id) is call:
+            del self.by_sip_id[call.sip_call_id]
+        if call.dialog is not None:  # (a call we place that failed before its INVITE has none)
+            self._forget_dialog(call.dialog)
+        if self.on_ended is not None:
+            self.on_ended(call.call_id)
+
+    def call(self, call_id: str) -> Optional[SipCall]:
+        """A live call by our id (``sip_...``) or its SIP Call-ID."""
+        return self.calls.get(call_id) or self.by_sip_id.get(call_id)
+
+
+__all__ = ["SipEndpoint"]

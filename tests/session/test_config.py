@@ -293,7 +293,8 @@ def test_records_and_traces_from_the_environment():
 
 def test_the_multilingual_profile_is_the_default_with_whisper_base():
     """configs/voice-cpu-multilingual.yaml (issue 42) is voice-cpu.yaml but for
-    Whisper base, multilingual: the English default keeps tiny.en and its speed."""
+    Whisper base, multilingual, and the Japanese voice loaded at start: the
+    English default keeps tiny.en and its speed."""
     from pathlib import Path
 
     import yaml
@@ -309,6 +310,9 @@ def test_the_multilingual_profile_is_the_default_with_whisper_base():
     assert (listen["asr_model"], listen_multi["asr_model"]) == ("tiny.en", "base")
     assert "en" in listen_multi.pop("asr_languages")   # what detection picks among
     assert {**listen_multi, "asr_model": "tiny.en"} == listen
-    assert [s for s in multi["stages"] if s["name"] != "listen"] == \
-        [s for s in one["stages"] if s["name"] != "listen"]
+    speak_multi = {s["name"]: s for s in multi["stages"]}["speak"]["args"]
+    assert "jf_alpha" in speak_multi.pop("preload_voices")   # Kokoro loads at start, not mid-call
+    assert [s for s in multi["stages"] if s["name"] not in ("listen", "speak")] == \
+        [s for s in one["stages"] if s["name"] not in ("listen", "speak")]
+    assert speak_multi == {s["name"]: s for s in one["stages"]}["speak"]["args"]
     assert (multi["edges"], multi["extra"]) == (one["edges"], one["extra"])

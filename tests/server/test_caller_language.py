@@ -2,16 +2,21 @@
 espeak-ng's Spanish voice (synthetic speech: no recordings of people in Spanish
 ship here) over the Realtime WebSocket is recognised as Spanish, the session
 says so (voice_agent.language.changed), the user item carries "es", and the
-reply's speak request carries the language."""
+reply's speak request carries the language; the reply is spoken by espeak-ng's
+Spanish voice when the caller chose none, and by the voice they named when
+they did (which engine spoke is read from the speak stage's counters on
+``GET /v1/runtime``, ``clauses_by_engine``)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import subprocess
+import time
 import wave
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import soxr
@@ -20,6 +25,7 @@ from voice_server import replies
 from voice_server.settings import ServerSettings
 from voice_server.testing import ServerThread
 from voice_server.testing.realtime_client import RTClient
+from voice_server.testing.response_status import answered
 
 from .conftest import API_KEY, ROOT, unpaced_ws
 
@@ -79,3 +85,52 @@ def test_a_spanish_turn_is_heard_said_and_spoken_in_spanish(multilingual, tmp_pa
     spoken = [a for a in asked if a["params"].get("language")]
     assert spoken and spoken[-1]["params"]["language"] == "es"
     assert "Answer in Spanish." in spoken[-1]["system"]["content"]
+
+
+GREETING = "Buenos días, ¿a qué hora abre la tienda mañana?"
+
+
+def spoken_by(srv: ServerThread) -> dict[str, int]:
+    """Clauses the speak stage has spoken so far, per engine."""
+    rt = httpx.get(srv.base + "/v1/runtime", headers={"Authorization": f"Bearer {API_KEY}"}).json()
+    return next(p["stages"]["speak"].get("executor", {}) for p in rt["processes"].values()
+                if "speak" in p["stages"]).get("clauses_by_engine", {})
+
+
+def engines_after(srv: ServerThread, before: dict[str, int]) -> set[str]:
+    """The engines that spoke since ``before`` (the stage reports its counters about
+    once a second: wait for them to move)."""
+    deadline = time.monotonic() + 10
+    while True:
+        now = spoken_by(srv)
+        moved = {e for e, n in now.items() if n > before.get(e, 0)}
+        if moved or time.monotonic() > deadline:
+            return moved
+        time.sleep(0.2)
+
+
+def spanish_turn(srv: ServerThread, pcm: np.ndarray, session: dict | None = None) -> None:
+    async def run() -> None:
+        c = await RTClient.connect(srv.url)
+        await c.wait("session.created")
+        if session:
+            await c.send({"type": "session.update", "session": session})
+            await c.wait("session.updated")
+        for i in range(0, pcm.size, 2400):
+            await c.send({"type": "input_audio_buffer.append",
+                          "audio": base64.b64encode(pcm[i:i + 2400].tobytes()).decode()})
+        done = await c.wait("response.done", timeout=60)
+        assert answered(done["response"]), done
+        await c.close()
+    asyncio.run(run())
+
+
+def test_the_language_picks_the_voice_and_a_named_voice_wins(multilingual, tmp_path):
+    silence = np.zeros(24000, dtype="<i2")
+    pcm = np.concatenate([silence // 2, espeak_24k(GREETING, tmp_path), silence, silence])
+    before = spoken_by(multilingual)
+    spanish_turn(multilingual, pcm)                   # no voice chosen: Spanish's
+    assert engines_after(multilingual, before) == {"espeak"}
+    before = spoken_by(multilingual)
+    spanish_turn(multilingual, pcm, {"type": "realtime", "audio": {"output": {"voice": "heart"}}})
+    assert engines_after(multilingual, before) == {"hibari"}

@@ -20,7 +20,7 @@ def test_constructors_build_valid_events_of_every_type():
               vc.onset_event(90), vc.onset_dropped_event(),
               vc.turn_likely_over_event("what is it"), vc.turn_continues_event(),
               vc.speech_paused_event(700), vc.speech_resumed_event(),
-              vc.interim_event("what is", True)]
+              vc.interim_event("what is", True), vc.language_event("es", 0.93)]
     assert [e["type"] for e in events] == list(vc.LISTEN_EVENT_TYPES)
     for e in events:
         assert vc.validate_listen_event(e) == e

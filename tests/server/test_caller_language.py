@@ -97,6 +97,19 @@ def spoken_by(srv: ServerThread) -> dict[str, int]:
                 if "speak" in p["stages"]).get("clauses_by_engine", {})
 
 
+def settled_counts(srv: ServerThread) -> dict[str, int]:
+    """The counters once they stop moving (the last reply's late clauses and the
+    stage's once-a-second report both in), so the next reply's are its own."""
+    last, deadline = spoken_by(srv), time.monotonic() + 15
+    while time.monotonic() < deadline:
+        time.sleep(1.5)
+        now = spoken_by(srv)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def engines_after(srv: ServerThread, before: dict[str, int]) -> set[str]:
     """The engines that spoke since ``before`` (the stage reports its counters about
     once a second: wait for them to move)."""
@@ -128,9 +141,9 @@ def spanish_turn(srv: ServerThread, pcm: np.ndarray, session: dict | None = None
 def test_the_language_picks_the_voice_and_a_named_voice_wins(multilingual, tmp_path):
     silence = np.zeros(24000, dtype="<i2")
     pcm = np.concatenate([silence // 2, espeak_24k(GREETING, tmp_path), silence, silence])
-    before = spoken_by(multilingual)
+    before = settled_counts(multilingual)
     spanish_turn(multilingual, pcm)                   # no voice chosen: Spanish's
     assert engines_after(multilingual, before) == {"espeak"}
-    before = spoken_by(multilingual)
+    before = settled_counts(multilingual)
     spanish_turn(multilingual, pcm, {"type": "realtime", "audio": {"output": {"voice": "heart"}}})
     assert engines_after(multilingual, before) == {"hibari"}

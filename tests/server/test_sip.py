@@ -25,7 +25,8 @@ from voice_server.testing.rtp_peer import RtpPeer
 from voice_server.testing.sipp import (OFFER_G729, OFFER_PCMU, SIPP_SHARE, SPEECH_PCAP,
                                        SippCall, free_port, sipp_available)
 
-pytestmark = pytest.mark.skipif(not sipp_available(), reason="SIPp (sip-tester) not installed")
+# `make setup` installs SIPp: missing is a failure, not a skip
+assert sipp_available(), "SIPp (sip-tester) missing: run `make setup`"
 
 _ranges = iter(range(33000, 34000, 40))
 

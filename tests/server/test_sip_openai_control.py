@@ -26,8 +26,9 @@ from voice_server.webhook_signing import new_secret
 from .test_sip import nothing_left, until
 from .test_sip_call_control import Receiver, _client
 
-pytestmark = [pytest.mark.skipif(not sipp_available(), reason="SIPp (sip-tester) not installed"),
-              pytest.mark.timeout(120)]
+# `make setup` installs SIPp: missing is a failure, not a skip
+assert sipp_available(), "SIPp (sip-tester) missing: run `make setup`"
+pytestmark = [pytest.mark.timeout(120)]
 
 
 async def test_webhook_accept_sideband_and_hangup_of_a_real_sip_call(server):

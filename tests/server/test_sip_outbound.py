@@ -23,8 +23,9 @@ from voice_server.testing.sipp import SippCallee, free_port, sipp_available, udp
 from .conftest import API_KEY
 from .test_sip import nothing_left, until
 
-pytestmark = [pytest.mark.skipif(not sipp_available(), reason="SIPp (sip-tester) not installed"),
-              pytest.mark.timeout(180)]
+# `make setup` installs SIPp: missing is a failure, not a skip
+assert sipp_available(), "SIPp (sip-tester) missing: run `make setup`"
+pytestmark = [pytest.mark.timeout(180)]
 
 
 @pytest.fixture(scope="module")

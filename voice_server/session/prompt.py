@@ -27,25 +27,14 @@ reply will be.
 
 from __future__ import annotations
 
+import functools
+
+from babel import Locale, UnknownLocaleError
+
 from .items import chat_messages
 from .truncation import ContextTooLong, drop_oldest, system_chars
 
 SEPARATOR = "\n\n"
-
-# Whisper's commoner languages by name; another code is named as a code.
-LANGUAGE_NAMES = {
-    "en": "English", "es": "Spanish", "de": "German", "fr": "French", "it": "Italian",
-    "pt": "Portuguese", "ja": "Japanese", "zh": "Chinese", "nl": "Dutch", "ru": "Russian",
-    "pl": "Polish", "tr": "Turkish", "ko": "Korean", "ar": "Arabic", "sv": "Swedish",
-    "da": "Danish", "no": "Norwegian", "nn": "Norwegian Nynorsk", "fi": "Finnish",
-    "cs": "Czech", "el": "Greek", "he": "Hebrew", "hi": "Hindi", "hu": "Hungarian",
-    "id": "Indonesian", "ms": "Malay", "ro": "Romanian", "uk": "Ukrainian", "vi": "Vietnamese",
-    "th": "Thai", "ca": "Catalan", "bg": "Bulgarian", "hr": "Croatian", "sk": "Slovak",
-    "sl": "Slovenian", "sr": "Serbian", "lt": "Lithuanian", "lv": "Latvian", "et": "Estonian",
-    "fa": "Persian", "ur": "Urdu", "bn": "Bengali", "ta": "Tamil", "tl": "Tagalog",
-    "gl": "Galician", "eu": "Basque", "cy": "Welsh", "is": "Icelandic", "af": "Afrikaans",
-    "sw": "Swahili", "yue": "Cantonese",
-}
 
 
 def language_line(language: str | None) -> str | None:
@@ -53,8 +42,17 @@ def language_line(language: str | None) -> str | None:
     English or an unknown language: nothing to ask)."""
     if not language or language == "en":
         return None
-    name = LANGUAGE_NAMES.get(language, f"the language whose ISO 639-1 code is {language!r}")
+    name = language_name(language)
     return f"The caller speaks {name}. Answer in {name}."
+
+
+@functools.lru_cache(maxsize=128)
+def language_name(code: str) -> str:
+    """The language's English name from CLDR (Babel); an unknown code is named as one."""
+    try:
+        return Locale.parse(code).get_display_name("en")
+    except (ValueError, UnknownLocaleError):
+        return f"the language whose ISO 639-1 code is {code!r}"
 
 
 class Prompt:

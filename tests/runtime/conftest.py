@@ -45,8 +45,9 @@ async def fresh_snapshot(p: Pipeline, timeout: float = 5.0) -> dict:
         await asyncio.sleep(0.02)
 
 
-async def settle(p: Pipeline, timeout: float = 5.0) -> dict:
-    """Wait until no process holds a request and no buffer is lent; return the snapshot."""
+async def settle(p: Pipeline, timeout: float = 15.0) -> dict:
+    """Wait until no process holds a request and no buffer is lent; return the snapshot
+    (a loaded machine can take seconds to return a buffer: the wait ends when it is idle)."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
         snap = p.snapshot()

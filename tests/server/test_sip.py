@@ -95,7 +95,7 @@ async def test_spoken_turn_barge_in_keys_out_wrong_source_and_agent_bye(server, 
         # barge-in over RTP: the caller talks over the reply; its queued audio is
         # dropped and the agent's RTP falls silent while the caller still talks
         barge = asyncio.ensure_future(peer.send_pcap(SPEECH_PCAP))
-        await until(lambda: call.media.playout.stats.flushed_frames > 0, 20, "the flush")
+        await until(lambda: call.media.flushed_frames > 0, 20, "the flush")
         await until(lambda: peer.last_frames_silent(10), 10, "the agent to fall silent")
         await barge
         # RTP from another address is ignored (counted), the call goes on

@@ -11,7 +11,9 @@ session core (``audio_out_mode="stream"``) through :class:`SessionRunner`:
 * :mod:`.call` - one answered call <-> one session; :mod:`.control` - its
   :class:`~voice_server.call_control.CallControl` (BYE, REFER, DTMF out);
 * :mod:`.sdp` - offer/answer, codec choice, hold directions;
-* :mod:`.media` - the RTP socket and the 20 ms send clock; :mod:`.rtp` -
+* :mod:`.media` - the RTP socket and the 20 ms send clock, run in
+  :mod:`.media_process` (the RTP process; :mod:`.media_remote` is the
+  server's side of it, :mod:`.media_link` the socket between them); :mod:`.rtp` -
   RTP packets in and out; :mod:`.dtmf` - RFC 4733 events;
   :mod:`.playout` - the outbound queue, barge-in and what was heard;
   :mod:`.payload` - G.711 / G.722 payloads; :mod:`.ports` - the RTP ports;

@@ -1,6 +1,6 @@
 """One answered SIP call <-> one session: the thin I/O side of a SIP call.
 
-The call owns its dialog (aiosipua's), its RTP (:class:`RtpMedia`) and its
+The call owns its dialog (aiosipua's), its RTP (:class:`CallMedia`) and its
 :class:`SessionRunner`; the session core is used unchanged
 (``audio_out_mode="stream"``, as the phone bridges):
 
@@ -39,8 +39,8 @@ from ...session import Session
 from ..access import AdmissionTicket
 from .control import SipCallControl
 from .incoming import Accept, IncomingCall
-from .media import RtpMedia
-from .payload import PayloadCodec
+from .media import MediaEvents
+from .payload import PayloadFormat
 from .playout import Heard
 from .ports import PortPool
 from .rtp import Dropped
@@ -56,6 +56,29 @@ WATCH_EVERY_S = 1.0
 _RUNNER_TAKES_CONTROL = "call_control" in inspect.signature(SessionRunner.__init__).parameters
 
 
+class CallMedia(Protocol):
+    """A call's RTP as the call drives it: :class:`.media.RtpMedia` in this
+    process, or :class:`.media_remote.RemoteMedia` for one in the RTP process."""
+    last_rx: float  # when the caller's RTP last came (the RTP timeout reads it)
+    sending: bool  # False while the caller holds us
+    stats: dict
+
+    async def bind(self, host: str, port: int) -> None: ...
+    def start(self) -> None: ...
+    async def close(self) -> None: ...
+    def renegotiate(self, fmt: PayloadFormat, dtmf_pt: Optional[int],
+                    remote: tuple[str, int]) -> None: ...
+    def send_digits(self, digits: str) -> None: ...
+    def play(self, response_id: str, item_id: str, pcm: np.ndarray, rate: int) -> None: ...
+    def finish(self, response_id: str) -> None: ...
+    def flush(self, item_id: str) -> None: ...
+    def rewind(self, item_id: str, played_ms: float) -> None: ...
+    def hold_item(self, item_id: str, paused: bool) -> None: ...
+    def line_held(self, held: bool) -> None: ...
+    @property
+    def alive(self) -> bool: ...
+
+
 class CallHost(Protocol):
     """What a call needs of its endpoint (:class:`.endpoint.SipEndpoint`)."""
     pipeline: Any
@@ -64,7 +87,9 @@ class CallHost(Protocol):
     ports: PortPool
     bad_log: Callable[..., None]
 
-    async def bind_rtp(self, media: RtpMedia) -> int: ...
+    def new_media(self, fmt: PayloadFormat, dtmf_pt: Optional[int], remote: tuple[str, int],
+                  events: MediaEvents) -> CallMedia: ...
+    async def bind_rtp(self, media: CallMedia) -> int: ...
     def sdp_message(self, text: str) -> SdpMessage: ...
     def in_dialog_request(self, call: "SipCall", method: str) -> SipRequest: ...
     def send(self, call: "SipCall", request: SipRequest) -> None: ...
@@ -89,7 +114,7 @@ class SipCall:
         self.settings = endpoint.settings  # read once: a call keeps the settings it met
         self.state = CallState.ANSWERING
         self.plan: Optional[MediaPlan] = None  # the current offer/answer
-        self.media: Optional[RtpMedia] = None
+        self.media: Optional[CallMedia] = None
         self.port: Optional[int] = None  # our RTP port (from the endpoint's pool)
         self.session: Optional[Session] = None
         self.runner: Optional[SessionRunner] = None
@@ -139,16 +164,16 @@ class SipCall:
         """Our RTP socket for ``plan`` (a call we place binds it before its
         offer, with a provisional plan the callee's answer then replaces)."""
         self.plan = plan
-        self.media = RtpMedia(PayloadCodec(plan.format), plan.dtmf_pt, plan.remote,
-                              on_audio=self._audio, on_key=self._key, on_heard=self._heard,
-                              on_dropped=self._dropped)
+        self.media = self.ep.new_media(plan.format, plan.dtmf_pt, plan.remote, MediaEvents(
+            on_audio=self._audio, on_key=self._key, on_heard=self._heard,
+            on_dropped=self._dropped))
         self.port = await self.ep.bind_rtp(self.media)
         return self.port
 
     async def connected(self, plan: MediaPlan, decision: Accept) -> None:
         """A call we placed was answered with ``plan``: the session starts (no SDP to send)."""
         assert self.media is not None
-        self.media.renegotiate(PayloadCodec(plan.format), plan.dtmf_pt, plan.remote)
+        self.media.renegotiate(plan.format, plan.dtmf_pt, plan.remote)
         self.plan = plan
         await self._go_live(plan, decision, send_answer=False)
 
@@ -196,7 +221,7 @@ class SipCall:
         assert self.media is not None
         if plan.format != self.plan.format or plan.dtmf_pt != self.plan.dtmf_pt or \
                 plan.remote != self.plan.remote:
-            self.media.renegotiate(PayloadCodec(plan.format), plan.dtmf_pt, plan.remote)
+            self.media.renegotiate(plan.format, plan.dtmf_pt, plan.remote)
         self.plan = plan
         self.sdp_version += 1
         (dialog or self.dialog).accept(self.ep.sdp_message(answer_sdp(
@@ -208,12 +233,9 @@ class SipCall:
             return
         self.held = held
         log.info("sip %s: %s", self.call_id, "held by the caller" if held else "resumed")
-        self.media.sending = not held
-        self.media.last_rx = time.monotonic()
+        self.media.line_held(held)
         if self.runner is not None:
             self.runner.call_held(held)
-        if not held:
-            self.media.writer.talkspurt()
 
     # ------------------------------------------------------------ media in
     def _audio(self, pcm: np.ndarray, rate: int) -> None:
@@ -245,23 +267,23 @@ class SipCall:
                 log.warning("sip %s: response %s failed: %s", self.call_id, r.get("id"),
                             (r.get("status_details") or {}).get("error"))
             if r.get("status") != "cancelled":
-                self.media.playout.finish(r.get("id", ""))
+                self.media.finish(r.get("id", ""))
 
     async def _send_audio(self, response_id: str, item_id: str, pcm: np.ndarray,
                           rate: int) -> None:
-        self.media.playout.audio(response_id, item_id, pcm, rate)
+        self.media.play(response_id, item_id, pcm, rate)
 
     async def _flush_audio(self, item_id: str) -> None:
-        self.media.playout.flush(item_id)
+        self.media.flush(item_id)
 
     async def _rewind_audio(self, item_id: str, played_ms: float) -> None:
-        self.media.playout.rewind(item_id, played_ms)
+        self.media.rewind(item_id, played_ms)
 
     async def _pause_audio(self, item_id: str) -> None:
-        self.media.playout.hold(item_id, paused=True)
+        self.media.hold_item(item_id, True)
 
     async def _resume_audio(self, item_id: str) -> None:
-        self.media.playout.hold(item_id, paused=False)
+        self.media.hold_item(item_id, False)
 
     async def _runner_closed(self, code: int, reason: str) -> None:
         self.hang_up(f"session closed: {reason or code}")
@@ -369,6 +391,9 @@ class SipCall:
             await asyncio.sleep(min(WATCH_EVERY_S, timeout / 4))
             if self.runner is not None and self.runner.closed:
                 self.hang_up("session closed")
+            elif not self.media.alive:
+                log.warning("sip %s: the RTP process ended, hanging up", self.call_id)
+                self.hang_up("media_lost")
             elif not self.held and time.monotonic() - self.media.last_rx > timeout:
                 log.warning("sip %s: no RTP for %.0f s, hanging up", self.call_id, timeout)
                 self.hang_up("rtp_timeout")

@@ -45,14 +45,15 @@ from ...settings import ServerSettings
 from ..access import admit
 from ..phone.bridge import ThrottledLog
 from .access import DigestGuard, source_allowed
-from .call import CallState, SipCall
+from .call import CallMedia, CallState, SipCall
 from .incoming import Accept, IncomingCall, IncomingHook, Reject, accept_with_headers
-from .media import RtpMedia
+from .media import MediaEvents, RtpMedia
+from .media_remote import MediaProcess
 from .ports import PortPool
 from .registration import RegistrationKeeper
 from .outbound import (KEPT, DialRequest, OutboundDialog, PlacedCall, ack_of_refusal, outcome_of,
                        route_of)
-from .payload import FORMATS
+from .payload import FORMATS, PayloadFormat
 from .sdp import OUR_DTMF_PT, BadSdp, MediaPlan, NoSharedCodec, offer_sdp, read_offer
 from .listeners import ConnectionTcpTransport, DatagramListener
 
@@ -88,6 +89,8 @@ class SipEndpoint:
         # our INVITEs by SIP Call-ID (the last INVITES_KEPT): a refusal's ACK is built from one
         self.invites: OrderedDict[str, SipRequest] = OrderedDict()
         self._tasks: set[asyncio.Task] = set()
+        # the calls' RTP and send clocks in a process of their own (media_process.py)
+        self.media_process = MediaProcess() if self.sip.media_process else None
 
     # ------------------------------------------------------------ life
     async def start(self) -> None:
@@ -108,6 +111,8 @@ class SipEndpoint:
             await tr.start()  # what SipUAS.start does, with our router in front
             self.uas[name] = uas
         log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
+        if self.media_process is not None:
+            await self.media_process.ensure_started()  # not on the first call's answer
         if "udp" in self.uas:
             udp = self.uas["udp"]
             self.uac = SipUAC(udp.transport, advertised_addr=(self.sip.advertised_host,
@@ -133,6 +138,8 @@ class SipEndpoint:
         for uas in self.uas.values():
             with contextlib.suppress(Exception):
                 await uas.stop()
+        if self.media_process is not None:
+            await self.media_process.stop()
 
     def _spawn(self, coro) -> asyncio.Task:
         t = asyncio.ensure_future(coro)
@@ -385,7 +392,14 @@ class SipEndpoint:
                 uas._remove_invite_transaction(dialog.invite)
 
     # ------------------------------------------------------------ for the calls
-    async def bind_rtp(self, media: RtpMedia) -> int:
+    def new_media(self, fmt: PayloadFormat, dtmf_pt: Optional[int], remote: tuple[str, int],
+                  events: MediaEvents) -> CallMedia:
+        """A call's RTP: in the RTP process (``sip.media_process``), else here."""
+        if self.media_process is not None:
+            return self.media_process.new_media(fmt, dtmf_pt, remote, events)
+        return RtpMedia(fmt, dtmf_pt, remote, events)
+
+    async def bind_rtp(self, media: CallMedia) -> int:
         """Bind ``media`` to a free port of the range (PortsExhausted: none)."""
         for port in self.ports.candidates():
             try:

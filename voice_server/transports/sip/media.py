@@ -25,12 +25,13 @@ import contextlib
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
 from .dtmf import EventTick, KeyWriter
-from .payload import PTIME_MS, PayloadCodec
+from .payload import PTIME_MS, PayloadCodec, PayloadFormat
 from .playout import Heard, Playout
 from .rtp import CallerAudio, CallerKey, Dropped, RtpReader, RtpWriter
 
@@ -42,28 +43,36 @@ QUIET_AFTER_S = 0.1  # no caller audio this long: the line is silent
 INTERVALS_KEPT = 3000  # one minute of send intervals
 
 
+@dataclass(frozen=True)
+class MediaEvents:
+    """What a call's media hands the call: the caller's audio and keys, what
+    the caller has heard of the reply, and datagrams it ignored."""
+    on_audio: Callable[[np.ndarray, int], None]
+    on_key: Callable[[str], None]
+    on_heard: Callable[[Heard], None]
+    on_dropped: Callable[[Dropped], None]
+
+
 class RtpMedia(asyncio.DatagramProtocol):
     """The RTP of one call: bound on ``port``, sending to ``remote``."""
 
-    def __init__(self, codec: PayloadCodec, dtmf_pt: Optional[int], remote: tuple[str, int], *,
-                 on_audio: Callable[[np.ndarray, int], None],
-                 on_key: Callable[[str], None], on_heard: Callable[[Heard], None],
-                 on_dropped: Callable[[Dropped], None]) -> None:
-        self.codec = codec
+    def __init__(self, fmt: PayloadFormat, dtmf_pt: Optional[int], remote: tuple[str, int],
+                 events: MediaEvents) -> None:
+        self.codec = codec = PayloadCodec(fmt)
         self.remote = remote  # where our RTP goes (the caller's SDP)
         self.reader = RtpReader(codec, dtmf_pt, remote[0])
-        self.writer = RtpWriter(codec.format.payload_type, dtmf_pt, codec.format.timestamp_step)
-        self.playout = Playout(codec.format)
-        self.keys = KeyWriter(codec.format.clock_rate)
+        self.writer = RtpWriter(fmt.payload_type, dtmf_pt, fmt.timestamp_step)
+        self.playout = Playout(fmt)
+        self.keys = KeyWriter(fmt.clock_rate)
         self.events: deque[EventTick] = deque()  # digits to send, tick by tick
         self.sending = True  # False while the caller holds us (they do not listen)
         self.last_rx = time.monotonic()  # the caller's last RTP (the RTP timeout reads it)
         self.last_audio = self.last_rx  # the caller's last audio frame (or silence we filled)
         self.intervals_ms: deque[float] = deque(maxlen=INTERVALS_KEPT)
         self.stats = {"rtp_in": 0, "rtp_out": 0, "dropped": 0, "keys_in": 0, "events_out": 0}
-        self._on_audio, self._on_key = on_audio, on_key
-        self._on_heard, self._on_dropped = on_heard, on_dropped
-        self._silence = codec.encode(np.zeros(codec.format.frame_samples, np.int16))
+        self._on_audio, self._on_key = events.on_audio, events.on_key
+        self._on_heard, self._on_dropped = events.on_heard, events.on_dropped
+        self._silence = codec.encode(np.zeros(fmt.frame_samples, np.int16))
         self._transport: Optional[asyncio.DatagramTransport] = None
         self._clock: Optional[asyncio.Task] = None
         self._last_send: Optional[float] = None
@@ -89,20 +98,53 @@ class RtpMedia(asyncio.DatagramProtocol):
             self._transport.close()
             self._transport = None
 
-    def renegotiate(self, codec: PayloadCodec, dtmf_pt: Optional[int],
+    def renegotiate(self, fmt: PayloadFormat, dtmf_pt: Optional[int],
                     remote: tuple[str, int]) -> None:
         """A re-INVITE moved the stream or changed its format."""
-        if codec.format != self.codec.format:
-            self.codec, self.playout = codec, Playout(codec.format)
-            self._silence = codec.encode(np.zeros(codec.format.frame_samples, np.int16))
-            self.writer = RtpWriter(codec.format.payload_type, dtmf_pt,
-                                    codec.format.timestamp_step)
+        if fmt != self.codec.format:
+            self.codec, self.playout = PayloadCodec(fmt), Playout(fmt)
+            self._silence = self.codec.encode(np.zeros(fmt.frame_samples, np.int16))
+            self.writer = RtpWriter(fmt.payload_type, dtmf_pt, fmt.timestamp_step)
         self.writer.dtmf_pt = dtmf_pt
         self.remote = remote
         self.reader.renegotiated(self.codec, dtmf_pt, remote[0])
 
     def send_digits(self, digits: str) -> None:
         self.events.extend(self.keys.ticks(digits))
+
+    # ------------------------------------------------------------ what the call drives
+    # (the same methods as :class:`.media_remote.RemoteMedia`, its stand-in in the
+    # server when the RTP runs in its own process)
+    def play(self, response_id: str, item_id: str, pcm: np.ndarray, rate: int) -> None:
+        self.playout.audio(response_id, item_id, pcm, rate)
+
+    def finish(self, response_id: str) -> None:
+        self.playout.finish(response_id)
+
+    def flush(self, item_id: str) -> None:
+        self.playout.flush(item_id)
+
+    def rewind(self, item_id: str, played_ms: float) -> None:
+        self.playout.rewind(item_id, played_ms)
+
+    def hold_item(self, item_id: str, paused: bool) -> None:
+        self.playout.hold(item_id, paused=paused)
+
+    def line_held(self, held: bool) -> None:
+        """The caller holds us (they do not listen: nothing is sent) or resumes
+        (the next packet starts a talkspurt); the RTP timeout starts afresh."""
+        self.sending = not held
+        self.last_rx = time.monotonic()
+        if not held:
+            self.writer.talkspurt()
+
+    @property
+    def alive(self) -> bool:
+        return True
+
+    @property
+    def flushed_frames(self) -> int:
+        return self.playout.stats.flushed_frames
 
     # ------------------------------------------------------------ in
     def datagram_received(self, data: bytes, addr) -> None:
@@ -170,4 +212,4 @@ class RtpMedia(asyncio.DatagramProtocol):
             self.stats["rtp_out"] += 1
 
 
-__all__ = ["RtpMedia", "TICK_S"]
+__all__ = ["RtpMedia", "MediaEvents", "TICK_S"]

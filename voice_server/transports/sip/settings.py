@@ -17,6 +17,7 @@
           rtp_ports: [20000, 20999]  # the RTP ports, one even port a call
           codecs: [PCMU, PCMA, G722] # the order we prefer (the caller's order wins)
           rtp_timeout_s: 30          # no RTP this long on an active call: BYE
+          media_process: true        # RTP and its 20 ms clock in a process of their own
           answer_timeout_s: 30       # the incoming-call hook must decide by then (480)
           outbound_proxy: null       # calls we place go here (a trunk); null: the
                                      # registrar if registered, else the URI's host
@@ -94,6 +95,9 @@ class SipSettings(BaseModel):
     rtp_ports: tuple[int, int] = (20000, 20999)
     codecs: tuple[CodecName, ...] = ("PCMU", "PCMA", "G722")
     rtp_timeout_s: float = Field(30.0, gt=0)
+    # the calls' RTP and 20 ms send clocks in a process of their own, so the rhythm
+    # holds while the server's loop and the stages are busy; false: in the server
+    media_process: bool = True
     answer_timeout_s: float = Field(30.0, gt=0)
     user_agent: str = "voice-agent"
     # where calls we place go (a trunk: host or host:port); null: the registrar

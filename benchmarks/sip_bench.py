@@ -7,14 +7,20 @@ WebSocket in the same run.
   time); ``ws_first_voice_ms_p50`` - the same question over ``/v1/realtime``:
   its last audio frame sent -> the first ``response.output_audio.delta``;
 * ``rtp_send_interval_ms_p99`` - the gaps between the agent's RTP packets as
-  they arrive, at 4 concurrent calls while each caller talks and the agent
-  answers (also p50 / max, and the server's own send-side gaps);
+  the server sends them, at 4 concurrent calls while each caller talks and
+  the agent answers (also p50 / max); ``rtp_arrival_interval_ms_*`` - the same
+  gaps as the simulated phones receive them (they run in this process, beside
+  the server's event loop, so their own delays are in it too);
+* the 4-call rounds alternate the RTP in its own process (the default,
+  ``sip.media_process``) and in the server's event loop: the ``*_in_loop``
+  keys are the latter, measured in the same run;
 * ``barge_in_silence_ms_p95`` - the first voiced packet of speech over the
   agent's reply -> the agent's RTP falls silent (five silent packets in a row);
 * ``calls``, ``errors``.
 
-``--quick`` (under 3 minutes): 2 turns each way, 4 calls once, 2 barge-ins.
-``--load N`` runs N busy loops beside the server (both cores loaded).
+``--quick`` (under 3 minutes): 2 turns each way, one 4-call round each way,
+2 barge-ins.  ``--load N`` runs N busy loops beside the server (both cores
+loaded by more than the calls themselves).
 
     python -m benchmarks.sip_bench --quick --out /tmp/sip.json
 """
@@ -136,11 +142,11 @@ async def ws_turn(srv: ServerThread, speech: dict, k: int) -> float:
         await t.close()
 
 
-async def run(srv: ServerThread, turns: int, barges: int) -> dict:
+async def run(srv: ServerThread, turns: int, barges: int, rounds: int) -> dict:
     speech = load_speech()
-    res = {"first_voice_ms": [], "ws_first_voice_ms": [], "intervals_ms": [],
-           "server_intervals_ms": [], "barge_in_silence_ms": [], "calls": 0, "errors": 0,
-           "error_samples": []}
+    res = {"first_voice_ms": [], "ws_first_voice_ms": [], "barge_in_silence_ms": [],
+           "send_process": [], "send_loop": [], "arrival_process": [], "arrival_loop": [],
+           "calls": 0, "errors": 0, "error_samples": []}
 
     def failed(exc: BaseException) -> None:
         log("  error:", repr(exc)[:200])
@@ -160,19 +166,31 @@ async def run(srv: ServerThread, turns: int, barges: int) -> dict:
         except Exception as exc:  # noqa: BLE001
             failed(exc)
 
-    async def talker(k: int) -> None:  # 4 calls at once: the rhythm of what they hear
+    async def talker(k: int, mode: str) -> None:  # 4 calls at once: the rhythm they get
         try:
             async with SipCaller(srv) as c:
                 res["calls"] += 1
                 t0 = time.monotonic()
                 await c.turn(speech["q"][k % len(speech["q"])])
                 arrivals = [at for at, p in c.peer.received if at >= t0]
-                res["intervals_ms"] += [(b - a) * 1000 for a, b in zip(arrivals, arrivals[1:])]
-                res["server_intervals_ms"] += list(c.call.media.intervals_ms)
+                res["arrival_" + mode] += [(b - a) * 1000 for a, b in zip(arrivals, arrivals[1:])]
+                call = c.call
+            # the sender's own gaps: the RTP process hands them over once the call is closed
+            deadline = time.monotonic() + 20
+            while call.call_id in ep.calls and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            res["send_" + mode] += list(call.media.intervals_ms)
         except Exception as exc:  # noqa: BLE001
             failed(exc)
-    log("4 calls at once")
-    await asyncio.gather(*(talker(k) for k in range(4)))
+
+    ep, own_process = srv.app.state.sip, srv.app.state.sip.media_process
+    for r in range(rounds):
+        for mode in ("process", "loop"):
+            log(f"4 calls at once, RTP in {'its own process' if mode == 'process' else 'the loop'}")
+            # the endpoint reads this for each new call: None keeps the RTP in the loop
+            ep.media_process = own_process if mode == "process" else None
+            await asyncio.gather(*(talker(k, mode) for k in range(4)))
+    ep.media_process = own_process
     log("barge-ins")
 
     for k in range(barges):  # talk over a long reply
@@ -203,20 +221,24 @@ async def run(srv: ServerThread, turns: int, barges: int) -> dict:
     return res
 
 
+def _rhythm(gaps: list[float], key: str) -> dict:
+    return {f"{key}_p99": pct(gaps, 99), f"{key}_p50": pct(gaps, 50),
+            f"{key}_max": round(max(gaps), 1) if gaps else None}
+
+
 def summary(res: dict) -> dict:
-    return {
-        "first_voice_ms_p50": pct(res["first_voice_ms"], 50),
-        "ws_first_voice_ms_p50": pct(res["ws_first_voice_ms"], 50),
-        "rtp_send_interval_ms_p99": pct(res["intervals_ms"], 99),
-        "rtp_send_interval_ms_p50": pct(res["intervals_ms"], 50),
-        "rtp_send_interval_ms_max": round(max(res["intervals_ms"]), 1)
-        if res["intervals_ms"] else None,
-        "server_send_interval_ms_p99": pct(res["server_intervals_ms"], 99),
+    out = {"first_voice_ms_p50": pct(res["first_voice_ms"], 50),
+           "ws_first_voice_ms_p50": pct(res["ws_first_voice_ms"], 50)}
+    for mode, tail in (("process", ""), ("loop", "_in_loop")):
+        out.update(_rhythm(res["send_" + mode], "rtp_send_interval_ms" + tail))
+        out.update(_rhythm(res["arrival_" + mode], "rtp_arrival_interval_ms" + tail))
+    out.update({
         "barge_in_silence_ms_p95": pct(res["barge_in_silence_ms"], 95),
         "calls": res["calls"], "errors": res["errors"], "error_samples": res["error_samples"],
         "samples": {k: [round(x, 1) for x in res[k]] for k in
                     ("first_voice_ms", "ws_first_voice_ms", "barge_in_silence_ms")},
-    }
+    })
+    return out
 
 
 def main(argv=None) -> int:
@@ -228,7 +250,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not sipp_available():
         raise SystemExit("SIPp is not installed (Debian sip-tester; make setup)")
-    turns, barges = (2, 2) if a.quick else (8, 8)
+    turns, barges, rounds = (2, 2, 1) if a.quick else (8, 8, 3)
     settings = ServerSettings(max_sessions=8, sip=SipSettings(
         enabled=True, port=free_port(), rtp_ports=(35000, 35200)))
     spinners = []
@@ -240,7 +262,7 @@ def main(argv=None) -> int:
             for p in spinners:
                 p.start()
         try:
-            res = asyncio.run(run(srv, turns, barges))
+            res = asyncio.run(run(srv, turns, barges, rounds))
         finally:
             for p in spinners:
                 p.terminate()

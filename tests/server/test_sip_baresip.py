@@ -17,7 +17,6 @@ wait is bounded and nothing here asserts a duration.
 
 from __future__ import annotations
 
-import asyncio
 
 import numpy as np
 import pytest

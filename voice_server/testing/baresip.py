@@ -182,7 +182,8 @@ class Baresip:
     def say(self, pcm: np.ndarray, rate: int, lasting_s: float = 120.0) -> None:
         """What the next call's microphone says: ``pcm`` (int16 mono), then
         silence until ``lasting_s`` (baresip hangs up where the file ends).
-        Takes effect at the next call."""
+        Takes effect at the next call; the recordings of earlier calls go."""
+        self.clear_recordings()
         pcm = resample(np.asarray(pcm, np.int16), rate, SOURCE_RATE)
         tail = max(int(lasting_s * SOURCE_RATE) - pcm.size, 0)
         with wave.open(str(self.source), "wb") as w:

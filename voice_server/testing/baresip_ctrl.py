@@ -27,7 +27,7 @@ import asyncio
 import itertools
 import json
 import time
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 MAX_MESSAGE = 1 << 20  # a longer netstring is a broken stream, not a message
 MAX_DIGITS = len(str(MAX_MESSAGE))

@@ -19,9 +19,11 @@ STAMPS := .stamps
 # tests and benchmarks are judged on; iproute2 brings up loopback in the network
 # namespace of tests/server/test_offline_voice.py; sip-tester (SIPp, with its G.711
 # and RFC 4733 captures) is the SIP caller of tests/server/test_sip.py and sip_bench;
-# kamailio is the registrar and proxy of tests/server/test_sip_registrar.py.
+# kamailio is the registrar and proxy of tests/server/test_sip_registrar.py;
+# baresip-core is the softphone of tests/server/test_sip_baresip.py (it calls the
+# agent and answers the agent's calls, driven over its ctrl_tcp module).
 APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox chromium \
-	sip-tester kamailio \
+	sip-tester kamailio baresip-core \
 	pocketsphinx-testdata alsa-utils iproute2
 HOST ?= 127.0.0.1
 PORT ?= 8000

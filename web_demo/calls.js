@@ -55,6 +55,14 @@ function when(unixS) {
   return new Date(unixS * 1000).toLocaleString();
 }
 
+// A call the agent placed (POST /v1/sip/calls) keeps its outcome, answered or not:
+// "busy 486 → sip:bob@pbx"; every other call has none.
+function placedOutcome(c) {
+  const o = c.outbound;
+  if (!o) return '—';
+  return `${o.status}${o.sip_status ? ` ${o.sip_status}` : ''} → ${o.to}`;
+}
+
 async function loadCalls() {
   const body = await getJson('v1/calls?limit=50');
   page.calls = body.data;
@@ -63,7 +71,8 @@ async function loadCalls() {
   for (const c of body.data) {
     const tr = document.createElement('tr');
     tr.dataset.id = c.id;
-    for (const v of [when(c.started_at), c.transport, c.state, c.turn_count, c.recorded ? 'yes' : '—']) {
+    for (const v of [when(c.started_at), c.transport, c.state, c.turn_count, c.recorded ? 'yes' : '—',
+                     placedOutcome(c)]) {
       const td = document.createElement('td');
       td.textContent = String(v);
       tr.append(td);
@@ -166,7 +175,8 @@ async function showCall(id) {
   page.call = call;
   for (const tr of $('calls').querySelectorAll('tbody tr')) tr.classList.toggle('selected', tr.dataset.id === id);
   $('call').hidden = false;
-  $('call-title').textContent = `${call.transport} call, ${when(call.started_at)} (${call.state})`;
+  $('call-title').textContent = `${call.transport} call, ${when(call.started_at)} (${call.state})`
+    + (call.outbound ? `, placed by the agent: ${placedOutcome(call)}` : '');
   $('transcript').replaceChildren(...call.items.map(bubble));
   renderTimeline(call.turns);
   await loadRecording(call);

@@ -75,8 +75,26 @@ CREATE TABLE IF NOT EXISTS turns (
     usage TEXT,                     -- JSON: response.done's usage
     PRIMARY KEY (call_id, response_id)
 );
+-- every call the agent placed (POST /v1/sip/calls), answered or not; a database
+-- made before this table gets it on open (CREATE ... IF NOT EXISTS)
+CREATE TABLE IF NOT EXISTS placed_calls (
+    id TEXT PRIMARY KEY,            -- the placed call's id (sipout_...)
+    call_id TEXT NOT NULL REFERENCES calls(id) ON DELETE CASCADE,
+                                    -- its row in calls: its own id until answered, then
+                                    -- the session's (the call's transcript and turns)
+    target TEXT NOT NULL,           -- the sip: or tel: URI dialled
+    status TEXT NOT NULL,           -- dialing | ringing | answered | ended | busy |
+                                    -- no_answer | failed | cancelled
+    sip_status INTEGER,             -- the callee's final SIP status (200: answered)
+    reason TEXT,
+    created_at REAL NOT NULL,       -- unix seconds: when it was dialled
+    answered_at REAL,
+    ended_at REAL
+);
 CREATE INDEX IF NOT EXISTS calls_started ON calls(started_at);
+CREATE INDEX IF NOT EXISTS placed_calls_call ON placed_calls(call_id);
 """
+PLACED_LIVE = ("dialing", "ringing", "answered")   # a placed call's statuses before its outcome
 
 # A call's size for retention: its recording plus its rows' text (a rough
 # row overhead of 64 bytes each keeps a call of many short items honest).
@@ -87,8 +105,23 @@ SELECT c.id, c.started_at,
                               + LENGTH(COALESCE(output, ''))) FROM items WHERE call_id = c.id), 0)
        + COALESCE((SELECT SUM(64 + LENGTH(timings) + LENGTH(COALESCE(usage, '')))
                    FROM turns WHERE call_id = c.id), 0)
+       + COALESCE((SELECT SUM(64 + LENGTH(target) + LENGTH(COALESCE(reason, '')))
+                   FROM placed_calls WHERE call_id = c.id), 0)
 FROM calls c WHERE c.state != 'live' ORDER BY c.started_at
 """
+
+# A call's summary: its row, its counts, and what became of it when the agent placed it.
+_SUMMARY = """
+SELECT c.*, (SELECT COUNT(*) FROM items WHERE call_id = c.id) AS n_items,
+       (SELECT COUNT(*) FROM turns WHERE call_id = c.id) AS n_turns,
+       p.id AS placed_id, p.target AS placed_to, p.status AS placed_status,
+       p.sip_status AS placed_sip_status, p.reason AS placed_reason,
+       p.created_at AS placed_created_at, p.answered_at AS placed_answered_at,
+       p.ended_at AS placed_ended_at
+FROM calls c LEFT JOIN placed_calls p ON p.call_id = c.id
+"""
+_PLACED_FIELDS = ("id", "to", "status", "sip_status", "reason", "created_at", "answered_at",
+                  "ended_at")
 
 _ITEM_FIELDS = ("role", "type", "text", "status", "response_id", "name", "call_ref",
                 "arguments", "output")
@@ -162,6 +195,12 @@ class CallStore:
             if row["recording"]:
                 self._finish_recording(row["id"])
             log.warning("call %s was live when the server stopped: kept as interrupted", row["id"])
+        # a call we were placing when it stopped: never answered, it failed; answered, it ended
+        self._db.execute(
+            "UPDATE placed_calls SET status = CASE WHEN answered_at IS NULL THEN 'failed' "
+            "ELSE 'ended' END, reason = 'the server stopped', "
+            "ended_at = (SELECT ended_at FROM calls WHERE calls.id = placed_calls.call_id) "
+            f"WHERE status IN ({', '.join('?' * len(PLACED_LIVE))})", PLACED_LIVE)
 
     # ------------------------------------------------------------ worker: writes
     def begin_call(self, call_id: str, transport: str, model: str | None, started_at: float,
@@ -207,6 +246,49 @@ class CallStore:
         if row is not None and row["recording"]:
             self._finish_recording(call_id)
         self.enforce_retention()
+
+    # ------------------------------------------------------------ worker: calls placed
+    def put_placed(self, placed: dict) -> None:
+        """A call the agent placed, as it stands now (``PlacedCall.as_json()``).
+
+        Every attempt is a call in ``calls``, so the list shows busy and
+        unanswered ones beside the sessions: until it is answered the call is
+        a row of its own (its placed id, transport ``sip``, no transcript),
+        ended with its outcome; once answered, the session's row (written
+        when the session started) is the call's and the placed one goes."""
+        pid, session = placed["id"], placed.get("session_id")
+        finished = placed["status"] not in PLACED_LIVE
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            if session and db.execute("SELECT 1 FROM calls WHERE id = ?", (session,)).fetchone():
+                home = session
+            else:
+                home = pid
+                db.execute("INSERT OR IGNORE INTO calls (id, transport, model, started_at, state, "
+                           "recording) VALUES (?, 'sip', NULL, ?, 'live', 0)",
+                           (pid, placed["created_at"]))
+                if finished:
+                    db.execute("UPDATE calls SET state = 'ended', ended_at = ? WHERE id = ? AND "
+                               "state = 'live'", (placed["ended_at"], pid))
+            db.execute(
+                "INSERT INTO placed_calls (id, call_id, target, status, sip_status, reason, "
+                "created_at, answered_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET call_id = excluded.call_id, "
+                "status = excluded.status, sip_status = excluded.sip_status, "
+                "reason = excluded.reason, answered_at = excluded.answered_at, "
+                "ended_at = excluded.ended_at",
+                (pid, home, placed["to"], placed["status"], placed.get("sip_status"),
+                 placed.get("reason"), placed["created_at"], placed.get("answered_at"),
+                 placed.get("ended_at")))
+            if home != pid:   # answered: the session's row holds the call now
+                db.execute("DELETE FROM calls WHERE id = ?", (pid,))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if finished:
+            self.enforce_retention()
 
     # ------------------------------------------------------------ worker: recordings
     def _raw_path(self, call_id: str, channel: str) -> Path:
@@ -285,20 +367,20 @@ class CallStore:
     def list_calls(self, limit: int = 50, before: float | None = None) -> list[dict]:
         """The newest calls first (started before ``before``, unix seconds)."""
         rows = self._db.execute(
-            "SELECT c.*, (SELECT COUNT(*) FROM items WHERE call_id = c.id) AS n_items, "
-            "(SELECT COUNT(*) FROM turns WHERE call_id = c.id) AS n_turns FROM calls c "
-            "WHERE c.started_at < ? ORDER BY c.started_at DESC LIMIT ?",
+            _SUMMARY + "WHERE c.started_at < ? ORDER BY c.started_at DESC LIMIT ?",
             (before if before is not None else float("inf"), limit)).fetchall()
         return [_call_summary(r) for r in rows]
 
     def get_call(self, call_id: str) -> dict | None:
-        """One call: its summary, its items in order, its turns in order."""
-        row = self._db.execute(
-            "SELECT c.*, (SELECT COUNT(*) FROM items WHERE call_id = c.id) AS n_items, "
-            "(SELECT COUNT(*) FROM turns WHERE call_id = c.id) AS n_turns FROM calls c "
-            "WHERE c.id = ?", (call_id,)).fetchone()
+        """One call: its summary, its items in order, its turns in order.  A
+        placed call's id (``sipout_...``) finds its call too: once answered,
+        that is its session's."""
+        row = self._db.execute(_SUMMARY + "WHERE c.id = ?", (call_id,)).fetchone()
+        if row is None:
+            row = self._db.execute(_SUMMARY + "WHERE p.id = ?", (call_id,)).fetchone()
         if row is None:
             return None
+        call_id = row["id"]
         call = _call_summary(row)
         call["items"] = [_item(r) for r in self._db.execute(
             "SELECT * FROM items WHERE call_id = ? ORDER BY t_ms, rowid", (call_id,))]
@@ -319,7 +401,11 @@ def _call_summary(r: sqlite3.Row) -> dict:
     return {"id": r["id"], "object": "voice_agent.call", "transport": r["transport"],
             "model": r["model"], "started_at": r["started_at"], "ended_at": r["ended_at"],
             "state": r["state"], "recorded": bool(r["recording"]) and r["state"] != "live",
-            "item_count": r["n_items"], "turn_count": r["n_turns"]}
+            "item_count": r["n_items"], "turn_count": r["n_turns"],
+            # a call the agent placed (POST /v1/sip/calls): its outcome, as GET /v1/sip/calls
+            # showed it; None for every other call
+            "outbound": None if r["placed_id"] is None else
+            {k: r[f"placed_{k}"] for k in _PLACED_FIELDS}}
 
 
 def _item(r: sqlite3.Row) -> dict:

@@ -32,7 +32,6 @@ import contextlib
 import dataclasses
 import logging
 import secrets
-import time
 from collections import OrderedDict
 from typing import Callable, Optional
 
@@ -41,6 +40,7 @@ from aiosipua import SipMessage, SipRequest, SipResponse, SipUAC, SipUAS, parse_
 from aiosipua.sdp import serialize_sdp
 from aiosipua.sdp import SdpMessage
 
+from ...session_registry import registry_for
 from ...settings import ServerSettings
 from ..access import admit
 from ..phone.bridge import ThrottledLog
@@ -51,8 +51,8 @@ from .media import MediaEvents, RtpMedia
 from .media_remote import MediaProcess
 from .ports import PortPool
 from .registration import RegistrationKeeper
-from .outbound import (KEPT, DialRequest, OutboundDialog, PlacedCall, ack_of_refusal, outcome_of,
-                       route_of)
+from .outbound import (KEPT, DialRequest, OutboundDialog, PlacedCall, ack_of_refusal, kept_in,
+                       outcome_of, route_of)
 from .payload import FORMATS, PayloadFormat
 from .sdp import OUR_DTMF_PT, BadSdp, MediaPlan, NoSharedCodec, offer_sdp, read_offer
 from .listeners import ConnectionTcpTransport, DatagramListener
@@ -91,6 +91,7 @@ class SipEndpoint:
         self._tasks: set[asyncio.Task] = set()
         # the calls' RTP and send clocks in a process of their own (media_process.py)
         self.media_process = MediaProcess() if self.sip.media_process else None
+        self.closing = False  # close() has begun: a placed call still ringing is cancelled
 
     # ------------------------------------------------------------ life
     async def start(self) -> None:
@@ -132,6 +133,10 @@ class SipEndpoint:
             call.hang_up("server shutting down")
         for t in list(self.ringing.values()):
             t.cancel()
+        self.closing = True
+        for placed_id, t in list(self.dialing.items()):   # still ringing: CANCEL, not a wait
+            if placed_id not in self.calls:
+                t.cancel()
         tasks = list(self._tasks)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -172,6 +177,10 @@ class SipEndpoint:
     def dial(self, req: DialRequest) -> PlacedCall:
         """Place a call (:mod:`.outbound`); its progress shows on the returned record."""
         placed = PlacedCall("sipout_" + secrets.token_hex(12), req.to)
+        store = registry_for(self.pipeline).records
+        if store is not None:   # call records on: the attempt is kept whatever its outcome
+            placed.observer = kept_in(store)
+            placed.observer(placed)
         self.placed[placed.id] = placed
         for old in [k for k, p in self.placed.items() if p.finished][:max(0, len(self.placed) - KEPT)]:
             del self.placed[old]
@@ -219,13 +228,13 @@ class SipEndpoint:
             while len(self.invites) > INVITES_KEPT:
                 self.invites.popitem(last=False)
             call.info = dataclasses.replace(info, sip_call_id=out.call_id)
-            out.on_ringing = lambda _c: setattr(placed, "status", "ringing") \
-                if placed.status == "dialing" else None
+            out.on_ringing = lambda _c: placed.ring()
             try:
                 await out.wait_answered(req.ring_timeout_s)
-            except asyncio.CancelledError:  # hung up by the operator while it rang
+            except asyncio.CancelledError:  # hung up by the operator (or the server stopping)
                 out.cancel(self.uac)
-                placed.settle("cancelled", reason="hung up before the answer")
+                placed.settle("cancelled", reason="server shutting down" if self.closing
+                              else "hung up before the answer")
                 raise
             except TimeoutError:
                 out.cancel(self.uac)
@@ -242,14 +251,16 @@ class SipEndpoint:
             self.calls[call.call_id] = call
             self.by_sip_id[out.call_id] = call
             await call.connected(plan, Accept(req.session))
-            placed.status, placed.sip_status = "answered", 200
-            placed.session_id, placed.answered_at = call.session.session_id, time.time()
+            placed.answer(call.session.session_id)
             await call.run()
             placed.settle("ended", reason=call.end_reason)
         except Exception as exc:  # noqa: BLE001 - the placed call fails, the server goes on
             log.exception("sip %s: placing the call failed", placed.id)
             placed.settle("failed", reason=f"{type(exc).__name__}")
         finally:
+            if not placed.finished:   # cancelled past its ring: only the server stopping does
+                placed.settle("ended" if placed.answered_at else "cancelled",
+                              reason="server shutting down")
             if call is not None and call.state is not CallState.ENDED:
                 call.end(placed.reason or placed.status)
                 await call.close()

@@ -13,7 +13,9 @@ starts on the callee's answer, as an answered incoming call's does; with
 within ``ring_timeout_s``: CANCEL; 408, 480, 487) or ``failed`` (any other
 refusal, no route, no free RTP port, the server full), or ``cancelled``
 (the operator hung up while it rang).  The SIP status and
-the session id are kept with it.  Once answered the call is an ordinary
+the session id are kept with it, and with call records on every attempt is
+in the records database as it goes (:func:`kept_in`): busy and unanswered
+ones too.  Once answered the call is an ordinary
 :class:`.call.SipCall`: barge-in, keys, call actions, transfer, the call
 record (transport ``sip``).
 
@@ -23,15 +25,18 @@ SipCall asks of its dialog (send in-dialog requests, hang up).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 if TYPE_CHECKING:   # the SIP stack loads only when SIP is on
     from aiosipua import SipRequest, SipResponse, SipUAC
     from aiosipua.outgoing_call import OutgoingCall
+
+log = logging.getLogger("voice_server.transports.sip")
 
 BUSY = frozenset({486, 600})
 NO_ANSWER = frozenset({408, 480, 487})
@@ -60,7 +65,11 @@ class DialRequest(BaseModel):
 
 @dataclass
 class PlacedCall:
-    """One call the agent placed, as ``GET /v1/sip/calls/{id}`` shows it."""
+    """One call the agent placed, as ``GET /v1/sip/calls/{id}`` shows it.
+
+    Its status moves only through :meth:`ring`, :meth:`answer` and
+    :meth:`settle`; each change is told to ``observer`` (the endpoint keeps
+    the call record with it: every attempt, answered or not, is recorded)."""
     id: str
     to: str
     status: str = "dialing"
@@ -70,10 +79,26 @@ class PlacedCall:
     created_at: float = field(default_factory=time.time)
     answered_at: Optional[float] = None
     ended_at: Optional[float] = None
+    observer: Optional[Callable[["PlacedCall"], None]] = field(default=None, repr=False,
+                                                                compare=False)
 
     @property
     def finished(self) -> bool:
         return self.status not in ("dialing", "ringing", "answered")
+
+    def ring(self) -> None:
+        """A provisional answer (18x): the callee's phone rings."""
+        if self.status == "dialing":
+            self.status = "ringing"
+            self._changed()
+
+    def answer(self, session_id: str) -> None:
+        """200 OK: the call's session ``session_id`` has started."""
+        if self.finished:
+            return
+        self.status, self.sip_status = "answered", 200
+        self.session_id, self.answered_at = session_id, time.time()
+        self._changed()
 
     def settle(self, status: str, sip_status: Optional[int] = None, reason: str = "") -> None:
         """A final outcome (the first one stands)."""
@@ -83,6 +108,11 @@ class PlacedCall:
         if sip_status is not None:
             self.sip_status = sip_status
         self.ended_at = time.time()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self.observer is not None:
+            self.observer(self)
 
     def as_json(self) -> dict:
         return {"id": self.id, "object": "sip.call", "to": self.to, "status": self.status,
@@ -90,6 +120,19 @@ class PlacedCall:
                 "session_id": self.session_id, "created_at": round(self.created_at, 3),
                 "answered_at": self.answered_at and round(self.answered_at, 3),
                 "ended_at": self.ended_at and round(self.ended_at, 3)}
+
+
+def kept_in(store) -> Callable[[PlacedCall], None]:
+    """A placed call's observer that keeps it in the call records
+    (:meth:`voice_server.records.store.CallStore.put_placed`): every attempt,
+    with its outcome, SIP status and target, whether or not it became a session."""
+    def keep(placed: PlacedCall) -> None:
+        try:
+            store.submit(store.put_placed, placed.as_json())
+        except RuntimeError:   # the store has closed (the server is stopping): the call goes on
+            log.warning("sip %s: the call records are closed; %s not kept", placed.id,
+                        placed.status)
+    return keep
 
 
 def outcome_of(status: int) -> str:
@@ -164,5 +207,5 @@ class OutboundDialog:
         self.call.hangup(self.uac)
 
 
-__all__ = ["DialRequest", "PlacedCall", "OutboundDialog", "outcome_of", "route_of", "STATUSES",
+__all__ = ["DialRequest", "PlacedCall", "OutboundDialog", "kept_in", "outcome_of", "route_of", "STATUSES",
            "ack_of_refusal"]

@@ -52,6 +52,7 @@ from .call_registry import CallRegistry
 from .call_webhook import CallWebhook
 from .transports.calls_api import calls_routes
 from .transports.sip.dial_api import dial_routes
+from .transports.sip.registration_api import registration_routes
 from .transports.sip_calls_api import sip_calls_routes
 from .transports.client_secrets import ClientSecretStore
 from .transports.http.routes import http_routes
@@ -122,6 +123,7 @@ def build_app(pipeline, settings: ServerSettings | None = None, *,
     endpoint.sip_calls = sip_calls
     routes += sip_calls_routes(sip_calls, settings, other_hangup=rtc_endpoint.delete_call)
     routes += dial_routes(lambda: sip, settings)   # calls the agent places (SIP off: 404)
+    routes += registration_routes(lambda: sip, settings)   # sip.register's state
     routes += rtc_routes
     # call records (voice_server.records): every runner of this pipeline records into it
     records = CallStore(settings.records) if settings.records.enabled else None

@@ -231,3 +231,38 @@ async def test_bad_requests_get_clear_answers(server, dialer):
         r = await client.post("/v1/sip/calls", json={"to": "sip:bob@127.0.0.1"},
                               headers={"Authorization": "Bearer nope"})
         assert r.status_code == 401
+
+
+async def test_the_callee_holds_and_resumes(server, dialer):
+    """The callee's re-INVITEs on a call we placed are answered as on a call
+    we answered: ``sendonly`` -> ``recvonly`` (our RTP stops), ``inactive``
+    -> ``inactive``, ``sendrecv`` resumes; the agent's voice reaches the
+    callee again after the resume (SIPp checks each answer's direction)."""
+    ep, app = dialer
+    peer = await RtpPeer.open()
+    port = free_port()
+    callee = asyncio.ensure_future(SippCallee(port, peer.port, reinvites=(
+        ("sendonly", "recvonly", 1500), ("sendrecv", "sendrecv", 300),
+        ("inactive", "inactive", 1500), ("sendrecv", "sendrecv", 300))).arun(90))
+    await until(lambda: udp_port_taken(port), 10, "SIPp listening")
+    async with api(server, app) as client:
+        try:
+            call_id = (await client.post("/v1/sip/calls", json={
+                "to": f"sip:bob@127.0.0.1:{port}"})).json()["id"]
+            call = await until(lambda: ep.call(call_id), 20, "the answer")
+            for _ in range(2):   # sendonly, then inactive
+                await until(lambda: call.held, 20, "the hold")
+                assert not call.media.sending and not call.finished
+                await until(lambda: call.finished or (not call.held and call.media.sending),
+                            20, "the resume")
+            assert not call.finished, call.end_reason
+            await server.acall(call.runner.client_event, {"type": "response.create"})
+            await until(lambda: peer.voiced_frames() > 10, 30, "the agent's voice")
+            assert (await client.post(f"/v1/sip/calls/{call_id}/hangup")).status_code == 200
+            result = await callee
+            assert result.ok, result.errors or result.stderr
+            await until(lambda: ep.placed_call(call_id).status == "ended", 10, "ended")
+            await nothing_left(server, ep)
+        finally:
+            callee.cancel()
+            peer.close()

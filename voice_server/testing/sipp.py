@@ -244,13 +244,27 @@ class SippCallee:
     """SIPp as the callee of a call the server places: it listens on
     ``sip_port`` and answers one INVITE as told (``answer``: 180 then 200
     with an SDP naming ``rtp_port``; ``busy``: 486; ``ring``: 180 until the
-    caller CANCELs), then, once answered, waits for the server's BYE
-    (``hang_up_ms=None``) or sends its own after that long."""
+    caller CANCELs), then, once answered, sends its ``reinvites`` in order
+    (each ``(direction, expected answer direction, pause_ms after it)``: a
+    hold is ``("sendonly", "recvonly", 1500)``), then waits for the
+    server's BYE (``hang_up_ms=None``) or sends its own after that long."""
     sip_port: int
     rtp_port: int
     behaviour: str = "answer"  # answer | busy | ring
     hang_up_ms: Optional[int] = None
     offer: str = OFFER_PCMU
+    reinvites: tuple[tuple[str, str, int], ...] = ()
+
+    def _in_dialog(self, method: str, cseq: int, sdp: Optional[str] = None) -> str:
+        """A request of ours in the dialog (From/To swapped from the ACK we got)."""
+        head = (f"{method} sip:agent@[remote_ip]:[remote_port] SIP/2.0\n"
+                "Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]\n"
+                f"From:[$ack_to]\nTo:[$ack_from]\n[last_Call-ID:]\nCSeq: {cseq} {method}\n"
+                "Contact: <sip:callee@[local_ip]:[local_port];transport=[transport]>\n"
+                "Max-Forwards: 70\n")
+        if sdp is None:
+            return head + "Content-Length: 0\n\n"
+        return head + f"Content-Type: application/sdp\nContent-Length: [len]\n\n{sdp}"
 
     def scenario(self) -> str:
         reply = ("<send><![CDATA[\nSIP/2.0 {status}\n[last_Via:]\n[last_From:]\n"
@@ -280,19 +294,28 @@ class SippCallee:
                       '<ereg regexp=".*" search_in="hdr" header="To:" assign_to="ack_to"/>'
                       '<ereg regexp=".*" search_in="hdr" header="From:" assign_to="ack_from"/>'
                       '</action></recv>']
+            cseq = 1
+            for n, (direction, answer, pause_ms) in enumerate(self.reinvites):
+                sdp = _sdp(self.offer, direction).replace("[cseq]", str(n + 2))
+                steps += ['<send retrans="500"><![CDATA[\n' + self._in_dialog(
+                              "INVITE", cseq, sdp) + ']]></send>',
+                          '<recv response="100" optional="true"/>',
+                          f'<recv response="200"><action><ereg regexp="a={answer}" '
+                          'search_in="body" check_it="true" assign_to="dir"/></action></recv>',
+                          '<send><![CDATA[\n' + self._in_dialog("ACK", cseq) + ']]></send>',
+                          f'<pause milliseconds="{pause_ms}"/>']
+                cseq += 1
             if self.hang_up_ms is None:
                 steps += ['<recv request="BYE" timeout="60000"/>',
                           reply.format(status="200 OK", body=empty)]
             else:
                 steps += [f'<pause milliseconds="{self.hang_up_ms}"/>',
-                          '<send retrans="500"><![CDATA[\nBYE sip:agent@[remote_ip]:[remote_port] SIP/2.0\n'
-                          'Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]\n'
-                          'From:[$ack_to]\nTo:[$ack_from]\n[last_Call-ID:]\nCSeq: 2 BYE\n'
-                          'Max-Forwards: 70\nContent-Length: 0\n\n]]></send>',
-                          '<recv response="200"/>']
+                          '<send retrans="500"><![CDATA[\n' + self._in_dialog("BYE", cseq)
+                          + ']]></send>', '<recv response="200"/>']
         body = "\n".join(steps)
         # SIPp refuses a variable set and never used unless it is declared so
-        refs = "whole,invite_cseq,rtp" + (",ack_to,ack_from" if "ack_to" in body else "")
+        refs = "whole,invite_cseq,rtp" + (",ack_to,ack_from" if "ack_to" in body else "") \
+            + (",dir" if self.reinvites else "")
         return ('<?xml version="1.0" encoding="ISO-8859-1" ?>\n'
                 f'<scenario name="voice-agent test callee">\n<Global variables="rtp"/>\n'
                 f'{body}\n<Reference variables="{refs}"/>\n</scenario>\n')

@@ -19,6 +19,8 @@ session core (``audio_out_mode="stream"``) through :class:`SessionRunner`:
   :mod:`.payload` - G.711 / G.722 payloads; :mod:`.ports` - the RTP ports;
 * :mod:`.listeners` - aiosipua's UDP and TCP listeners, adapted (uvloop;
   TCP answers on the request's own connection).
+* :mod:`.registration` - keeping ``sip.register`` registered (digest,
+  refresh, retries); :mod:`.registration_api` - its state over HTTP.
 
 Signalling (parser, dialogs, transactions) is aiosipua's; RTP packets and
 RFC 4733 payloads are aiortp's.  Only this package imports them.

@@ -60,6 +60,7 @@ from .listeners import ConnectionTcpTransport, DatagramListener
 log = logging.getLogger("voice_server.transports.sip")
 
 MAX_HEADERS_SHOWN = 64  # headers handed to the hook at most (a flood is cut there)
+CONNECT_WAIT_S = 10.0  # a callee's re-INVITE that beats its call's session waits this long
 INVITES_KEPT = 256  # our own INVITEs remembered, to ACK a retransmitted refusal
 
 
@@ -88,6 +89,9 @@ class SipEndpoint:
         self.dialing: dict[str, asyncio.Task] = {}  # placed call id -> its task, until it ends
         # our INVITEs by SIP Call-ID (the last INVITES_KEPT): a refusal's ACK is built from one
         self.invites: OrderedDict[str, SipRequest] = OrderedDict()
+        # SIP Call-ID -> set once a call we placed is connected (or failed): a re-INVITE
+        # the callee sends on our ACK can arrive before the answer's session is up
+        self.connecting: dict[str, asyncio.Event] = {}
         self._tasks: set[asyncio.Task] = set()
         # the calls' RTP and send clocks in a process of their own (media_process.py)
         self.media_process = MediaProcess() if self.sip.media_process else None
@@ -224,6 +228,7 @@ class SipEndpoint:
             out = self.uac.send_invite(f"sip:{req.from_user}@{host}:{self.sip.port}", req.to,
                                        remote, parse_sdp(offer), user_agent=self.sip.user_agent)
             call.dialog = OutboundDialog(out, self.uac)
+            self.connecting[out.call_id] = connected = asyncio.Event()  # (set: the session is up)
             self.invites[out.call_id] = out.invite
             while len(self.invites) > INVITES_KEPT:
                 self.invites.popitem(last=False)
@@ -251,6 +256,8 @@ class SipEndpoint:
             self.calls[call.call_id] = call
             self.by_sip_id[out.call_id] = call
             await call.connected(plan, Accept(req.session))
+            self.connecting.pop(out.call_id, None)
+            connected.set()
             placed.answer(call.session.session_id)
             await call.run()
             placed.settle("ended", reason=call.end_reason)
@@ -268,11 +275,23 @@ class SipEndpoint:
                 ticket.release()
             if call is not None and isinstance(call.dialog, OutboundDialog):
                 self.uac.remove_call(call.dialog.call_id)
+                waiting = self.connecting.pop(call.dialog.call_id, None)
+                if waiting is not None:
+                    waiting.set()  # never connected: a re-INVITE that waited gets 481
 
     def placed_call(self, call_id: str) -> Optional[PlacedCall]:
         return self.placed.get(call_id)
 
     def _reinvite(self, dialog: DialogCall) -> None:
+        """A re-INVITE, on a call we answered or one we placed (aiosipua hands
+        the callee's as a wrapper of the same shape): hold, resume, a moved
+        stream or another codec."""
+        waiting = self.connecting.get(dialog.call_id)
+        if waiting is not None:  # a call we placed, its session not up yet
+            log.debug("sip: re-INVITE on %s waits for its session to start", dialog.call_id)
+            dialog.trying()  # stops the callee's retransmissions meanwhile
+            self._spawn(self._reinvite_once_connected(dialog, waiting))
+            return
         call = self.by_sip_id.get(dialog.call_id)
         if call is None or call.finished:
             dialog.reject(481, "Call/Transaction Does Not Exist")
@@ -285,6 +304,14 @@ class SipEndpoint:
             dialog._send_response(488, "Not Acceptable Here")
             return
         call.reoffer(plan, dialog)
+
+    async def _reinvite_once_connected(self, dialog: DialogCall, connected: asyncio.Event) -> None:
+        try:
+            await asyncio.wait_for(connected.wait(), CONNECT_WAIT_S)
+        except asyncio.TimeoutError:  # RFC 3261 section 14.2: try again later
+            dialog._send_response(500, "Server Internal Error", extra_headers={"Retry-After": "2"})
+            return
+        self._reinvite(dialog)  # 481 when the call did not come up
 
     def _bye(self, dialog: DialogCall, request: SipRequest) -> None:
         self._ended(dialog.call_id, "caller hung up")

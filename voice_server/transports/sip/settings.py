@@ -27,6 +27,7 @@
             user: agent              # digest credentials, when the registrar asks
             password: secret
             expires: 300             # asked for; refreshed before what is granted runs out
+            retry_s: 30              # a refused or unanswered registration is tried again
 
 Validated once here; a bad value fails the server's start naming the field.
 """
@@ -59,6 +60,7 @@ class RegisterSettings(BaseModel):
     user: Optional[str] = None
     password: Optional[str] = None
     expires: int = Field(300, ge=30, le=86400)
+    retry_s: float = Field(30.0, ge=1.0, le=3600.0)  # after a refusal or no answer
 
     @field_validator("aor")
     @classmethod

@@ -77,13 +77,12 @@ def overlap(said: str, heard: str) -> tuple[float, int]:
 async def reply_played(server, call, timeout: float = 60.0) -> str:
     """Wait until a response of ``call`` is done and every frame of it has
     gone out on the RTP clock; the agent's last words."""
-    done: list[dict] = []
+    played: list[dict] = []
     await until(lambda: call.runner is not None, 20, "the session")
-    await server.acall(call.runner.watch,
-                       lambda ev: done.append(ev) if ev.get("type") == "response.done" else None)
-    playout = call.media.playout
-    await until(lambda: done and reply_texts(call) and not playout.items and not playout.queue,
-                timeout, "the reply to be played out")
+    # the session says so once the RTP clock has sent the reply's last frame
+    await server.acall(call.runner.watch, lambda ev: played.append(ev)
+                       if ev.get("type") == "output_audio_buffer.stopped" else None)
+    await until(lambda: played and reply_texts(call), timeout, "the reply to be played out")
     return reply_texts(call)[-1]
 
 

@@ -247,10 +247,13 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default=str(ROOT / "configs" / "voice-cpu-fast.yaml"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sip.json"))
     ap.add_argument("--load", type=int, default=0, help="busy loops beside the server")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="4-call rounds each way (default: 1 with --quick, else 3)")
     a = ap.parse_args(argv)
     if not sipp_available():
         raise SystemExit("SIPp is not installed (Debian sip-tester; make setup)")
     turns, barges, rounds = (2, 2, 1) if a.quick else (8, 8, 3)
+    rounds = a.rounds or rounds
     settings = ServerSettings(max_sessions=8, sip=SipSettings(
         enabled=True, port=free_port(), rtp_ports=(35000, 35200)))
     spinners = []
@@ -270,7 +273,8 @@ def main(argv=None) -> int:
     out["load_processes"] = a.load
     out["quick"] = a.quick
     write_json(a.out, out, note="python -m benchmarks.sip_bench" +
-                      (" --quick" if a.quick else "") + (f" --load {a.load}" if a.load else ""))
+                      (" --quick" if a.quick else "") + (f" --load {a.load}" if a.load else "")
+                      + (f" --rounds {a.rounds}" if a.rounds else ""))
     for k, v in out.items():
         if k != "samples":
             print(f"{k}: {v}")

@@ -3,7 +3,8 @@ plane, driven by the official ``openai`` SDK: the INVITE rings until the
 operator, told by the signed ``realtime.call.incoming`` webhook, accepts it
 (``client.realtime.calls.accept``); the sideband attaches to the live call
 (``client.realtime.connect(call_id=...)``); ``hangup`` sends the caller a BYE;
-a rejected call gets the operator's status; nothing is left in the registry.
+a rejected call gets the operator's status; ``refer`` sends the caller a REFER
+to the operator's target; nothing is left in the registry.
 
 The endpoint is wired as ``build_app`` wires it (:func:`registry_hook`), on
 the shared test server's pipeline and call registry."""
@@ -78,6 +79,20 @@ async def test_webhook_accept_sideband_and_hangup_of_a_real_sip_call(server):
         assert result.ok, result.errors or result.stderr
         await nothing_left(server, ep)
         assert registry.get(call_id) is None
+        # referred by the operator: the caller gets the REFER, reports the target
+        # answered, and the agent leaves the call
+        hook.got.clear()
+        caller = asyncio.ensure_future(SippCall(ep.sip.port, peer.port).invite()
+                                       .transfer(200, target="tel:+14155550123").await_bye()
+                                       .arun(60))
+        await until(lambda: hook.got, 20, "the third webhook")
+        call_id = client.webhooks.unwrap(*hook.got[0], secret=secret).data.call_id
+        await client.realtime.calls.accept(call_id, type="realtime")
+        await client.realtime.calls.refer(call_id, target_uri="tel:+14155550123")
+        result = await caller
+        assert result.ok, result.errors or result.stderr
+        await nothing_left(server, ep)
+        await until(lambda: registry.get(call_id) is None, 10, "the registry to forget it")
     finally:
         registry.notify = old
         peer.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -159,10 +160,19 @@ class SippCall:
         return ('<send><![CDATA[\nSIP/2.0 ' + status + '\n[last_Via:]\n[last_From:]\n'
                 '[last_To:]\n[last_Call-ID:]\n[last_CSeq:]\nContent-Length: 0\n\n]]></send>')
 
-    def transfer(self, outcome: int = 200, refuse: int = 0, timeout_ms: int = 30000) -> "SippCall":
+    def transfer(self, outcome: int = 200, refuse: int = 0, timeout_ms: int = 30000,
+                 target: Optional[str] = None) -> "SippCall":
         """The agent REFERs us: answer 202 then NOTIFY the transfer's ``outcome``
-        (a sipfrag status line), or refuse the REFER with ``refuse``."""
-        self.steps.append(f'<recv request="REFER" timeout="{timeout_ms}"/>')
+        (a sipfrag status line), or refuse the REFER with ``refuse``.  With
+        ``target``, a Refer-To naming another target fails the scenario."""
+        if target is None:
+            self.steps.append(f'<recv request="REFER" timeout="{timeout_ms}"/>')
+        else:
+            self.steps.append(
+                f'<recv request="REFER" timeout="{timeout_ms}"><action><ereg regexp="'
+                f'{re.escape(target)}" search_in="hdr" header="Refer-To:" check_it="true" '
+                'assign_to="refer_to"/></action></recv>')
+            self.steps.append('<Reference variables="refer_to"/>')  # (SIPp refuses unused ones)
         if refuse:
             self.steps.append(self._reply(f"{refuse} Refused"))
             return self

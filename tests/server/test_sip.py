@@ -17,6 +17,7 @@ import time
 import pytest
 
 from voice_server.session.items import chat_messages
+from voice_server.session.call_actions import CallActionsSetting
 from voice_server.session_registry import registry_for
 from voice_server.transports.sip.endpoint import SipEndpoint
 from voice_server.transports.sip.incoming import IncomingCall, Reject
@@ -171,6 +172,39 @@ async def test_transfer_by_refer_completed_and_refused(server, sip_endpoint):
         await nothing_left(server, ep)
     finally:
         peer.close()
+
+
+async def test_the_agent_ends_the_call_itself_after_its_goodbye(server, sip_endpoint):
+    """The model's own ``end_call`` (turned on for phone calls): the goodbye is
+    played out on the RTP clock, then the caller gets our BYE."""
+    settings = server.app.state.settings.model_copy(update={
+        "phone_call_actions": CallActionsSetting.model_validate({"end_call": True}),
+        "sip": SipSettings(enabled=True, port=free_port(), rtp_ports=(34300, 34338))})
+    ep = SipEndpoint(server.pipeline, settings)
+    server.call(ep.start)
+    peer = await RtpPeer.open()
+    caller = asyncio.ensure_future(SippCall(ep.sip.port, peer.port).invite()
+                                   .await_bye(60000).arun(90))
+    try:
+        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        peer.remote = ("127.0.0.1", call.port)
+        seen: list[dict] = []
+        await server.acall(call.runner.watch, seen.append)
+        await server.acall(call.runner.client_event, {
+            "type": "response.create", "response": {
+                "instructions": "Say goodbye, then end the call.",
+                "tool_choice": {"type": "function", "name": "end_call"}}})
+        result = await caller          # our BYE came, and SIPp answered it
+        assert result.ok, result.errors or result.stderr
+        assert call.end_reason == "end_call", call.end_reason
+        outputs = [e["item"] for e in seen if e.get("type") == "conversation.item.added"
+                   and e["item"].get("type") == "function_call_output"]
+        assert outputs and '"ended"' in outputs[-1]["output"], [e.get("type") for e in seen]
+        await nothing_left(server, ep)
+    finally:
+        caller.cancel()
+        peer.close()
+        server.call(ep.close)
 
 
 async def test_cancel_while_ringing_and_the_hook_refusing(server, sip_endpoint):

@@ -19,6 +19,11 @@ miss mandatory headers 400 (aiosipua); an unreadable datagram is logged and
 dropped.  Nothing a peer sends can raise out of here: aiosipua's transports
 log any exception of a handler, and each handler keeps to its call.
 
+With ``sip.tls`` a TLS listener on its own port takes calls as the TCP one
+does (:class:`.listeners.TlsListener`); a call that came over it says
+``transport=tls`` in our Contact and ``SIP/2.0/TLS`` in our Via, and the
+calls we place to ``sips:`` or ``;transport=tls`` URIs go out over TLS.
+
 With ``sip.register`` (``SipSettings.registration``) the endpoint also keeps itself registered with a
 registrar over its UDP listener (:mod:`.registration`); the registrar's
 answers go there, and the calls it routes to us arrive as any INVITE (so
@@ -51,10 +56,11 @@ from .media import RtpMedia
 from .ports import PortPool
 from .registration import RegistrationKeeper
 from .outbound import (KEPT, DialRequest, OutboundDialog, PlacedCall, ack_of_refusal, outcome_of,
-                       route_of)
+                       route_of, transport_of)
 from .payload import FORMATS
 from .sdp import OUR_DTMF_PT, BadSdp, MediaPlan, NoSharedCodec, offer_sdp, read_offer
-from .listeners import ConnectionTcpTransport, DatagramListener
+from .listeners import ConnectionTcpTransport, DatagramListener, TlsListener
+from .tls import dialing_context, listener_context
 
 log = logging.getLogger("voice_server.transports.sip")
 
@@ -83,6 +89,7 @@ class SipEndpoint:
         self.uas: dict[str, SipUAS] = {}  # transport name -> its UAS
         self.registration: Optional[RegistrationKeeper] = None  # sip.register (UDP)
         self.uac: Optional[SipUAC] = None  # our own requests on the UDP listener (dial, REGISTER)
+        self.tls: Optional[TlsListener] = None  # sip.tls: its listener (its UAS: uas["tls"])
         self.placed: dict[str, PlacedCall] = {}  # calls we placed, newest last (KEPT at most)
         self.dialing: dict[str, asyncio.Task] = {}  # placed call id -> its task, until it ends
         # our INVITEs by SIP Call-ID (the last INVITES_KEPT): a refusal's ACK is built from one
@@ -91,13 +98,21 @@ class SipEndpoint:
 
     # ------------------------------------------------------------ life
     async def start(self) -> None:
-        """Bind the listeners (OSError: the port is taken)."""
+        """Bind the listeners (OSError: the port is taken; TlsFileError: a
+        ``sip.tls`` file cannot be used)."""
         addr = (self.sip.host, self.sip.port)
-        for name in self.sip.transports:
-            tr = DatagramListener(local_addr=addr) if name == "udp" \
-                else ConnectionTcpTransport(local_addr=addr)
+        listeners = [(name, self.sip.port) for name in self.sip.transports]
+        if self.sip.tls is not None:  # the files are read before anything binds
+            tls = self.sip.tls
+            self.tls = TlsListener(local_addr=(self.sip.host, tls.port),
+                                   listen_context=listener_context(tls),
+                                   dial_context=dialing_context(tls),
+                                   handshake_timeout_s=tls.handshake_timeout_s)
+            listeners.append(("tls", tls.port))
+        for name, port in listeners:
+            tr = self._listener(name, port)
             uas = SipUAS(tr, user_agent=self.sip.user_agent,
-                         advertised_addr=(self.sip.advertised_host, self.sip.port))
+                         advertised_addr=(self.sip.advertised_host, port))
             uas.on_invite = lambda call, n=name: self._spawn(self._ring(call, n))
             uas.on_reinvite = self._reinvite
             uas.on_bye = self._bye
@@ -107,18 +122,29 @@ class SipEndpoint:
             tr.on_message = lambda msg, src, u=uas: self._message(u, msg, src)
             await tr.start()  # what SipUAS.start does, with our router in front
             self.uas[name] = uas
+            if name in ("udp", "tls"):   # the transports we dial on
+                # uas.uac: in-dialog requests (BYE, re-INVITE) on the calls we place
+                # there, and the answers to our requests (_message)
+                uas.uac = SipUAC(tr, advertised_addr=(self.sip.advertised_host, port))
         log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
+        if self.tls is not None:
+            log.info("SIP over TLS listening on %s:%s", self.sip.host, self.sip.tls.port)
         if "udp" in self.uas:
-            udp = self.uas["udp"]
-            self.uac = SipUAC(udp.transport, advertised_addr=(self.sip.advertised_host,
-                                                              self.sip.port))
-            udp.uac = self.uac  # in-dialog requests (BYE, re-INVITE) on calls we placed
+            self.uac = self.uas["udp"].uac
         if self.sip.registration is not None:
             if self.uac is None:
                 raise ValueError("sip.register needs the udp transport")
             self.registration = RegistrationKeeper(self.sip.registration, self.uac,
                                                    self.sip.user_agent)
             self.registration.start()
+
+    def _listener(self, name: str, port: int):
+        addr = (self.sip.host, port)
+        if name == "udp":
+            return DatagramListener(local_addr=addr)
+        if name == "tcp":
+            return ConnectionTcpTransport(local_addr=addr)
+        return self.tls
 
     async def close(self) -> None:
         if self.registration is not None:
@@ -153,11 +179,11 @@ class SipEndpoint:
             method = msg.cseq.method.upper() if msg.cseq is not None else ""
             if call is not None and method != "INVITE":
                 call.on_response(msg)  # our REFER's or BYE's answer
-            elif self.uac is not None:
+            elif uas.uac is not None:  # (the UAC of the transport the answer came on)
                 invite = self.invites.get(msg.call_id or "")
                 if invite is not None and method == "INVITE" and msg.status_code >= 300:
-                    self.uac.transport.send(ack_of_refusal(invite, msg), src)
-                self.uac.handle_response(msg, src)  # a call we place, a REGISTER
+                    uas.uac.transport.send(ack_of_refusal(invite, msg), src)
+                uas.uac.handle_response(msg, src)  # a call we place, a REGISTER
             return
         uas._on_message(msg, src)
 
@@ -190,24 +216,38 @@ class SipEndpoint:
         if ticket is None:
             return placed.settle("failed", reason="max_sessions reached")
         call: Optional[SipCall] = None
+        connected: Optional[tuple[str, int]] = None  # the TLS connection this call holds
         try:
-            if self.uac is None:
-                return placed.settle("failed", reason="placing calls needs the udp transport")
+            transport = transport_of(req.to)
+            uas = self.uas.get(transport)
+            if uas is None:
+                return placed.settle("failed", reason="placing calls needs the udp transport"
+                                     if transport == "udp" else "dialing over TLS needs sip.tls")
             try:
                 remote = route_of(req.to, self.sip.outbound_proxy_addr)
             except ValueError as exc:
                 return placed.settle("failed", reason=str(exc))
+            if transport == "tls":
+                try:
+                    await self.tls.connect(remote)
+                except (OSError, asyncio.TimeoutError) as exc:   # ssl.SSLError among them
+                    log.warning("sip %s: TLS to %s:%s failed: %s", placed.id, *remote, exc)
+                    return placed.settle("failed", reason=f"TLS connection to {remote[0]}:"
+                                         f"{remote[1]} failed: {type(exc).__name__}")
+                connected = remote
+            uac = uas.uac
             host = self.sip.advertised_host
+            port = uac.advertised_addr[1]
             info = IncomingCall(call_id=placed.id, sip_call_id="", from_uri=f"sip:{req.from_user}@{host}",
-                                to_uri=req.to, source=remote, transport="udp", headers=())
+                                to_uri=req.to, source=remote, transport=transport, headers=())
             call = SipCall(self, None, info, ticket)
             call.answering_machine = req.answering_machine
-            port = await call.bind_media(MediaPlan(FORMATS[self.sip.codecs[0]], OUR_DTMF_PT,
-                                                   remote, "sendrecv"))
-            offer = offer_sdp(self.sip.codecs, host, port, secrets.randbits(31))
-            out = self.uac.send_invite(f"sip:{req.from_user}@{host}:{self.sip.port}", req.to,
-                                       remote, parse_sdp(offer), user_agent=self.sip.user_agent)
-            call.dialog = OutboundDialog(out, self.uac)
+            rtp_port = await call.bind_media(MediaPlan(FORMATS[self.sip.codecs[0]], OUR_DTMF_PT,
+                                                       remote, "sendrecv"))
+            offer = offer_sdp(self.sip.codecs, host, rtp_port, secrets.randbits(31))
+            out = uac.send_invite(f"sip:{req.from_user}@{host}:{port}", req.to,
+                                  remote, parse_sdp(offer), user_agent=self.sip.user_agent)
+            call.dialog = OutboundDialog(out, uac)
             self.invites[out.call_id] = out.invite
             while len(self.invites) > INVITES_KEPT:
                 self.invites.popitem(last=False)
@@ -217,11 +257,11 @@ class SipEndpoint:
             try:
                 await out.wait_answered(req.ring_timeout_s)
             except asyncio.CancelledError:  # hung up by the operator while it rang
-                out.cancel(self.uac)
+                out.cancel(uac)
                 placed.settle("cancelled", reason="hung up before the answer")
                 raise
             except TimeoutError:
-                out.cancel(self.uac)
+                out.cancel(uac)
                 return placed.settle("no_answer", reason="not answered in time")
             except RuntimeError:
                 return placed.settle(outcome_of(out._reject_code), out._reject_code,
@@ -230,7 +270,7 @@ class SipEndpoint:
                 plan = read_offer(serialize_sdp(out.sdp_answer) if out.sdp_answer else "",
                                   self.sip.codecs)
             except (BadSdp, NoSharedCodec) as exc:
-                out.hangup(self.uac)
+                out.hangup(uac)
                 return placed.settle("failed", 200, f"unusable answer: {exc}")
             self.calls[call.call_id] = call
             self.by_sip_id[out.call_id] = call
@@ -249,7 +289,9 @@ class SipEndpoint:
             elif call is None:
                 ticket.release()
             if call is not None and isinstance(call.dialog, OutboundDialog):
-                self.uac.remove_call(call.dialog.call_id)
+                call.dialog.uac.remove_call(call.dialog.call_id)
+            if connected is not None:
+                self.tls.release(connected)
 
     def placed_call(self, call_id: str) -> Optional[PlacedCall]:
         return self.placed.get(call_id)

@@ -11,7 +11,8 @@ SDP on the caller's connection, our Contact ``transport=tls``), the agent's
 voice arrives over RTP, BYE ends it either way, and nothing is left; a
 plain-text client, a client that distrusts our certificate and one that
 never finishes its handshake are dropped and logged, and the next call is
-answered; a call the agent places to a ``;transport=tls`` URI goes out over
+answered, held and resumed by re-INVITEs and ended by the caller (and one
+cancelled while it rings gets 487); a call the agent places to a ``;transport=tls`` URI goes out over
 TLS (and one to a callee whose certificate we do not trust fails).  The
 settings name a missing file, a file that is not PEM and a key that is not
 the certificate's.  Every wait is bounded; nothing here asserts a duration.
@@ -116,11 +117,12 @@ def test_our_messages_name_the_transport_and_tls_uris_route_to_5061():
     name_transport(ok, "tls")   # a response's Via is the peer's; a named transport stays
     assert ok.headers.get("via") == ["SIP/2.0/TCP 10.0.0.9:5060;branch=z9hG4bK2"]
     assert ok.headers.get("contact") == ["<sip:h:5061;transport=TLS>"]
-    for uri, transport, route in (("sips:bob@pbx.example", "tls", ("pbx.example", 5061)),
-                                  ("sip:bob@10.0.0.5;transport=TLS", "tls", ("10.0.0.5", 5061)),
-                                  ("sip:bob@10.0.0.5:5071;transport=tls", "tls", ("10.0.0.5", 5071)),
-                                  ("sip:bob@10.0.0.5", "udp", ("10.0.0.5", 5060)),
-                                  ("sip:10.0.0.5:5080", "udp", ("10.0.0.5", 5080))):
+    for uri, transport, route in (
+            ("sips:bob@pbx.example", "tls", ("pbx.example", 5061)),
+            ("sip:bob@10.0.0.5;transport=TLS", "tls", ("10.0.0.5", 5061)),
+            ("sip:bob@10.0.0.5:5071;transport=tls", "tls", ("10.0.0.5", 5071)),
+            ("sip:bob@10.0.0.5", "udp", ("10.0.0.5", 5060)),
+            ("sip:10.0.0.5:5080", "udp", ("10.0.0.5", 5080))):
         assert (transport_of(uri), route_of(uri, None)) == (transport, route), uri
 
 
@@ -177,7 +179,8 @@ async def test_bad_clients_are_dropped_and_logged_and_the_next_call_is_answered(
         await until(lambda: sum("TLS handshake" in r.getMessage() for r in caplog.records) >= 3,
                     15, "the three failed handshakes to be logged")
     await until(lambda: ep.tls.connections == 0, 15, "the dropped connections to go")
-    # the next call over TLS is answered; garbage on its connection first is only logged
+    # the next call over TLS is answered (garbage on its connection first is only
+    # logged); re-INVITEs hold and resume it, the caller's BYE ends it
     rtp = await RtpPeer.open()
     peer = await TlsSipPeer.connect(port, trusting(certs))
     try:
@@ -186,9 +189,31 @@ async def test_bad_clients_are_dropped_and_logged_and_the_next_call_is_answered(
         ok = await caller.invite(rtp.port)
         assert ok.status == 200 and "transport=tls" in ok.header("contact")
         call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        held = await caller.invite(rtp.port, "sendonly")
+        assert held.status == 200 and "a=recvonly" in held.body, held
+        await until(lambda: call.held, 10, "the hold")
+        resumed = await caller.invite(rtp.port, "sendrecv")
+        assert resumed.status == 200 and "a=sendrecv" in resumed.body, resumed
+        await until(lambda: not call.held, 10, "the resume")
         assert (await caller.bye()).status == 200
         await until(lambda: call.finished, 10, "the call to end")
         assert call.end_reason == "caller hung up"
+        await nothing_left(server, ep)
+        # a call cancelled while it rings: 200 for the CANCEL, 487 for the INVITE
+        decide = ep.on_incoming
+
+        async def never(info):   # the operator never decides
+            await asyncio.sleep(3600)
+
+        ep.on_incoming = never
+        try:
+            ringing = TlsCaller(peer, port)
+            await ringing.send_invite(rtp.port)
+            await peer.expect(lambda m: m.status == 180, 20, "the ringing")
+            assert (await ringing.cancel()).status == 200
+            assert (await ringing.final()).status == 487
+        finally:
+            ep.on_incoming = decide
     finally:
         await peer.close()
         rtp.close()
@@ -285,6 +310,7 @@ async def test_a_call_placed_over_tls(server, tls_ep, certs):
             await until(lambda: ep.placed_call(call_id).finished, 30, "an outcome")
             info = ep.placed_call(call_id)
             assert info.status == "failed" and "TLS connection" in info.reason, info
+            assert "certificate" in info.reason, info
         finally:
             stranger.close()
         await all_closed(server, ep)

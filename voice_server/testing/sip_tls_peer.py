@@ -94,13 +94,13 @@ class SipText:
         return int(m.group(1))
 
 
-def sdp(rtp_port: int, session: int) -> str:
+def sdp(rtp_port: int, session: int, direction: str = "sendrecv", version: int = 1) -> str:
     """A PCMA + telephone-event offer or answer naming ``rtp_port`` on 127.0.0.1
     (PCMA: SIPp's speech capture, which the tests play, is A-law)."""
-    return (f"v=0\r\no=peer {session} 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\n"
+    return (f"v=0\r\no=peer {session} {version} IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\n"
             f"t=0 0\r\nm=audio {rtp_port} RTP/AVP 8 101\r\na=rtpmap:8 PCMA/8000\r\n"
             "a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\na=ptime:20\r\n"
-            "a=sendrecv\r\n")
+            f"a={direction}\r\n")
 
 
 @dataclass
@@ -185,8 +185,9 @@ class TlsSipPeer:
 
 
 class TlsCaller:
-    """The caller's dialog over a :class:`TlsSipPeer`: INVITE, ACK, BYE, and
-    the answer to the agent's BYE, each written out in full."""
+    """The caller's dialog over a :class:`TlsSipPeer`: INVITE (and re-INVITE),
+    ACK, CANCEL, BYE, and the answer to the agent's BYE, each written out in
+    full."""
 
     def __init__(self, peer: TlsSipPeer, server_port: int, user: str = "caller") -> None:
         self.peer = peer
@@ -196,40 +197,60 @@ class TlsCaller:
         self.tag = secrets.token_hex(4)
         self.cseq = 0
         self.remote_tag = ""
+        self.invite_branch = ""   # the last INVITE's transaction (its CANCEL and non-2xx ACK)
+        self.session = secrets.randbits(30)   # the SDP's o= session id
 
-    def _request(self, method: str, cseq_method: Optional[str] = None, *, extra: str = "",
-                 branch: Optional[str] = None) -> str:
+    def _request(self, method: str, *, extra: str = "", branch: str = "",
+                 cseq: Optional[int] = None) -> str:
         host, port = self.peer.local
         to = f"<sip:agent@127.0.0.1:{self.server_port}>"
         if self.remote_tag:
             to += f";tag={self.remote_tag}"
         return (f"{method} sip:agent@127.0.0.1:{self.server_port};transport=tls SIP/2.0\n"
-                f"Via: SIP/2.0/TLS {host}:{port};branch={branch or 'z9hG4bK' + secrets.token_hex(6)}"
-                ";rport\n"
+                f"Via: SIP/2.0/TLS {host}:{port};branch="
+                f"{branch or 'z9hG4bK' + secrets.token_hex(6)};rport\n"
                 f"From: <sip:{self.user}@127.0.0.1>;tag={self.tag}\nTo: {to}\n"
-                f"Call-ID: {self.call_id}\nCSeq: {self.cseq} {cseq_method or method}\n"
+                f"Call-ID: {self.call_id}\nCSeq: {cseq or self.cseq} {method}\n"
                 f"Max-Forwards: 70\n{extra}")
 
-    async def invite(self, rtp_port: int, timeout: float = 60.0) -> SipText:
-        """Send the INVITE (a PCMA offer naming ``rtp_port``) and return the
-        final answer; a 2xx is ACKed."""
+    async def send_invite(self, rtp_port: int, direction: str = "sendrecv") -> None:
+        """An INVITE (a re-INVITE once answered): a PCMA offer naming ``rtp_port``."""
         self.cseq += 1
+        self.invite_branch = "z9hG4bK" + secrets.token_hex(6)
         host, port = self.peer.local
-        await self.peer.send(self._request("INVITE", extra=(
+        offer = sdp(rtp_port, self.session, direction, version=self.cseq)
+        await self.peer.send(self._request("INVITE", branch=self.invite_branch, extra=(
             f"Contact: <sip:{self.user}@{host}:{port};transport=tls>\n"
-            "Content-Type: application/sdp\n\n") + sdp(rtp_port, secrets.randbits(30))))
+            "Content-Type: application/sdp\n\n") + offer))
+
+    async def final(self, timeout: float = 60.0) -> SipText:
+        """The last INVITE's final answer, ACKed (RFC 3261 section 17.1.1.3
+        for a refusal: the INVITE's own branch)."""
+        cseq = f"{self.cseq} INVITE"
         final = await self.peer.expect(lambda m: (m.status or 0) >= 200 and
-                                       (m.header("cseq") or "").endswith("INVITE"),
-                                       timeout, "the INVITE's final answer")
-        self.remote_tag = final.to_tag
-        if final.status < 300:
-            await self.peer.send(self._request("ACK") + "\n")
+                                       m.header("cseq") == cseq, timeout,
+                                       f"the final answer to {cseq}")
+        self.remote_tag = self.remote_tag or final.to_tag
+        await self.peer.send(self._request(
+            "ACK", branch="" if final.status < 300 else self.invite_branch) + "\n")
         return final
+
+    async def invite(self, rtp_port: int, direction: str = "sendrecv",
+                     timeout: float = 60.0) -> SipText:
+        """:meth:`send_invite`, then its :meth:`final` answer."""
+        await self.send_invite(rtp_port, direction)
+        return await self.final(timeout)
+
+    async def cancel(self, timeout: float = 30.0) -> SipText:
+        """CANCEL the ringing INVITE; returns the CANCEL's own answer."""
+        await self.peer.send(self._request("CANCEL", branch=self.invite_branch) + "\n")
+        return await self.peer.expect(lambda m: m.header("cseq") == f"{self.cseq} CANCEL"
+                                      and m.status is not None, timeout, "the CANCEL's answer")
 
     async def bye(self, timeout: float = 30.0) -> SipText:
         self.cseq += 1
         await self.peer.send(self._request("BYE") + "\n")
-        return await self.peer.expect(lambda m: (m.header("cseq") or "").endswith(" BYE")
+        return await self.peer.expect(lambda m: m.header("cseq") == f"{self.cseq} BYE"
                                       and m.status is not None, timeout, "the BYE's answer")
 
     async def answer_bye(self, timeout: float = 30.0) -> SipText:

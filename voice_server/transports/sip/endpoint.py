@@ -232,8 +232,9 @@ class SipEndpoint:
                     await self.tls.connect(remote)
                 except (OSError, asyncio.TimeoutError) as exc:   # ssl.SSLError among them
                     log.warning("sip %s: TLS to %s:%s failed: %s", placed.id, *remote, exc)
+                    why = getattr(exc, "verify_message", None) or getattr(exc, "reason", None)
                     return placed.settle("failed", reason=f"TLS connection to {remote[0]}:"
-                                         f"{remote[1]} failed: {type(exc).__name__}")
+                                         f"{remote[1]} failed: {why or type(exc).__name__}")
                 connected = remote
             uac = uas.uac
             host = self.sip.advertised_host

@@ -1,4 +1,4 @@
-"""aiosipua's SIP listeners, adapted in two places.
+"""aiosipua's SIP listeners, adapted, and SIP over TLS built on its TCP one.
 
 UDP: aiosipua's datagram protocol asserts that its transport is an
 ``asyncio.DatagramTransport``, which uvloop's (the server's loop under

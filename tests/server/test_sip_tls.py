@@ -52,9 +52,9 @@ def tls_settings(certs, **extra) -> TlsSettings:
                        **{"handshake_timeout_s": 2.0, **extra})
 
 
-def start_endpoint(server, rtp: tuple[int, int], tls: TlsSettings) -> SipEndpoint:
+def start_endpoint(server, rtp: tuple[int, int], tls: TlsSettings, **sip) -> SipEndpoint:
     settings = server.app.state.settings.model_copy(update={
-        "sip": SipSettings(enabled=True, port=free_port(), rtp_ports=rtp, tls=tls)})
+        "sip": SipSettings(enabled=True, port=free_port(), rtp_ports=rtp, tls=tls, **sip)})
     ep = SipEndpoint(server.pipeline, settings)
     server.call(ep.start)
     return ep
@@ -209,15 +209,41 @@ async def test_bad_clients_are_dropped_and_logged_and_the_next_call_is_answered(
         try:
             ringing = TlsCaller(peer, port)
             await ringing.send_invite(rtp.port)
-            await peer.expect(lambda m: m.status == 180, 20, "the ringing")
+            await peer.expect(lambda m: m.status == 180 and
+                              m.header("call-id") == ringing.call_id, 20, "the ringing")
             assert (await ringing.cancel()).status == 200
             assert (await ringing.final()).status == 487
         finally:
             ep.on_incoming = decide
+        # an INVITE and its CANCEL back to back (one read, often): the same answers,
+        # and the call is never answered
+        hasty = TlsCaller(peer, port)
+        await hasty.send_invite(rtp.port)
+        assert (await hasty.cancel()).status == 200
+        assert (await hasty.final()).status == 487
+        await nothing_left(server, ep)
     finally:
         await peer.close()
         rtp.close()
     await all_closed(server, ep)
+
+
+async def test_a_caller_gone_before_the_answer_leaves_nothing(server, certs):
+    """Its answers are lost (not raised into the call's code); the call it left
+    behind ends by itself when no RTP comes."""
+    ep = start_endpoint(server, (34540, 34578), tls_settings(certs), rtp_timeout_s=1.0)
+    port = ep.sip.tls.port
+    rtp = await RtpPeer.open()
+    try:
+        gone = await TlsSipPeer.connect(port, trusting(certs))
+        await TlsCaller(gone, port).send_invite(rtp.port)
+        await gone.close()
+        await until(lambda: ep.calls, 20, "the call to be answered")   # (to nobody)
+        await until(lambda: not ep.calls, 20, "the call to time out")
+        await all_closed(server, ep)
+    finally:
+        rtp.close()
+        server.call(ep.close)
 
 
 async def test_mutual_tls_drops_a_caller_without_a_certificate(server, certs):
@@ -283,7 +309,8 @@ async def test_a_call_placed_over_tls(server, tls_ep, certs):
                 "Content-Type: application/sdp\n\n") + sdp(rtp.port, 7)))
             ack = await callee.expect(lambda m: m.method == "ACK", 30, "the ACK")
             assert ack.header("via").startswith("SIP/2.0/TLS ")
-            await until(lambda: ep.call(call_id) is not None, 20, "the answer")
+            # (answered: the session is up, not only the call registered)
+            await until(lambda: ep.placed_call(call_id).status == "answered", 20, "the answer")
             call = ep.call(call_id)
             assert call.info.transport == "tls"
             # the agent speaks first: its voice reaches the callee's RTP

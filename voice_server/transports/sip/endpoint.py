@@ -42,7 +42,8 @@ from collections import OrderedDict
 from typing import Callable, Optional
 
 from aiosipua import IncomingCall as DialogCall
-from aiosipua import SipMessage, SipRequest, SipResponse, SipUAC, SipUAS, parse_sdp
+from aiosipua import (DialogState, SipMessage, SipRequest, SipResponse, SipUAC, SipUAS,
+                      parse_sdp)
 from aiosipua.sdp import serialize_sdp
 from aiosipua.sdp import SdpMessage
 
@@ -336,6 +337,10 @@ class SipEndpoint:
         sip_id = dialog.call_id
         if sip_id in self.ringing or sip_id in self.by_sip_id:
             return  # a retransmitted INVITE: the first one is being answered
+        if dialog.dialog.state is DialogState.TERMINATED:
+            # CANCELled before this task ran (aiosipua sent 487): over TCP or TLS
+            # the INVITE and its CANCEL can come in one read
+            return
         self.ringing[sip_id] = asyncio.current_task()
         try:
             await self._decide(dialog, transport)
@@ -391,7 +396,8 @@ class SipEndpoint:
             except Exception:
                 log.exception("sip %s: could not answer", call.call_id)
                 if call.state is CallState.ANSWERING:
-                    self._final(dialog, 503, "Service Unavailable")
+                    with contextlib.suppress(Exception):  # the call must end whatever happens
+                        self._final(dialog, 503, "Service Unavailable")
                 call.end("answer failed")
         finally:
             ticket.release()  # a call that registered released it already (harmless twice)

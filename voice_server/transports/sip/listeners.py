@@ -105,7 +105,14 @@ class ConnectionTcpTransport(TcpSipTransport):
     transport_name: ClassVar[str] = "tcp"
 
     def send(self, message: Union[SipRequest, SipResponse], addr: tuple[str, int]) -> None:
+        """Send on ``addr``'s connection; when the peer has closed it, the
+        message is lost, as a datagram to a peer that is gone would be (the
+        call's own timers end it), instead of raising into whoever sent it."""
         name_transport(message, self.transport_name)
+        if addr not in self._connections:
+            log.info("SIP %s connection %s:%s is gone: %s not sent", self.transport_name,
+                     addr[0], addr[1], _first_line(message))
+            return
         super().send(message, addr)
 
     def _dispatch(self, data: bytes, addr: tuple[str, int]) -> None:
@@ -244,6 +251,12 @@ class TlsListener(ConnectionTcpTransport):
         conn = self._connections.pop(remote_addr, None)
         if conn is not None:
             conn[1].close()
+
+
+def _first_line(message: Union[SipRequest, SipResponse]) -> str:
+    if isinstance(message, SipRequest):
+        return message.method
+    return f"{message.status_code} {message.reason_phrase}"
 
 
 def _why(exc: BaseException) -> str:

@@ -9,7 +9,8 @@ section 21): 100 Trying (at once), 403 for a source outside ``allow_from``,
 SDP), then 180 Ringing while the incoming hook decides (:mod:`.incoming`;
 480 when it does not in ``answer_timeout_s``), then 200 OK with our SDP or
 the hook's final status.  A CANCEL before the answer gets 200 and the
-INVITE 487 (aiosipua) and the ringing call is dropped with its place.
+INVITE 487 (aiosipua) and the ringing call is dropped with its place;
+one after the answer gets 200 and changes nothing.
 
 Afterwards: a re-INVITE goes to its call (hold, resume, a moved stream; 488
 when the new offer shares no codec), BYE ends it (200; 481 for a call we do
@@ -186,7 +187,24 @@ class SipEndpoint:
                     uas.uac.transport.send(ack_of_refusal(invite, msg), src)
                 uas.uac.handle_response(msg, src)  # a call we place, a REGISTER
             return
+        if msg.method.upper() == "CANCEL" and self._late_cancel(uas, msg):
+            return
         uas._on_message(msg, src)
+
+    def _late_cancel(self, uas: SipUAS, cancel: SipRequest) -> bool:
+        """A CANCEL of an INVITE we answered already changes nothing (RFC 3261
+        section 9.2): 200 for the CANCEL, the call goes on.  aiosipua would
+        forget the call's dialog, and the caller's BYE would then find none."""
+        call = self.by_sip_id.get(cancel.call_id or "")
+        if call is None or call.state is not CallState.ACTIVE or \
+                uas._calls.get(call.sip_call_id) is not call.dialog:
+            return False
+        branch = cancel.via[0].branch if cancel.via else None
+        invite = call.dialog.invite.via
+        if not branch or not invite or invite[0].branch != branch:
+            return False   # not the INVITE's transaction: aiosipua answers 481
+        uas.transport.send_reply(call.dialog.dialog.create_response(cancel, 200, "OK"))
+        return True
 
     # ------------------------------------------------------------ calls we place
     def dial(self, req: DialRequest) -> PlacedCall:

@@ -92,6 +92,9 @@ def test_settings_name_a_missing_file_a_bad_one_and_a_key_that_does_not_match(ce
             SipSettings(enabled=True, tls=kwargs)
     ok = SipSettings(enabled=True, tls={"certfile": str(crt), "keyfile": str(key)})
     assert ok.tls.port == 5061 and not ok.tls.verify_client
+    assert SipSettings(enabled=True, transports=[], tls=ok.tls).transports == ()  # TLS only
+    with pytest.raises(ValidationError, match="transports"):
+        SipSettings(enabled=True, transports=[])
     with pytest.raises(ValidationError, match="tls.port"):
         SipSettings(enabled=True, port=5061, tls={"certfile": str(crt), "keyfile": str(key)})
 
@@ -250,7 +253,9 @@ async def test_a_caller_gone_before_the_answer_leaves_nothing(server, certs):
 
 
 async def test_mutual_tls_drops_a_caller_without_a_certificate(server, certs):
-    ep = start_endpoint(server, (34500, 34538), tls_settings(certs, verify_client=True))
+    ep = start_endpoint(server, (34500, 34538), tls_settings(certs, verify_client=True),
+                        transports=())   # TLS only
+    assert set(ep.uas) == {"tls"}
     port = ep.sip.tls.port
     (crt, key), _ = certs
     try:

@@ -128,7 +128,8 @@ class SipEndpoint:
                 # uas.uac: in-dialog requests (BYE, re-INVITE) on the calls we place
                 # there, and the answers to our requests (_message)
                 uas.uac = SipUAC(tr, advertised_addr=(self.sip.advertised_host, port))
-        log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
+        if self.sip.transports:
+            log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
         if self.tls is not None:
             log.info("SIP over TLS listening on %s:%s", self.sip.host, self.sip.tls.port)
         if "udp" in self.uas:

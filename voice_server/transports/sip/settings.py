@@ -118,7 +118,7 @@ class SipSettings(BaseModel):
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = Field(5060, ge=1, le=65535)
-    transports: tuple[Literal["udp", "tcp"], ...] = ("udp", "tcp")
+    transports: tuple[Literal["udp", "tcp"], ...] = ("udp", "tcp")  # (): TLS only
     tls: Optional[TlsSettings] = None  # SIP over TLS on tls.port (off while None)
     public_host: Optional[str] = None
     # trunk-only mode: the networks a trunk or PBX sends from; default loopback only,
@@ -150,8 +150,8 @@ class SipSettings(BaseModel):
         lo, hi = self.rtp_ports
         if not (1024 <= lo < hi <= 65535):
             raise ValueError("rtp_ports must be [low, high] with 1024 <= low < high <= 65535")
-        if not self.transports or not self.codecs:
-            raise ValueError("transports and codecs must each name at least one")
+        if not (self.transports or self.tls) or not self.codecs:
+            raise ValueError("transports (or tls) and codecs must each name at least one")
         if self.tls is not None and self.tls.port == self.port and "tcp" in self.transports:
             raise ValueError(f"tls.port must differ from port ({self.port}): TCP listens there")
         return self

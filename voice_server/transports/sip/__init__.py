@@ -4,7 +4,7 @@ One room for everything SIP and RTP, beside the phone bridges, on the same
 session core (``audio_out_mode="stream"``) through :class:`SessionRunner`:
 
 * :mod:`.settings` - ``extra.server.sip`` (off by default);
-* :mod:`.endpoint` - the UDP/TCP listeners, access, admission, the incoming
+* :mod:`.endpoint` - the UDP/TCP/TLS listeners, access, admission, the incoming
   call hook and the routing of every request to its call;
 * :mod:`.incoming` - what the operator's hook sees and decides;
 * :mod:`.access` - who may call (source networks, digest auth);
@@ -18,7 +18,8 @@ session core (``audio_out_mode="stream"``) through :class:`SessionRunner`:
   :mod:`.playout` - the outbound queue, barge-in and what was heard;
   :mod:`.payload` - G.711 / G.722 payloads; :mod:`.ports` - the RTP ports;
 * :mod:`.listeners` - aiosipua's UDP and TCP listeners, adapted (uvloop;
-  TCP answers on the request's own connection).
+  TCP answers on the request's own connection), and the TLS listener on the
+  TCP one; :mod:`.tls` - its contexts, from ``sip.tls``'s files.
 * :mod:`.registration` - keeping ``sip.register`` registered (digest,
   refresh, retries); :mod:`.registration_api` - its state over HTTP.
 

@@ -9,7 +9,8 @@ section 21): 100 Trying (at once), 403 for a source outside ``allow_from``,
 SDP), then 180 Ringing while the incoming hook decides (:mod:`.incoming`;
 480 when it does not in ``answer_timeout_s``), then 200 OK with our SDP or
 the hook's final status.  A CANCEL before the answer gets 200 and the
-INVITE 487 (aiosipua) and the ringing call is dropped with its place.
+INVITE 487 (aiosipua) and the ringing call is dropped with its place;
+one after the answer gets 200 and changes nothing.
 
 Afterwards: a re-INVITE goes to its call (hold, resume, a moved stream; 488
 when the new offer shares no codec), BYE ends it (200; 481 for a call we do
@@ -18,6 +19,11 @@ the call that sent them.  OPTIONS gets 200, other methods 405, requests that
 miss mandatory headers 400 (aiosipua); an unreadable datagram is logged and
 dropped.  Nothing a peer sends can raise out of here: aiosipua's transports
 log any exception of a handler, and each handler keeps to its call.
+
+With ``sip.tls`` a TLS listener on its own port takes calls as the TCP one
+does (:class:`.listeners.TlsListener`); a call that came over it says
+``transport=tls`` in our Contact and ``SIP/2.0/TLS`` in our Via, and the
+calls we place to ``sips:`` or ``;transport=tls`` URIs go out over TLS.
 
 With ``sip.register`` (``SipSettings.registration``) the endpoint also keeps itself registered with a
 registrar over its UDP listener (:mod:`.registration`); the registrar's
@@ -36,7 +42,8 @@ from collections import OrderedDict
 from typing import Callable, Optional
 
 from aiosipua import IncomingCall as DialogCall
-from aiosipua import SipMessage, SipRequest, SipResponse, SipUAC, SipUAS, parse_sdp
+from aiosipua import (DialogState, SipMessage, SipRequest, SipResponse, SipUAC, SipUAS,
+                      parse_sdp)
 from aiosipua.sdp import serialize_sdp
 from aiosipua.sdp import SdpMessage
 
@@ -52,10 +59,11 @@ from .media_remote import MediaProcess
 from .ports import PortPool
 from .registration import RegistrationKeeper
 from .outbound import (KEPT, DialRequest, OutboundDialog, PlacedCall, ack_of_refusal, kept_in,
-                       outcome_of, route_of)
+                       outcome_of, route_of, transport_of)
 from .payload import FORMATS, PayloadFormat
 from .sdp import OUR_DTMF_PT, BadSdp, MediaPlan, NoSharedCodec, offer_sdp, read_offer
-from .listeners import ConnectionTcpTransport, DatagramListener
+from .listeners import ConnectionTcpTransport, DatagramListener, TlsListener
+from .tls import dialing_context, listener_context
 
 log = logging.getLogger("voice_server.transports.sip")
 
@@ -85,6 +93,7 @@ class SipEndpoint:
         self.uas: dict[str, SipUAS] = {}  # transport name -> its UAS
         self.registration: Optional[RegistrationKeeper] = None  # sip.register (UDP)
         self.uac: Optional[SipUAC] = None  # our own requests on the UDP listener (dial, REGISTER)
+        self.tls: Optional[TlsListener] = None  # sip.tls: its listener (its UAS: uas["tls"])
         self.placed: dict[str, PlacedCall] = {}  # calls we placed, newest last (KEPT at most)
         self.dialing: dict[str, asyncio.Task] = {}  # placed call id -> its task, until it ends
         # our INVITEs by SIP Call-ID (the last INVITES_KEPT): a refusal's ACK is built from one
@@ -99,13 +108,21 @@ class SipEndpoint:
 
     # ------------------------------------------------------------ life
     async def start(self) -> None:
-        """Bind the listeners (OSError: the port is taken)."""
+        """Bind the listeners (OSError: the port is taken; TlsFileError: a
+        ``sip.tls`` file cannot be used)."""
         addr = (self.sip.host, self.sip.port)
-        for name in self.sip.transports:
-            tr = DatagramListener(local_addr=addr) if name == "udp" \
-                else ConnectionTcpTransport(local_addr=addr)
+        listeners = [(name, self.sip.port) for name in self.sip.transports]
+        if self.sip.tls is not None:  # the files are read before anything binds
+            tls = self.sip.tls
+            self.tls = TlsListener(local_addr=(self.sip.host, tls.port),
+                                   listen_context=listener_context(tls),
+                                   dial_context=dialing_context(tls),
+                                   handshake_timeout_s=tls.handshake_timeout_s)
+            listeners.append(("tls", tls.port))
+        for name, port in listeners:
+            tr = self._listener(name, port)
             uas = SipUAS(tr, user_agent=self.sip.user_agent,
-                         advertised_addr=(self.sip.advertised_host, self.sip.port))
+                         advertised_addr=(self.sip.advertised_host, port))
             uas.on_invite = lambda call, n=name: self._spawn(self._ring(call, n))
             uas.on_reinvite = self._reinvite
             uas.on_bye = self._bye
@@ -115,20 +132,32 @@ class SipEndpoint:
             tr.on_message = lambda msg, src, u=uas: self._message(u, msg, src)
             await tr.start()  # what SipUAS.start does, with our router in front
             self.uas[name] = uas
-        log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
+            if name in ("udp", "tls"):   # the transports we dial on
+                # uas.uac: in-dialog requests (BYE, re-INVITE) on the calls we place
+                # there, and the answers to our requests (_message)
+                uas.uac = SipUAC(tr, advertised_addr=(self.sip.advertised_host, port))
+        if self.sip.transports:
+            log.info("SIP listening on %s:%s (%s)", *addr, "/".join(self.sip.transports))
+        if self.tls is not None:
+            log.info("SIP over TLS listening on %s:%s", self.sip.host, self.sip.tls.port)
         if self.media_process is not None:
             await self.media_process.ensure_started()  # not on the first call's answer
         if "udp" in self.uas:
-            udp = self.uas["udp"]
-            self.uac = SipUAC(udp.transport, advertised_addr=(self.sip.advertised_host,
-                                                              self.sip.port))
-            udp.uac = self.uac  # in-dialog requests (BYE, re-INVITE) on calls we placed
+            self.uac = self.uas["udp"].uac
         if self.sip.registration is not None:
             if self.uac is None:
                 raise ValueError("sip.register needs the udp transport")
             self.registration = RegistrationKeeper(self.sip.registration, self.uac,
                                                    self.sip.user_agent)
             self.registration.start()
+
+    def _listener(self, name: str, port: int):
+        addr = (self.sip.host, port)
+        if name == "udp":
+            return DatagramListener(local_addr=addr)
+        if name == "tcp":
+            return ConnectionTcpTransport(local_addr=addr)
+        return self.tls
 
     async def close(self) -> None:
         if self.registration is not None:
@@ -169,13 +198,30 @@ class SipEndpoint:
             method = msg.cseq.method.upper() if msg.cseq is not None else ""
             if call is not None and method != "INVITE":
                 call.on_response(msg)  # our REFER's or BYE's answer
-            elif self.uac is not None:
+            elif uas.uac is not None:  # (the UAC of the transport the answer came on)
                 invite = self.invites.get(msg.call_id or "")
                 if invite is not None and method == "INVITE" and msg.status_code >= 300:
-                    self.uac.transport.send(ack_of_refusal(invite, msg), src)
-                self.uac.handle_response(msg, src)  # a call we place, a REGISTER
+                    uas.uac.transport.send(ack_of_refusal(invite, msg), src)
+                uas.uac.handle_response(msg, src)  # a call we place, a REGISTER
+            return
+        if msg.method.upper() == "CANCEL" and self._late_cancel(uas, msg):
             return
         uas._on_message(msg, src)
+
+    def _late_cancel(self, uas: SipUAS, cancel: SipRequest) -> bool:
+        """A CANCEL of an INVITE we answered already changes nothing (RFC 3261
+        section 9.2): 200 for the CANCEL, the call goes on.  aiosipua would
+        forget the call's dialog, and the caller's BYE would then find none."""
+        call = self.by_sip_id.get(cancel.call_id or "")
+        if call is None or call.state is not CallState.ACTIVE or \
+                uas._calls.get(call.sip_call_id) is not call.dialog:
+            return False
+        branch = cancel.via[0].branch if cancel.via else None
+        invite = call.dialog.invite.via
+        if not branch or not invite or invite[0].branch != branch:
+            return False   # not the INVITE's transaction: aiosipua answers 481
+        uas.transport.send_reply(call.dialog.dialog.create_response(cancel, 200, "OK"))
+        return True
 
     # ------------------------------------------------------------ calls we place
     def dial(self, req: DialRequest) -> PlacedCall:
@@ -210,24 +256,39 @@ class SipEndpoint:
         if ticket is None:
             return placed.settle("failed", reason="max_sessions reached")
         call: Optional[SipCall] = None
+        tls_peer: Optional[tuple[str, int]] = None  # the TLS connection this call holds
         try:
-            if self.uac is None:
-                return placed.settle("failed", reason="placing calls needs the udp transport")
+            transport = transport_of(req.to)
+            uas = self.uas.get(transport)
+            if uas is None:
+                return placed.settle("failed", reason="placing calls needs the udp transport"
+                                     if transport == "udp" else "dialing over TLS needs sip.tls")
             try:
                 remote = route_of(req.to, self.sip.outbound_proxy_addr)
             except ValueError as exc:
                 return placed.settle("failed", reason=str(exc))
+            if transport == "tls":
+                try:
+                    await self.tls.connect(remote)
+                except (OSError, asyncio.TimeoutError) as exc:   # ssl.SSLError among them
+                    log.warning("sip %s: TLS to %s:%s failed: %s", placed.id, *remote, exc)
+                    why = getattr(exc, "verify_message", None) or getattr(exc, "reason", None)
+                    return placed.settle("failed", reason=f"TLS connection to {remote[0]}:"
+                                         f"{remote[1]} failed: {why or type(exc).__name__}")
+                tls_peer = remote
+            uac = uas.uac
             host = self.sip.advertised_host
+            port = uac.advertised_addr[1]
             info = IncomingCall(call_id=placed.id, sip_call_id="", from_uri=f"sip:{req.from_user}@{host}",
-                                to_uri=req.to, source=remote, transport="udp", headers=())
+                                to_uri=req.to, source=remote, transport=transport, headers=())
             call = SipCall(self, None, info, ticket)
             call.answering_machine = req.answering_machine
-            port = await call.bind_media(MediaPlan(FORMATS[self.sip.codecs[0]], OUR_DTMF_PT,
-                                                   remote, "sendrecv"))
-            offer = offer_sdp(self.sip.codecs, host, port, secrets.randbits(31))
-            out = self.uac.send_invite(f"sip:{req.from_user}@{host}:{self.sip.port}", req.to,
-                                       remote, parse_sdp(offer), user_agent=self.sip.user_agent)
-            call.dialog = OutboundDialog(out, self.uac)
+            rtp_port = await call.bind_media(MediaPlan(FORMATS[self.sip.codecs[0]], OUR_DTMF_PT,
+                                                       remote, "sendrecv"))
+            offer = offer_sdp(self.sip.codecs, host, rtp_port, secrets.randbits(31))
+            out = uac.send_invite(f"sip:{req.from_user}@{host}:{port}", req.to,
+                                  remote, parse_sdp(offer), user_agent=self.sip.user_agent)
+            call.dialog = OutboundDialog(out, uac)
             self.connecting[out.call_id] = connected = asyncio.Event()  # (set: the session is up)
             self.invites[out.call_id] = out.invite
             while len(self.invites) > INVITES_KEPT:
@@ -237,12 +298,12 @@ class SipEndpoint:
             try:
                 await out.wait_answered(req.ring_timeout_s)
             except asyncio.CancelledError:  # hung up by the operator (or the server stopping)
-                out.cancel(self.uac)
+                out.cancel(uac)
                 placed.settle("cancelled", reason="server shutting down" if self.closing
                               else "hung up before the answer")
                 raise
             except TimeoutError:
-                out.cancel(self.uac)
+                out.cancel(uac)
                 return placed.settle("no_answer", reason="not answered in time")
             except RuntimeError:
                 return placed.settle(outcome_of(out._reject_code), out._reject_code,
@@ -251,7 +312,7 @@ class SipEndpoint:
                 plan = read_offer(serialize_sdp(out.sdp_answer) if out.sdp_answer else "",
                                   self.sip.codecs)
             except (BadSdp, NoSharedCodec) as exc:
-                out.hangup(self.uac)
+                out.hangup(uac)
                 return placed.settle("failed", 200, f"unusable answer: {exc}")
             self.calls[call.call_id] = call
             self.by_sip_id[out.call_id] = call
@@ -274,10 +335,12 @@ class SipEndpoint:
             elif call is None:
                 ticket.release()
             if call is not None and isinstance(call.dialog, OutboundDialog):
-                self.uac.remove_call(call.dialog.call_id)
+                call.dialog.uac.remove_call(call.dialog.call_id)
                 waiting = self.connecting.pop(call.dialog.call_id, None)
                 if waiting is not None:
                     waiting.set()  # never connected: a re-INVITE that waited gets 481
+            if tls_peer is not None:
+                self.tls.release(tls_peer)
 
     def placed_call(self, call_id: str) -> Optional[PlacedCall]:
         return self.placed.get(call_id)
@@ -338,6 +401,10 @@ class SipEndpoint:
         sip_id = dialog.call_id
         if sip_id in self.ringing or sip_id in self.by_sip_id:
             return  # a retransmitted INVITE: the first one is being answered
+        if dialog.dialog.state is DialogState.TERMINATED:
+            # CANCELled before this task ran (aiosipua sent 487): over TCP or TLS
+            # the INVITE and its CANCEL can come in one read
+            return
         self.ringing[sip_id] = asyncio.current_task()
         try:
             await self._decide(dialog, transport)
@@ -393,7 +460,8 @@ class SipEndpoint:
             except Exception:
                 log.exception("sip %s: could not answer", call.call_id)
                 if call.state is CallState.ANSWERING:
-                    self._final(dialog, 503, "Service Unavailable")
+                    with contextlib.suppress(Exception):  # the call must end whatever happens
+                        self._final(dialog, 503, "Service Unavailable")
                 call.end("answer failed")
         finally:
             ticket.release()  # a call that registered released it already (harmless twice)

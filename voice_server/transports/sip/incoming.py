@@ -32,7 +32,7 @@ class IncomingCall:
     from_uri: str
     to_uri: str
     source: tuple[str, int]  # the address the INVITE came from
-    transport: str  # udp | tcp
+    transport: str  # udp | tcp | tls
     headers: tuple[dict, ...]  # every INVITE header, in order: {"name", "value"}
 
     def header(self, name: str) -> Optional[str]:

@@ -2,9 +2,11 @@
 
 ``POST /v1/sip/calls`` (:mod:`.dial_api`) hands a :class:`DialRequest` to
 :meth:`.endpoint.SipEndpoint.dial`, which sends the INVITE (our offer: the
-configured codecs and telephone-event) from the UDP listener, straight to
-the URI's host or through ``sip.outbound_proxy`` (a trunk; a ``tel:`` URI
-needs one), and follows it in a :class:`PlacedCall`:
+configured codecs and telephone-event) from the UDP listener, or over TLS
+for a ``sips:`` URI or one with ``;transport=tls`` (:func:`transport_of`;
+``sip.tls`` on), straight to the URI's host or through
+``sip.outbound_proxy`` (a trunk; a ``tel:`` URI needs one), and follows it
+in a :class:`PlacedCall`:
 
 ``dialing`` -> ``ringing`` (a 18x) -> ``answered`` (200 OK: the session
 starts on the callee's answer, as an answered incoming call's does; with
@@ -58,8 +60,9 @@ class DialRequest(BaseModel):
     @field_validator("to")
     @classmethod
     def _uri(cls, v: str) -> str:
-        if not v.startswith(("sip:", "tel:")) or len(v) < 5 or any(c in v for c in " <>\r\n"):
-            raise ValueError("to must be a sip: or tel: URI")
+        if not v.startswith(("sip:", "sips:", "tel:")) or len(v) < 5 or \
+                any(c in v for c in " <>\r\n"):
+            raise ValueError("to must be a sip:, sips: or tel: URI")
         return v
 
 
@@ -144,18 +147,29 @@ def outcome_of(status: int) -> str:
     return "failed"
 
 
+def transport_of(uri: str) -> str:
+    """``tls`` for a ``sips:`` URI or one with ``;transport=tls`` (RFC 3261
+    section 19.1), else ``udp``."""
+    if uri.startswith("sips:"):
+        return "tls"
+    params = uri.split("?", 1)[0].split(";")[1:]
+    return "tls" if any(p.strip().lower() == "transport=tls" for p in params) else "udp"
+
+
 def route_of(uri: str, proxy: Optional[tuple[str, int]]) -> tuple[str, int]:
     """Where the INVITE goes: the proxy, else the ``sip:`` URI's own host and
-    port; ValueError for a ``tel:`` URI with no proxy."""
+    port (5060; 5061 over TLS); ValueError for a ``tel:`` URI with no proxy."""
     if proxy is not None:
         return proxy
     if uri.startswith("tel:"):
         raise ValueError("a tel: URI needs sip.outbound_proxy (a trunk) to route it")
     hostport = uri.split("@", 1)[-1].split(";", 1)[0].split("?", 1)[0]
+    if hostport.startswith(("sip:", "sips:")):   # no user part
+        hostport = hostport.split(":", 1)[1]
     host, _, port = hostport.rpartition(":") if hostport.count(":") == 1 else (hostport, "", "")
     if not host or (port and not port.isdigit()):
         raise ValueError(f"cannot route {uri!r}: no host")
-    return host, int(port or 5060)
+    return host, int(port or (5061 if transport_of(uri) == "tls" else 5060))
 
 
 def ack_of_refusal(invite: "SipRequest", response: "SipResponse") -> "SipRequest":
@@ -207,5 +221,6 @@ class OutboundDialog:
         self.call.hangup(self.uac)
 
 
-__all__ = ["DialRequest", "PlacedCall", "OutboundDialog", "kept_in", "outcome_of", "route_of", "STATUSES",
+__all__ = ["DialRequest", "PlacedCall", "OutboundDialog", "kept_in", "outcome_of", "route_of",
+           "transport_of", "STATUSES",
            "ack_of_refusal"]

@@ -9,6 +9,13 @@
           host: 0.0.0.0              # the address the listeners bind
           port: 5060                 # UDP and TCP share it
           transports: [udp, tcp]
+          tls: null                  # SIP over TLS on a port of its own (off while null):
+            # port: 5061
+            # certfile: /etc/voice-agent/sip.crt   # PEM: our certificate, then its chain
+            # keyfile: /etc/voice-agent/sip.key    # PEM: its private key (unencrypted)
+            # ca_file: null          # PEM CAs we trust for peers (null: the system's)
+            # verify_client: false   # callers must show a certificate ca_file signed
+            # handshake_timeout_s: 10
           public_host: null          # the address written in Contact and SDP (null: host,
                                      # or 127.0.0.1 when host is 0.0.0.0)
           allow_from: [127.0.0.0/8]  # source networks that may send INVITEs (403 otherwise)
@@ -81,13 +88,41 @@ class RegisterSettings(BaseModel):
         return host_port(self.registrar, "register.registrar")
 
 
+class TlsSettings(BaseModel):
+    """SIP over TLS (RFC 3261 section 26.2; ``SIP/2.0/TLS`` in Via, ``transport=tls``
+    in Contact) on its own port.  The files are read at the server's start
+    (:mod:`.tls`): a missing or unreadable file, or a key that is not the
+    certificate's, fails the start naming it.  TLS 1.2 at least."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    port: int = Field(5061, ge=1, le=65535)
+    certfile: str              # PEM: our certificate first, then its intermediates
+    keyfile: str               # PEM: the certificate's private key, unencrypted
+    # PEM CAs we trust: callers' certificates (verify_client) and the callees'
+    # we dial over TLS; null: the system's store (a trunk's public certificate)
+    ca_file: Optional[str] = None
+    verify_client: bool = False  # mutual TLS: a caller without a good certificate is dropped
+    handshake_timeout_s: float = Field(10.0, gt=0, le=120)
+
+    @model_validator(mode="after")
+    def _files(self) -> "TlsSettings":
+        if self.verify_client and self.ca_file is None:
+            raise ValueError("tls.verify_client needs tls.ca_file (the CAs callers' "
+                             "certificates are checked against)")
+        from .tls import dialing_context, listener_context  # a bad file fails here
+        listener_context(self)
+        dialing_context(self)
+        return self
+
+
 class SipSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = Field(5060, ge=1, le=65535)
-    transports: tuple[Literal["udp", "tcp"], ...] = ("udp", "tcp")
+    transports: tuple[Literal["udp", "tcp"], ...] = ("udp", "tcp")  # (): TLS only
+    tls: Optional[TlsSettings] = None  # SIP over TLS on tls.port (off while None)
     public_host: Optional[str] = None
     # trunk-only mode: the networks a trunk or PBX sends from; default loopback only,
     # so turning SIP on never opens the agent to the internet by itself
@@ -121,8 +156,10 @@ class SipSettings(BaseModel):
         lo, hi = self.rtp_ports
         if not (1024 <= lo < hi <= 65535):
             raise ValueError("rtp_ports must be [low, high] with 1024 <= low < high <= 65535")
-        if not self.transports or not self.codecs:
-            raise ValueError("transports and codecs must each name at least one")
+        if not (self.transports or self.tls) or not self.codecs:
+            raise ValueError("transports (or tls) and codecs must each name at least one")
+        if self.tls is not None and self.tls.port == self.port and "tcp" in self.transports:
+            raise ValueError(f"tls.port must differ from port ({self.port}): TCP listens there")
         return self
 
     @property
@@ -139,4 +176,4 @@ class SipSettings(BaseModel):
         return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
 
 
-__all__ = ["SipSettings", "RegisterSettings", "CodecName"]
+__all__ = ["SipSettings", "RegisterSettings", "TlsSettings", "CodecName"]

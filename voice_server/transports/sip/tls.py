@@ -13,17 +13,23 @@ from __future__ import annotations
 
 import os
 import ssl
-from typing import TYPE_CHECKING
+from typing import Optional, Protocol
 
-if TYPE_CHECKING:
-    from .settings import TlsSettings
+
+class TlsFiles(Protocol):
+    """What the contexts read of ``sip.tls`` (:class:`.settings.TlsSettings`,
+    which imports this module to check its files: hence a protocol here)."""
+    certfile: str
+    keyfile: str
+    ca_file: Optional[str]
+    verify_client: bool
 
 
 class TlsFileError(ValueError):
     """A TLS file setting cannot be used; the message names the setting and the file."""
 
 
-def listener_context(tls: "TlsSettings") -> ssl.SSLContext:
+def listener_context(tls: TlsFiles) -> ssl.SSLContext:
     """The server side: our certificate; with ``verify_client`` the caller
     must show one that ``ca_file`` signed."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -35,7 +41,7 @@ def listener_context(tls: "TlsSettings") -> ssl.SSLContext:
     return ctx
 
 
-def dialing_context(tls: "TlsSettings") -> ssl.SSLContext:
+def dialing_context(tls: TlsFiles) -> ssl.SSLContext:
     """The client side of calls we place: the callee's certificate must be
     valid for the host we dial and signed by ``ca_file`` (else the system's
     CAs).  Ours goes along for a callee that asks (mutual TLS)."""
@@ -67,7 +73,7 @@ def _load_cas(ctx: ssl.SSLContext, path: str) -> None:
         raise TlsFileError(f"tls.ca_file: {path} holds no PEM certificate") from None
 
 
-def _load_ours(ctx: ssl.SSLContext, tls: "TlsSettings") -> None:
+def _load_ours(ctx: ssl.SSLContext, tls: TlsFiles) -> None:
     _readable("certfile", tls.certfile)
     _readable("keyfile", tls.keyfile)
     probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)   # only to tell a bad certfile apart
@@ -89,4 +95,4 @@ def _load_ours(ctx: ssl.SSLContext, tls: "TlsSettings") -> None:
         raise TlsFileError(f"tls.keyfile: {tls.keyfile} holds no PEM private key") from None
 
 
-__all__ = ["listener_context", "dialing_context", "TlsFileError"]
+__all__ = ["listener_context", "dialing_context", "TlsFileError", "TlsFiles"]

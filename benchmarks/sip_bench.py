@@ -11,9 +11,9 @@ WebSocket in the same run.
   the agent answers (also p50 / max); ``rtp_arrival_interval_ms_*`` - the same
   gaps as the simulated phones receive them (they run in this process, beside
   the server's event loop, so their own delays are in it too);
-* the 4-call rounds alternate the RTP in its own process (the default,
-  ``sip.media_process``) and in the server's event loop: the ``*_in_loop``
-  keys are the latter, measured in the same run;
+* each single-call turn and each 4-call round runs twice, with the RTP in
+  its own process (the default, ``sip.media_process``) and in the server's
+  event loop: the ``*_in_loop`` keys are the latter, measured in the same run;
 * ``barge_in_silence_ms_p95`` - the first voiced packet of speech over the
   agent's reply -> the agent's RTP falls silent (five silent packets in a row);
 * ``calls``, ``errors``.
@@ -144,7 +144,8 @@ async def ws_turn(srv: ServerThread, speech: dict, k: int) -> float:
 
 async def run(srv: ServerThread, turns: int, barges: int, rounds: int) -> dict:
     speech = load_speech()
-    res = {"first_voice_ms": [], "ws_first_voice_ms": [], "barge_in_silence_ms": [],
+    res = {"first_voice_ms": [], "first_voice_ms_in_loop": [], "ws_first_voice_ms": [],
+           "barge_in_silence_ms": [],
            "send_process": [], "send_loop": [], "arrival_process": [], "arrival_loop": [],
            "calls": 0, "errors": 0, "error_samples": []}
 
@@ -154,17 +155,27 @@ async def run(srv: ServerThread, turns: int, barges: int, rounds: int) -> dict:
         res["error_samples"].append(repr(exc)[:200])
 
     log = lambda *a: print(*a, file=sys.stderr, flush=True)  # noqa: E731
+    ep, own_process = srv.app.state.sip, srv.app.state.sip.media_process
+
+    def rtp_in(mode: str) -> None:
+        # the endpoint reads this for each new call: None keeps the RTP in the loop
+        ep.media_process = own_process if mode == "process" else None
+
     log("single calls")
-    for k in range(turns):  # one call at a time, the same turn over the WebSocket
+    for k in range(turns):  # one call at a time, each way, and the same turn over the WebSocket
+        q = speech["q"][k % len(speech["q"])]
         try:
-            async with SipCaller(srv) as c:
-                res["calls"] += 1
-                res["first_voice_ms"].append(await c.turn(speech["q"][k % len(speech["q"])]))
-            log(f"  sip turn {k}: {res['first_voice_ms'][-1]:.0f} ms")
+            for mode, key in (("process", "first_voice_ms"), ("loop", "first_voice_ms_in_loop")):
+                rtp_in(mode)
+                async with SipCaller(srv) as c:
+                    res["calls"] += 1
+                    res[key].append(await c.turn(q))
+                log(f"  sip turn {k}, RTP in the {mode}: {res[key][-1]:.0f} ms")
             res["ws_first_voice_ms"].append(await asyncio.wait_for(ws_turn(srv, speech, k), 90))
             log(f"  ws turn {k}: {res['ws_first_voice_ms'][-1]:.0f} ms")
         except Exception as exc:  # noqa: BLE001
             failed(exc)
+    rtp_in("process")
 
     async def talker(k: int, mode: str) -> None:  # 4 calls at once: the rhythm they get
         try:
@@ -183,14 +194,12 @@ async def run(srv: ServerThread, turns: int, barges: int, rounds: int) -> dict:
         except Exception as exc:  # noqa: BLE001
             failed(exc)
 
-    ep, own_process = srv.app.state.sip, srv.app.state.sip.media_process
     for r in range(rounds):
         for mode in ("process", "loop"):
             log(f"4 calls at once, RTP in {'its own process' if mode == 'process' else 'the loop'}")
-            # the endpoint reads this for each new call: None keeps the RTP in the loop
-            ep.media_process = own_process if mode == "process" else None
+            rtp_in(mode)
             await asyncio.gather(*(talker(k, mode) for k in range(4)))
-    ep.media_process = own_process
+    rtp_in("process")
     log("barge-ins")
 
     for k in range(barges):  # talk over a long reply
@@ -228,6 +237,7 @@ def _rhythm(gaps: list[float], key: str) -> dict:
 
 def summary(res: dict) -> dict:
     out = {"first_voice_ms_p50": pct(res["first_voice_ms"], 50),
+           "first_voice_ms_in_loop_p50": pct(res["first_voice_ms_in_loop"], 50),
            "ws_first_voice_ms_p50": pct(res["ws_first_voice_ms"], 50)}
     for mode, tail in (("process", ""), ("loop", "_in_loop")):
         out.update(_rhythm(res["send_" + mode], "rtp_send_interval_ms" + tail))
@@ -236,7 +246,8 @@ def summary(res: dict) -> dict:
         "barge_in_silence_ms_p95": pct(res["barge_in_silence_ms"], 95),
         "calls": res["calls"], "errors": res["errors"], "error_samples": res["error_samples"],
         "samples": {k: [round(x, 1) for x in res[k]] for k in
-                    ("first_voice_ms", "ws_first_voice_ms", "barge_in_silence_ms")},
+                    ("first_voice_ms", "first_voice_ms_in_loop", "ws_first_voice_ms",
+                     "barge_in_silence_ms")},
     })
     return out
 

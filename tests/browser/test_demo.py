@@ -100,9 +100,10 @@ def test_barge_in_stops_playback(demo_server, launch):
     """A second utterance starting while the reply plays stops local playback
     at once; the reply's text is shown cut where the audio was cut."""
     story, moon = speech(STORY), speech(MOON)
-    # the reply starts 1-2.5 s after the question ends (a loaded 2-core machine)
-    # and lasts 4-10 s
-    gap_ms = 3000
+    # the reply starts 1-2.5 s after the question ends (a loaded 2-core machine;
+    # later still while the other test worker loads both cores) and lasts 4-10 s:
+    # 4 s in, it is playing (at 3 s a late start had only its first clause out)
+    gap_ms = 4000
     b = launch([silence(LEAD_MS), story, silence(gap_ms), moon, silence(4000)])
     start_talking(b, demo_server.base_url)
     b.wait("window.voiceDemo.marks.speechStarted.length >= 2", 40, "the second speech_started")

@@ -36,7 +36,6 @@ by benchmarks of the speak stage into the same file.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import subprocess
 import tempfile
@@ -48,6 +47,8 @@ from pathlib import Path
 import numpy as np
 import soxr
 import yaml
+
+from voice_server.testing.report import merge_languages
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "languages.json"
@@ -288,16 +289,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         heard = hearing(langs, n_utt, n_sent, Path(tmp))
     answers = {} if args.no_answers else answering(langs, n_q, no_line=True)
-    out = {"languages": {}}
-    if args.out.exists():      # the speak side's keys stay
-        try:
-            out = json.loads(args.out.read_text())
-            out.setdefault("languages", {})
-        except ValueError:
-            pass
-    for lang in langs:
-        out["languages"].setdefault(lang, {}).update({**heard[lang], **answers.get(lang, {})})
-    out["listen_think"] = {
+    about = {
         "speech": "synthetic: espeak-ng's voice of each language (no recordings of people)",
         "asr_model": "whisper base (CTranslate2 int8), beam 5, 10 s window",
         "detect_among": served_languages(),
@@ -305,9 +297,9 @@ def main(argv: list[str] | None = None) -> None:
                  "answer language by langdetect",
         "per_language": {"utterances": n_utt, "sentences": n_sent, "questions": n_q},
         "quick": bool(args.quick), "seconds": round(time.perf_counter() - t0, 1)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
-    print(f"wrote {args.out} in {out['listen_think']['seconds']} s")
+    merge_languages(args.out, {lang: {**heard[lang], **answers.get(lang, {})} for lang in langs},
+                    "listen_think", about)   # the speak side's keys stay
+    print(f"wrote {args.out} in {about['seconds']} s")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,13 @@ to each language's entry there and leaves the others as they are::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
+
+from voice_server.testing.report import merge_languages
 
 RESULTS = Path("benchmarks/results/languages.json")   # shared with language_bench.py
 
@@ -118,20 +119,10 @@ def main() -> None:
     for lang, r in rows.items():
         print(f"{lang}  {r['voice']:>9} ({r['voice_engine']:<6})  WER {r['voice_wer'] * 100:5.1f}%  "
               f"DNSMOS {r['voice_dnsmos']:.2f}  CPU/audio s {r['voice_cpu_per_audio_s']:.3f}")
-    out: dict = {"languages": {}}
-    if args.out.exists():      # language_bench's keys stay
-        try:
-            out = json.loads(args.out.read_text())
-            out.setdefault("languages", {})
-        except ValueError:
-            pass
-    for lang, r in rows.items():
-        out["languages"].setdefault(lang, {}).update(r)
-    out["speak"] = {"speech": "synthetic: each language's voice, read back by Whisper base",
-                    "sentences_per_language": 1 if args.quick else max(map(len, SENTENCES.values())),
-                    "quick": bool(args.quick), "seconds": round(time.perf_counter() - t0, 1)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+    merge_languages(args.out, rows, "speak", {   # language_bench's keys stay
+        "speech": "synthetic: each language's voice, read back by Whisper base",
+        "sentences_per_language": 1 if args.quick else max(map(len, SENTENCES.values())),
+        "quick": bool(args.quick), "seconds": round(time.perf_counter() - t0, 1)})
     print(f"wrote {args.out}")
 
 

@@ -31,3 +31,23 @@ def write_json(path: str | Path, results: Any, note: str = "") -> Path:
     out.write_text(json.dumps(results, indent=2, default=str))
     print(f"wrote {out}{note}")
     return out
+
+
+def merge_languages(path: str | Path, rows: dict[str, dict], part: str, about: dict) -> Path:
+    """Add one benchmark's per-language ``rows`` and its ``about`` (under
+    ``part``) to the results file two benchmarks share (the language bench's
+    listen/think side and the voice bench's speak side): the other's keys stay."""
+    out_path = Path(path)
+    out: dict = {"languages": {}}
+    if out_path.exists():
+        try:
+            out = json.loads(out_path.read_text())
+            out.setdefault("languages", {})
+        except ValueError:   # a broken file is replaced
+            pass
+    for lang, row in rows.items():
+        out["languages"].setdefault(lang, {}).update(row)
+    out[part] = about
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=2, ensure_ascii=False) + "\n")
+    return out_path

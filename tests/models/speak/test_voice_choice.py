@@ -28,14 +28,6 @@ def no_network(monkeypatch, tmp_path):
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
 
 
-@pytest.fixture(scope="module")
-def hibari() -> SpeakExecutor:
-    ex = SpeakExecutor(engine="hibari", threads=1)
-    ex.load()
-    yield ex
-    ex.close()
-
-
 def test_openai_names_map_to_installed_voices():
     assert tts_hibari.installed_voices() == {"heart": "female"}
     for name in OPENAI_VOICES:            # one voice installed: every name is it

@@ -30,15 +30,6 @@ JAPANESE = "今日はとてもいい天気ですね。"
 _rid = iter(range(1, 1_000_000))
 
 
-@pytest.fixture(scope="module")
-def stage() -> SpeakExecutor:
-    """The default profile's stage (hibari for English) with every shipped voice."""
-    ex = SpeakExecutor(engine="hibari", threads=1)
-    ex.load()
-    yield ex
-    ex.close()
-
-
 def speak(ex: SpeakExecutor, text: str, params: dict) -> tuple[np.ndarray, int, dict]:
     """All audio of one reply, its rate, and the clauses each engine spoke for it."""
     before = ex.stats()["clauses_by_engine"]
@@ -65,8 +56,8 @@ def heard(audio: np.ndarray, rate: int, language: str) -> str:
     return WhisperASR(model="base", language=language).transcribe([x])[0]
 
 
-def test_spanish_by_language_is_spoken_by_espeak_and_heard_back(stage):
-    audio, rate, spoke = speak(stage, SPANISH, {SPEAK_LANGUAGE: "es"})
+def test_spanish_by_language_is_spoken_by_espeak_and_heard_back(hibari):
+    audio, rate, spoke = speak(hibari, SPANISH, {SPEAK_LANGUAGE: "es"})
     assert set(spoke) == {"espeak"} and rate == 22050
     text = heard(audio, rate, "es")
     # espeak-ng is a formant voice: Whisper base reads these two sentences back
@@ -74,26 +65,26 @@ def test_spanish_by_language_is_spoken_by_espeak_and_heard_back(stage):
     assert language_wer([(SPANISH, text)], "es") <= 0.4, text
 
 
-def test_japanese_by_language_is_spoken_by_kokoro_and_heard_back(stage):
-    audio, rate, spoke = speak(stage, JAPANESE, {SPEAK_LANGUAGE: "ja", SPEAK_VOICE: None})
+def test_japanese_by_language_is_spoken_by_kokoro_and_heard_back(hibari):
+    audio, rate, spoke = speak(hibari, JAPANESE, {SPEAK_LANGUAGE: "ja", SPEAK_VOICE: None})
     assert set(spoke) == {"kokoro"} and rate == 24000 and audio.size > rate // 2
     text = heard(audio, rate, "ja")
     assert language_wer([(JAPANESE, text)], "ja") <= 0.35, text   # per character
 
 
-def test_a_kanji_openjtalk_does_not_know_is_still_spoken(stage):
+def test_a_kanji_openjtalk_does_not_know_is_still_spoken(hibari):
     """彁 is read through Sudachi's dictionary (sudachidict-core); without it the clause failed."""
-    audio, _, spoke = speak(stage, "彁という字です。", {SPEAK_LANGUAGE: "ja"})
+    audio, _, spoke = speak(hibari, "彁という字です。", {SPEAK_LANGUAGE: "ja"})
     assert set(spoke) == {"kokoro"} and audio.size > 0
 
 
-def test_english_keeps_the_default_voice(stage):
-    _, rate, spoke = speak(stage, "Your table is booked.", {SPEAK_LANGUAGE: "en", SPEAK_VOICE: "alloy"})
+def test_english_keeps_the_default_voice(hibari):
+    _, rate, spoke = speak(hibari, "Your table is booked.", {SPEAK_LANGUAGE: "en", SPEAK_VOICE: "alloy"})
     assert set(spoke) == {"hibari"} and rate == 24000
 
 
-def test_a_named_voice_wins_over_the_language(stage):
-    _, _, spoke = speak(stage, "Guten Tag.", {SPEAK_LANGUAGE: "es", SPEAK_VOICE: "de"})
+def test_a_named_voice_wins_over_the_language(hibari):
+    _, _, spoke = speak(hibari, "Guten Tag.", {SPEAK_LANGUAGE: "es", SPEAK_VOICE: "de"})
     assert set(spoke) == {"espeak"}
     assert resolve_voice("de", "hibari", language="es") == "de"
     assert resolve_voice("jm_kumo", "hibari", language="es") == "jm_kumo"
@@ -106,12 +97,12 @@ def test_a_named_voice_wins_over_the_language(stage):
     assert resolve_voice(None, "hibari", language="sw") == "heart"
 
 
-def test_unknown_voice_or_bad_language_is_refused(stage):
+def test_unknown_voice_or_bad_language_is_refused(hibari):
     for params in ({SPEAK_VOICE: "nobody", SPEAK_LANGUAGE: "es"}, {SPEAK_LANGUAGE: 5},
                    {SPEAK_VOICE: {"id": "es"}}, {SPEAK_VOICE: ["es"]},
                    {SPEAK_LANGUAGE: "not a language"}, {SPEAK_LANGUAGE: "x" * 40}):
         with pytest.raises(StageError) as err:
-            stage.open(99, params)
+            hibari.open(99, params)
         assert err.value.code == ErrorCode.BAD_INPUT
     assert language_of("es-MX") == "es" and language_of(None) is None
 

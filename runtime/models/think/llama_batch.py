@@ -16,7 +16,7 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import StepResult
 from runtime.models.think.llama_emit import ReplyEmitter
-from runtime.models.think.llama_sequences import DECIDE, PROBE, Seq, SequencePool
+from runtime.models.think.llama_sequences import ReplyMode, Seq, SequencePool
 from runtime.models.think.tool_call_decision import ToolCallDecision
 from runtime.step_cost import StepCost
 
@@ -170,9 +170,9 @@ class BatchStep:
 
     def _next(self, seq: Seq, idx: int) -> StepResult | None:
         """What ``seq`` makes of its logits at batch index ``idx`` (None: nothing yet)."""
-        if seq.mode == DECIDE:
+        if seq.mode == ReplyMode.DECIDE:
             return self._decision.decide(seq, idx)
-        if seq.mode == PROBE:
+        if seq.mode == ReplyMode.PROBE:
             return self._decision.read_name(seq, idx)
         return self._emitter.emit(seq, self._lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
 

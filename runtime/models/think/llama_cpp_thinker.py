@@ -46,7 +46,7 @@ from runtime.models.think.llama_batch import BatchStep
 from runtime.models.think.llama_emit import ReplyEmitter
 from runtime.models.think.llama_options import LlamaOptions
 from runtime.models.think.llama_sampler import SamplerChains
-from runtime.models.think.llama_sequences import CALL, DECIDE, TEXT, Seq, SequencePool
+from runtime.models.think.llama_sequences import ReplyMode, Seq, SequencePool
 from runtime.models.think.llama_log import route_to_logger
 from runtime.models.think.llama_vocab import LlamaVocab, import_llama_cpp
 from runtime.models.think.markup_guard import GuardedReplies
@@ -285,11 +285,12 @@ class LlamaCppThinker(ARExecutor):
             # prompt then starts as the last turn's, which the cache holds).
             tools = NO_TOOLS
             shown = shown if self.dialect is NATIVE else NO_TOOLS
-        mode = TEXT if not tools.active else CALL if tools.choice.forces_call else DECIDE
+        mode = (ReplyMode.TEXT if not tools.active
+                else ReplyMode.CALL if tools.choice.forces_call else ReplyMode.DECIDE)
         max_calls = self._max_calls(tools, req.parallel_tool_calls)
-        grammar = self._samplers.grammar(tools, max_calls) if mode != TEXT else None
-        max_tokens = req.sampling.max_tokens if mode == TEXT else max(req.sampling.max_tokens,
-                                                                      self.opts.max_tool_call_tokens)
+        grammar = self._samplers.grammar(tools, max_calls) if mode != ReplyMode.TEXT else None
+        max_tokens = (req.sampling.max_tokens if mode == ReplyMode.TEXT
+                      else max(req.sampling.max_tokens, self.opts.max_tool_call_tokens))
         max_tokens = min(max_tokens, max(self.n_ctx_seq // 2, 1))
         budget = self.n_ctx_seq - max_tokens  # with auto: room for a call even if it ends up answering
         fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(m, shown))), budget)
@@ -309,21 +310,21 @@ class LlamaCppThinker(ARExecutor):
         # text reply then never starts a call's JSON (Qwen otherwise writes the
         # call it just made, or one it was not allowed, as words to speak).
         banned = [*(self._unspoken if shown.tools else ()), *self._never_spoken]
-        sampler = (call_sampler if mode == CALL
+        sampler = (call_sampler if mode == ReplyMode.CALL
                    else self._samplers.chain(req.sampling, index=self._admitted, banned=banned))
         seq_id, cached = self._pool.claim(ids)
         self._seqs[item.request_id] = Seq(
             rid=item.request_id, seq_id=seq_id, sampler=sampler,
             text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached,
             kv=ids[:cached], mode=mode, sampling=req.sampling,
-            call_sampler=call_sampler if mode == DECIDE else None,
-            calls=CallStream(self.dialect.call) if mode == CALL else None,
+            call_sampler=call_sampler if mode == ReplyMode.DECIDE else None,
+            calls=CallStream(self.dialect.call) if mode == ReplyMode.CALL else None,
             call_names=frozenset(t.name for t in tools.callable_tools()),
             max_calls=max_calls,
             usage=(len(ids), cached) if req.include_usage else None,
             conversation=item.params.get(CONVERSATION), reply_start=len(ids),
-            grammar=grammar if mode == DECIDE else None)
-        self._guards.open(item.request_id, tools.callable_tools() if mode == DECIDE else ())
+            grammar=grammar if mode == ReplyMode.DECIDE else None)
+        self._guards.open(item.request_id, tools.callable_tools() if mode == ReplyMode.DECIDE else ())
         self._admitted += 1
 
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
@@ -355,7 +356,7 @@ class LlamaCppThinker(ARExecutor):
         """A text reply that writes a call as text, where it could have called:
         begin it again under the call grammar (False when it cannot be)."""
         seq = self._seqs.get(request_id)
-        if seq is None or seq.grammar is None or seq.mode != TEXT or seq.kv is None:
+        if seq is None or seq.grammar is None or seq.mode != ReplyMode.TEXT or seq.kv is None:
             return False
         sampler = self._samplers.chain(seq.sampling, index=self._admitted, grammar=seq.grammar)
         self._decision.call_instead(seq, sampler, self.opts.max_tool_call_tokens)

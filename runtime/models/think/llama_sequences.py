@@ -20,6 +20,7 @@ turn decodes only what is new instead of the whole conversation again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from runtime.models.think.sampling import Sampling
@@ -33,10 +34,16 @@ MIN_CONVERSATION_MATCH = 8  # tokens past the system prompt for a kept sequence 
 SHIFT_PROBE = 16
 SHIFT_MIN_MATCH = 32
 
-# How a reply is being written: plain text, a grammar-constrained tool call,
-# not decided yet (tool_choice auto: the first token decides), or, in a native
-# tool dialect, a call begun to read which name the model writes (see Probe).
-TEXT, CALL, DECIDE, PROBE = "text", "call", "decide", "probe"
+
+
+class ReplyMode(Enum):
+    """How a reply is being written; a reply moves from DECIDE (or PROBE) to
+    TEXT or CALL once the model has shown which it writes."""
+
+    TEXT = "text"        # plain text
+    CALL = "call"        # a grammar-constrained tool call
+    DECIDE = "decide"    # tool_choice auto, not decided yet: the first token decides
+    PROBE = "probe"      # native dialect: a call begun, to read which name it writes (Probe)
 
 
 @dataclass
@@ -72,11 +79,11 @@ class Seq:
     finished: bool = False
     kv: list[int] | None = None  # the tokens this sequence's KV cells hold, by position
                                  # (None: unknown after a failed decode, never reused)
-    mode: str = TEXT
+    mode: ReplyMode = ReplyMode.TEXT
     sampling: Sampling | None = None
     call_sampler: Any = None     # tool_choice auto: the grammar chain, ready if the reply calls
     calls: CallStream | None = None
-    probe: Probe | None = None   # mode PROBE: the name being read
+    probe: Probe | None = None   # ReplyMode.PROBE: the name being read
     call_names: frozenset[str] = frozenset()  # the tools this reply may call
     max_calls: int = 1
     prefill_only: bool = False   # decode the prompt into the cache, answer nothing

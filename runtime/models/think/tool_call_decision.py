@@ -18,7 +18,7 @@ import numpy as np
 
 from runtime.executor import StepResult
 from runtime.models.think.llama_emit import ReplyEmitter
-from runtime.models.think.llama_sequences import CALL, PROBE, TEXT, Probe, Seq, SequencePool
+from runtime.models.think.llama_sequences import Probe, ReplyMode, Seq, SequencePool
 from runtime.models.think.llama_vocab import LlamaVocab
 from runtime.models.think.text_stream import Utf8Stream
 from runtime.models.think.tool_call_format import CallStream
@@ -74,7 +74,7 @@ class ToolCallDecision:
         head = self._dialect.call.head
         seq.probe = Probe(start=seq.pos, head=head,
                           text_token=self._lc.llama_sampler_sample(seq.sampler, self._ctx, idx))
-        seq.mode = PROBE
+        seq.mode = ReplyMode.PROBE
         bos = self._vocab.bos()
         seq.prompt = [t for t in self._vocab.tokenize(head) if t != bos]  # decoded by the next step
         return None
@@ -141,7 +141,7 @@ class ToolCallDecision:
         for tok in head_tokens:
             self._lc.llama_sampler_accept(sampler, tok)
         self.calls += 1
-        seq.sampler, seq.mode, seq.calls = sampler, CALL, CallStream(self._dialect.call)
+        seq.sampler, seq.mode, seq.calls = sampler, ReplyMode.CALL, CallStream(self._dialect.call)
         seq.calls.feed(head)   # decoded as prompt: the call's events start at its name
         seq.prompt, seq.pending, seq.finished = [last] + head_tokens, None, False
         seq.text = Utf8Stream()
@@ -151,13 +151,13 @@ class ToolCallDecision:
         """Switch an undecided reply to its call sampler; the first token when ``sample``."""
         self.calls += 1
         unused, seq.sampler = seq.sampler, seq.call_sampler
-        seq.mode, seq.calls, seq.call_sampler = CALL, CallStream(self._dialect.call), None
+        seq.mode, seq.calls, seq.call_sampler = ReplyMode.CALL, CallStream(self._dialect.call), None
         self._lc.llama_sampler_free(unused)
         return self._lc.llama_sampler_sample(seq.sampler, self._ctx, idx) if sample else None
 
     def _to_text(self, seq: Seq, idx: int | None, token: int | None = None) -> int:
         """Switch an undecided reply to text; its first token (``token`` if sampled already)."""
-        seq.mode = TEXT
+        seq.mode = ReplyMode.TEXT
         seq.max_tokens = min(seq.max_tokens, seq.sampling.max_tokens)
         self._lc.llama_sampler_free(seq.call_sampler)
         seq.call_sampler = None

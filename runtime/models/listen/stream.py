@@ -62,6 +62,7 @@ PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server
 # judged someone else's is judged again on sliding windows while it goes on
 # (the caller talking over another voice: voice_lock.py).
 VOICE_CHECK_MS = 700.0
+NARROWBAND_HZ = 8000           # a stream at this rate or under is a telephone line (voice_lock.py)
 
 
 class StreamState(enum.Enum):
@@ -94,7 +95,7 @@ class UtteranceStream:
         # voice lock (p.voice_lock): ``voice(tag, audio)`` submits a speaker
         # embedding job; what the vectors mean is the lock's (voice_lock.py)
         self.voice = voice
-        self.lock = VoiceLock() if voice is not None else None
+        self.lock = VoiceLock(narrowband=p.sample_rate <= NARROWBAND_HZ) if voice is not None else None
         self.voice_asked = False                       # this utterance's verdict was asked
         self.voice_gen = 0                             # numbers the verdicts asked (a late one is stale)
         self.voice_next_ms = VOICE_CHECK_MS            # this utterance's next window is asked then

@@ -17,11 +17,29 @@ and the engines themselves (``rnnoise``, ``webrtc-N``) for the choice.
 False starts: 60 s of each noise alone, the turns the VAD opened.  CPU: the
 denoiser alone, per audio second, on this machine.
 
-    .venv/bin/python -m benchmarks.noise_bench                  # SNR 5 dB, both lines
-    .venv/bin/python -m benchmarks.noise_bench --snr 0,5,10 --settings off,near_field,rnnoise
+The other people in the room: the ``voice_lock`` setting (no denoiser, the
+lock on the caller's voice) is measured by voice_lock_bench's functions on
+the caller talking over another person (``talker_0db``, ``talker_-5db``,
+``tv``): other people alone (``competing_talker_turns``), while a reply
+plays (``false_barge_ins``), and the caller's WER with the lock off and on.
 
-Prints a table; writes benchmarks/results/noise.json (``wer[line][noise@snr][setting]``,
-``false_starts[noise][setting]``, ``cpu_ms_per_audio_s[setting]``, the targets).
+    .venv/bin/python -m benchmarks.noise_bench                  # wide-band, SNR 5 and 0 dB, one lock caller
+    .venv/bin/python -m benchmarks.noise_bench --full           # + the phone line, three lock callers
+    .venv/bin/python -m benchmarks.noise_bench --quick          # SNR 5 dB, a quarter of the lock trials
+    .venv/bin/python -m benchmarks.noise_bench --snr 0,5,10 --settings off,near_field,rnnoise
+    .venv/bin/python -m benchmarks.noise_bench --first-audio    # + a real server's first audio (slow)
+
+Prints a table; writes ``--out`` (benchmarks/results/noise.json):
+``conditions[name][setting]`` for each condition (``clean``, ``babble_5db``,
+``babble_0db``, ``pink_5db`` ..., ``talker_0db``, ``talker_-5db``, ``tv``)
+with ``wer_off`` (no processing), ``wer_on`` (the setting), ``clean_wer``,
+``false_starts_babble_60s``, ``competing_talker_turns`` and
+``false_barge_ins`` (the voice lock's; null for a denoiser, which lets
+every other voice through), ``cpu_s_per_caller_minute`` and
+``first_audio_p50_ms`` (clean speech, with ``--first-audio``; else null);
+and as before ``wer[line][noise@snr][setting]``,
+``false_starts[noise][setting]``, ``cpu_ms_per_audio_s[setting]``, the
+targets, and ``voice_lock`` (voice_lock_bench's summary).
 """
 
 from __future__ import annotations
@@ -40,6 +58,8 @@ from voice_server.testing.report import write_json
 from voice_server.testing.speech_corpus import Clip, CorpusUnavailable, human_clips, phone_line
 from voice_server.testing.wer import corpus_wer
 
+LOCK = "voice_lock"        # the setting measured by voice_lock_bench (no denoiser)
+LOCK_CONDITIONS = ("talker_0db", "talker_-5db", "tv")
 SETTINGS = {"off": None, "near_field": "near_field", "far_field": "far_field",
             "rnnoise": "rnnoise"}
 BABBLE_TALKERS = 8
@@ -113,20 +133,133 @@ def denoiser_cpu_ms(setting, audio: np.ndarray) -> float:
     return (time.process_time() - c0) * 1000 / (audio.size / LISTEN_RATE_HZ)
 
 
-def main() -> int:
+def condition_name(set_name: str) -> str:
+    """``babble@5`` -> ``babble_5db``; ``clean`` stays."""
+    kind, _, snr = set_name.partition("@")
+    return f"{kind}_{snr}db" if snr else kind
+
+
+def voice_lock_results(callers_n: int, quick: bool) -> dict:
+    """voice_lock_bench on one caller or three (``quick``: a quarter of the
+    other people): its summary and mean WERs, lock on and off."""
+    from benchmarks import voice_lock_bench as vl
+
+    clips = human_clips()
+    ex = ListenExecutor(threads=1, asr_peek_ms=0, turn_model=None)
+    ex.load()
+    callers = {}
+    try:
+        for rid, caller in enumerate(["cards", "alsa", "librivox"][:callers_n]):
+            got = {}
+            for side, lock in (("on", True), ("off", False)):
+                cpu0 = ex.cpu_by_role().get("voice_lock", 0.0)
+                got[side] = vl.run_caller(ex, caller, clips, lock, 10 * rid + (not lock), np.random.default_rng(0),
+                                          quick)
+                if lock:
+                    cpu = ex.cpu_by_role().get("voice_lock", 0.0) - cpu0
+                    got[side]["cpu_s_per_caller_minute"] = cpu / (got[side]["audio_s"] / 60)
+            got["extra"] = vl.run_extra(ex, caller, clips, 10 * rid + 2, np.random.default_rng(1), quick)
+            callers[caller] = got
+            print("voice lock,", caller, {k: v for k, v in got["extra"].items()}, flush=True)
+    finally:
+        ex.close()
+    rows = list(callers.values())
+
+    def mean(f) -> float:
+        return round(float(np.mean([f(r) for r in rows])), 4)
+
+    out = {"callers": list(callers),
+           "clean_wer": {side: mean(lambda r: r[side]["clean"]["wer"]) for side in ("on", "off")},
+           "cpu_s_per_caller_minute": mean(lambda r: r["on"]["cpu_s_per_caller_minute"]),
+           "false_barge_ins": sum(r["extra"]["agent_speaking"]["false_barge_ins"] for r in rows),
+           "barge_in_trials": sum(r["extra"]["agent_speaking"]["competing_trials"] for r in rows)}
+    for cond in LOCK_CONDITIONS:
+        out[cond] = {side: {"wer": mean(lambda r: r[side][cond]["wer"]),
+                            **{k: sum(r[side][cond][k] for r in rows)
+                               for k in ("competing_talker_turns", "competing_trials",
+                                         "caller_turns", "caller_trials")}}
+                     for side in ("on", "off")}
+    return out
+
+
+def first_audio_p50_ms(config: str | None) -> float | None:
+    """A real server's first audio on clean speech: capacity_bench at one
+    caller (its recorded questions, three turns)."""
+    import asyncio
+
+    from benchmarks import capacity_bench
+
+    a = argparse.Namespace(config=config, url=None, key=None, levels="1", turns=3, seed=7)
+    return asyncio.run(capacity_bench.main_async(a))["1"]["first_audio_ms"]["p50"]
+
+
+def conditions(results: dict, settings: list[str]) -> dict:
+    """``conditions[name][setting]``: the issue's keys, from what was measured
+    (wide-band WER; the phone line's stays under ``wer``).  The voice lock's
+    rows come from voice_lock_bench's own clips (each caller's), so their
+    WERs compare with each other (lock off / on), not with the denoisers'."""
+    wide = results["wer"].get("wide") or next(iter(results["wer"].values()), {})
+    babble = results["false_starts"].get("babble", {})
+    first = results.get("first_audio_p50_ms")
+    lock = results.get(LOCK)
+    out: dict = {}
+
+    def row(setting: str, wer_off, wer_on, clean, extra: dict | None = None) -> dict:
+        cpu = results["cpu_ms_per_audio_s"].get(setting)
+        return {"wer_off": wer_off, "wer_on": wer_on, "clean_wer": clean,
+                "false_starts_babble_60s": babble.get(setting if setting != LOCK else "off"),
+                "competing_talker_turns": None, "false_barge_ins": None,
+                "cpu_s_per_caller_minute": None if cpu is None else round(cpu * 60 / 1000, 4),
+                "first_audio_p50_ms": first, **(extra or {})}
+
+    for set_name, by_setting in wide.items():
+        off = by_setting.get("off")
+        out[condition_name(set_name)] = {
+            name: row(name, off, wer, wide.get("clean", {}).get(name)) for name, wer in by_setting.items()}
+    if lock:
+        cpu = lock["cpu_s_per_caller_minute"]
+        for cond in LOCK_CONDITIONS:
+            on, off = lock[cond]["on"], lock[cond]["off"]
+            out.setdefault(cond, {})[LOCK] = row(LOCK, off["wer"], on["wer"], lock["clean_wer"]["on"], {
+                "competing_talker_turns": on["competing_talker_turns"],
+                "competing_trials": on["competing_trials"],
+                "caller_turns": on["caller_turns"], "caller_trials": on["caller_trials"],
+                "false_barge_ins": lock["false_barge_ins"],
+                "barge_in_trials": lock["barge_in_trials"], "cpu_s_per_caller_minute": cpu})
+            out[cond]["off"] = row("off", off["wer"], off["wer"], lock["clean_wer"]["off"], {
+                "competing_talker_turns": off["competing_talker_turns"],
+                "competing_trials": off["competing_trials"],
+                "caller_turns": off["caller_turns"], "caller_trials": off["caller_trials"]})
+        # voice_lock_bench's callers' own clips (not the clips above): off and on on the same ones
+        out.setdefault("clean", {})[LOCK] = row(LOCK, lock["clean_wer"]["off"], lock["clean_wer"]["on"],
+                                                lock["clean_wer"]["on"], {"cpu_s_per_caller_minute": cpu})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--snr", default="5", help="comma list of SNRs in dB (default 5)")
-    ap.add_argument("--lines", default="wide,phone")
-    ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--snr", default=None, help="comma list of SNRs in dB (default 5,0; --quick: 5)")
+    ap.add_argument("--lines", default=None, help="default wide (--full: wide,phone)")
+    ap.add_argument("--settings", default=",".join([*SETTINGS, LOCK]))
+    ap.add_argument("--quick", action="store_true",
+                    help="SNR 5 dB, the voice lock on a quarter of the other people: the run's "
+                         "shape, in a few minutes")
+    ap.add_argument("--full", action="store_true",
+                    help="the phone line too and the voice lock on three callers (~25 min)")
+    ap.add_argument("--first-audio", action="store_true",
+                    help="also start a real server and measure first audio on clean speech (slow)")
+    ap.add_argument("--config", default=None, help="the server's config for --first-audio")
     ap.add_argument("--out", default="benchmarks/results/noise.json")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     try:
         clips = [c for c in human_clips() if c.group != "cards"]
     except CorpusUnavailable as exc:
         print(f"no human clips: {exc}")
         return 2
-    snrs = [float(s) for s in a.snr.split(",")]
-    settings = {s: SETTINGS.get(s, s) for s in a.settings.split(",")}
+    snrs = [float(s) for s in (a.snr or ("5" if a.quick else "5,0")).split(",")]
+    lines = (a.lines or ("wide,phone" if a.full else "wide")).split(",")
+    names = a.settings.split(",")
+    settings = {s: SETTINGS.get(s, s) for s in names if s != LOCK}
     sets = noisy_sets(clips, snrs)
     ex = ListenExecutor(threads=1, asr_threads=1, asr_engine="whisper", asr_model="tiny.en")
     ex.load()
@@ -134,7 +267,7 @@ def main() -> int:
                      "wer": {}, "false_starts": {}, "cpu_ms_per_audio_s": {}}
     rid = 0
     try:
-        for line in a.lines.split(","):
+        for line in lines:
             for set_name, items in sets.items():
                 row = results["wer"].setdefault(line, {}).setdefault(set_name, {})
                 for name, setting in settings.items():   # side by side, same mixes
@@ -162,6 +295,17 @@ def main() -> int:
         ex.close()
     print("false starts on 60 s of noise alone:", results["false_starts"])
     print("denoiser CPU, ms per audio second:", results["cpu_ms_per_audio_s"])
+    if LOCK in names:
+        results[LOCK] = lock = voice_lock_results(3 if a.full else 1, a.quick)
+        print(f"{LOCK}: " + ", ".join(
+            f"{c} other alone {lock[c]['on']['competing_talker_turns']}/{lock[c]['on']['competing_trials']}"
+            f" caller {lock[c]['on']['caller_turns']}/{lock[c]['on']['caller_trials']}"
+            f" WER {lock[c]['off']['wer'] * 100:.1f}% -> {lock[c]['on']['wer'] * 100:.1f}%"
+            for c in LOCK_CONDITIONS) +
+            f"; false barge-ins {lock['false_barge_ins']}/{lock['barge_in_trials']},"
+            f" {lock['cpu_s_per_caller_minute']} CPU s per caller-minute", flush=True)
+    results["first_audio_p50_ms"] = first_audio_p50_ms(a.config) if a.first_audio else None
+    results["conditions"] = conditions(results, names)
     wide = results["wer"].get("wide", {})
     if "babble@5" in wide and "near_field" in settings and "off" in settings:
         off, on = wide["babble@5"]["off"], wide["babble@5"]["near_field"]

@@ -16,6 +16,19 @@ lock on and off:
 * ``cpu_s_per_caller_minute``: CPU of the speaker-embedding thread per minute
   of audio streamed with the lock on.
 
+And, with the lock on only (off, every one of these opens a turn):
+
+* ``short_words``: the first ``SHORT_WORD_S`` of speech of each clip alone
+  (a "yes", a "stop"): the caller's turns opened and other people's;
+* ``agent_speaking``: the same clips while the server says a reply plays
+  (``agent_speaking``): ``false_barge_ins`` counts another person's clips
+  that gave the session something to cancel the reply with (a
+  ``speech_started``, or an ``onset_dropped`` with words); the caller's
+  clips must still open a turn (``caller_barge_ins``);
+* ``phone``: enrolment and trials over an 8 kHz G.711 mu-law line
+  (speech_corpus.phone_line, as noise_bench's ``on_line``): other people alone, the caller alone and
+  over another talker at the same level.
+
 Conditions (``talker_Xdb``: the caller is X dB above the other talker, so at
 -5 dB the talker is the louder): ``talker_0db``, ``talker_-5db``, ``tv`` (other
 people's speech over a music-like chord bed, at 0 dB).
@@ -34,14 +47,15 @@ import numpy as np
 
 from runtime.executor import WorkItem
 from runtime.models.listen.executor import ListenExecutor
-from runtime.models.voice_contract import LISTEN_RATE_HZ
+from runtime.models.voice_contract import AGENT_SPEAKING, LISTEN_RATE_HZ
 from voice_server.testing.report import write_json
-from voice_server.testing.speech_corpus import Clip, human_clips, speaker_of
+from voice_server.testing.speech_corpus import Clip, human_clips, phone_line, speaker_of
 from voice_server.testing.wer import corpus_wer
 
 CHUNK = LISTEN_RATE_HZ * 20 // 1000
 SHORT_CLIP_S = 1.6
 CONDITIONS = {"talker_0db": 0.0, "talker_-5db": -5.0, "tv": 0.0}
+SHORT_WORD_S = 0.5
 
 
 def rms(x: np.ndarray) -> float:
@@ -71,14 +85,17 @@ def background(cond: str, other: np.ndarray, n: int, caller_rms: float,
     return (speech * caller_rms / rms(speech) * 10 ** (-CONDITIONS[cond] / 20)).astype(np.float32)
 
 
-def stream(ex: ListenExecutor, rid: int, audio: np.ndarray) -> list[dict]:
+def stream(ex: ListenExecutor, rid: int, audio: np.ndarray, rate: int = LISTEN_RATE_HZ,
+           params: dict | None = None) -> list[dict]:
     """One utterance's audio (with silence around it) in 20 ms chunks; each chunk's
-    jobs are waited out, so verdicts land no later than in real time."""
-    pad = np.zeros(LISTEN_RATE_HZ // 4, np.float32)
+    jobs are waited out, so verdicts land no later than in real time.  ``rate``:
+    the audio's own rate (8000 over the phone line); ``params``: each chunk's."""
+    pad = np.zeros(rate // 4, np.float32)
     pcm = (np.clip(np.concatenate([pad, audio, pad, pad, pad, pad]), -1, 1) * 32767).astype(np.int16)
+    chunk = rate * 20 // 1000
     out: list[dict] = []
-    for i in range(0, len(pcm), CHUNK):
-        [res] = ex.process([WorkItem(rid, pcm[i:i + CHUNK], {}, final=False)])
+    for i in range(0, len(pcm), chunk):
+        [res] = ex.process([WorkItem(rid, pcm[i:i + chunk], params or {}, final=False)])
         if isinstance(res, BaseException):
             raise res
         out += res
@@ -87,6 +104,21 @@ def stream(ex: ListenExecutor, rid: int, audio: np.ndarray) -> list[dict]:
             time.sleep(0.001)
         out += [e for r, evs in ex.collect() if r == rid for e in evs]
     return out
+
+
+def first_words(audio: np.ndarray, seconds: float = SHORT_WORD_S) -> np.ndarray:
+    """The first ``seconds`` from where the clip's speech starts (a 20 ms frame
+    within 20 dB of its loudest): a short word's worth of the speaker."""
+    step = LISTEN_RATE_HZ // 50
+    frames = [rms(audio[i:i + step]) for i in range(0, audio.size - step, step)]
+    start = next(i for i, f in enumerate(frames) if f >= 0.1 * max(frames)) * step
+    return audio[start:start + int(seconds * LISTEN_RATE_HZ)]
+
+
+def barge_ins(evs: list[dict]) -> int:
+    """Whether the session got something to cancel a playing reply with."""
+    return int(any(e["type"] == "speech_started" or
+                   (e["type"] == "onset_dropped" and e.get("text")) for e in evs))
 
 
 def turns(evs: list[dict]) -> int:
@@ -146,11 +178,77 @@ def run_caller(ex: ListenExecutor, caller: str, clips: list[Clip], lock: bool, r
         ex.release(rid)
 
 
+def enrol_caller(ex: ListenExecutor, rid: int, audios: list[np.ndarray], feed) -> int:
+    """The caller's clips, longest first, until the lock is enrolled: the clips
+    it took (0: never).  Two short clips may not hold the 2 s of voice it
+    needs, and another person's speech before enrolment would be enrolled
+    instead (two utterances of one other voice agree with each other)."""
+    for n, x in enumerate(audios, 1):
+        feed(ex, rid, x)
+        if ex._streams[rid].lock.enrolled:
+            return n
+    return 0
+
+
+def run_extra(ex: ListenExecutor, caller: str, clips: list[Clip], rid: int,
+              rng: np.random.Generator, quick: bool) -> dict:
+    """Short words, the agent speaking and the phone line, lock on (module doc)."""
+    mine = sorted((c for c in clips if speaker_of(c) == caller), key=lambda c: -c.seconds)
+    others = [c for c in clips if speaker_of(c) != caller]
+    if quick:
+        others = others[::4]
+    tests = mine[2:]
+    caller_rms = float(np.mean([rms(c.audio) for c in mine]))
+    out: dict = {}
+    ex.open(rid, {"voice_lock": True})
+    try:
+        out["enrol_clips"] = enrol_caller(ex, rid, [c.audio for c in mine], stream)
+        out["short_words"] = {
+            "caller_turns": sum(turns(stream(ex, rid, first_words(c.audio))) > 0 for c in tests),
+            "caller_trials": len(tests),
+            "other_turns": sum(turns(stream(ex, rid, first_words(o.audio))) > 0 for o in others),
+            "other_trials": len(others)}
+        talking = {AGENT_SPEAKING: True}
+        out["agent_speaking"] = {
+            "false_barge_ins": sum(barge_ins(stream(ex, rid, background("talker_0db", o.audio,
+                                                                        o.audio.size, caller_rms,
+                                                                        rng), params=talking))
+                                   for o in others),
+            "competing_trials": len(others),
+            "caller_barge_ins": sum(turns(stream(ex, rid, c.audio, params=talking)) > 0
+                                    for c in tests),
+            "caller_trials": len(tests)}
+    finally:
+        ex.release(rid)
+    ex.open(rid + 1, {"voice_lock": True, "sample_rate": 8000})
+    try:
+        def phone(x: np.ndarray) -> list[dict]:
+            return stream(ex, rid + 1, phone_line(x).astype(np.float32) / 32768.0, rate=8000)
+
+        enrolled = enrol_caller(ex, rid + 1, [c.audio for c in mine], lambda e, r, x: phone(x))
+        mixed = [c.audio + background("talker_0db", others[k % len(others)].audio, c.audio.size,
+                                      caller_rms, rng) for k, c in enumerate(tests)]
+        out["phone"] = {
+            "enrol_clips": enrolled,
+            "competing_talker_turns": sum(turns(phone(background("talker_0db", o.audio,
+                                                                 o.audio.size, caller_rms, rng)))
+                                          for o in others),
+            "competing_trials": len(others),
+            "caller_turns": sum(turns(phone(c.audio)) > 0 for c in tests),
+            "caller_over_talker_turns": sum(turns(phone(x)) > 0 for x in mixed),
+            "caller_trials": len(tests)}
+    finally:
+        ex.release(rid + 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="benchmarks/results/voice_lock.json")
     ap.add_argument("--quick", action="store_true",
                     help="one caller, a quarter of the other people's clips (checks it runs)")
+    ap.add_argument("--extra-only", action="store_true",
+                    help="only the short words, the agent speaking and the phone line")
     args = ap.parse_args(argv)
     clips = human_clips()
     callers = ["cards"] if args.quick else ["cards", "alsa", "librivox"]
@@ -161,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for caller in callers:
             results["callers"][caller] = {}
-            for lock in (True, False):
+            for lock in () if args.extra_only else (True, False):
                 cpu0 = ex.cpu_by_role().get("voice_lock", 0.0)
                 got = run_caller(ex, caller, clips, lock, rid, np.random.default_rng(0), args.quick)
                 rid += 1
@@ -170,21 +268,29 @@ def main(argv: list[str] | None = None) -> int:
                     got["cpu_s_per_caller_minute"] = round(cpu / (got["audio_s"] / 60), 3)
                 results["callers"][caller]["on" if lock else "off"] = got
                 print(caller, "lock on" if lock else "lock off", got, flush=True)
+            got = run_extra(ex, caller, clips, rid, np.random.default_rng(1), args.quick)
+            rid += 2
+            results["callers"][caller]["extra"] = got
+            print(caller, "lock on, extra", got, flush=True)
     finally:
         ex.close()
     summary: dict = {}
-    for cond in CONDITIONS:
+    for cond in () if args.extra_only else CONDITIONS:
         for side in ("on", "off"):
             rows = [r[side][cond] for r in results["callers"].values()]
             summary.setdefault(cond, {})[side] = {
                 k: sum(r[k] for r in rows) for k in ("competing_talker_turns", "competing_trials",
                                                      "caller_turns", "caller_trials",
                                                      "caller_short_turns", "caller_short_trials")}
-    summary["clean_wer"] = {side: float(np.mean([r[side]["clean"]["wer"]
-                                                 for r in results["callers"].values()]))
-                            for side in ("on", "off")}
-    summary["cpu_s_per_caller_minute"] = float(np.mean(
-        [r["on"]["cpu_s_per_caller_minute"] for r in results["callers"].values()]))
+    if not args.extra_only:
+        summary["clean_wer"] = {side: float(np.mean([r[side]["clean"]["wer"]
+                                                     for r in results["callers"].values()]))
+                                for side in ("on", "off")}
+        summary["cpu_s_per_caller_minute"] = float(np.mean(
+            [r["on"]["cpu_s_per_caller_minute"] for r in results["callers"].values()]))
+    for section in ("short_words", "agent_speaking", "phone"):
+        rows = [r["extra"][section] for r in results["callers"].values()]
+        summary[section] = {k: sum(r[k] for r in rows) for k in rows[0]}
     results["summary"] = summary
     print(summary)
     write_json(args.out, results)

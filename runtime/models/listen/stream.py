@@ -28,7 +28,7 @@ from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
 from runtime.models.listen.turn_wait import TEXT_CUT_P, TEXT_END_P, Pause
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.vad_params import VadParams
-from runtime.models.listen.voice_lock import Verdict, VoiceLock
+from runtime.models.listen.voice_lock import HOP_S, WINDOW_S, Verdict, VoiceLock, is_last
 from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, TURN_LIKELY_OVER,
                                            onset_dropped_event, onset_event, partial_event,
                                            speech_paused_event, speech_resumed_event,
@@ -58,8 +58,11 @@ SEMANTIC_PAUSE_MS = 32.0       # recognition starts at the first silent frame: t
 PAUSE_EVENT_MS = 64.0          # speech_paused after this much silence (a server deciding an interruption)
 # With a voice enrolled, an utterance is judged after this much of it (from its
 # onset, lead-in excluded): the first 0.7 s of a person's speech tells them
-# apart (voice_lock.py); a shorter one is judged when it pauses.
+# apart (voice_lock.py); a shorter one is judged when it pauses.  An utterance
+# judged someone else's is judged again on sliding windows while it goes on
+# (the caller talking over another voice: voice_lock.py).
 VOICE_CHECK_MS = 700.0
+NARROWBAND_HZ = 8000           # a stream at this rate or under is a telephone line (voice_lock.py)
 
 
 class StreamState(enum.Enum):
@@ -92,9 +95,11 @@ class UtteranceStream:
         # voice lock (p.voice_lock): ``voice(tag, audio)`` submits a speaker
         # embedding job; what the vectors mean is the lock's (voice_lock.py)
         self.voice = voice
-        self.lock = VoiceLock() if voice is not None else None
+        self.lock = VoiceLock(narrowband=p.sample_rate <= NARROWBAND_HZ) if voice is not None else None
         self.voice_asked = False                       # this utterance's verdict was asked
         self.voice_gen = 0                             # numbers the verdicts asked (a late one is stale)
+        self.voice_next_ms = VOICE_CHECK_MS            # this utterance's next window is asked then
+        self.voice_windows = 0                         # windows of this utterance asked so far
         self.voice_counts = {"voice_caller": 0, "voice_other": 0, "voice_enrolled": 0,
                              "voice_errors": 0}
         self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
@@ -276,6 +281,8 @@ class UtteranceStream:
             if self.lock is not None and self.lock.enrolled:
                 self.state = StreamState.CHECKING    # speech_started waits for the verdict
                 self.voice_asked = False
+                self.voice_next_ms = VOICE_CHECK_MS
+                self.voice_windows = 0
                 return
             self._confirm(out)
 
@@ -294,15 +301,23 @@ class UtteranceStream:
 
     def _checking_frame(self, end: int, silent_ms: float) -> None:
         """Speech the VAD confirmed, not yet known to be the caller's: the verdict
-        is asked once enough of it is heard, or when it pauses (a short word)."""
+        is asked once enough of it is heard, or when it pauses (a short word);
+        while windows are judged someone else's and it goes on, the latest
+        window again every hop (voice_lock.py)."""
         if self.voice_asked:
             return
         spoken_ms = (end - self.onset) * 1000 / LISTEN_RATE_HZ
-        if spoken_ms >= VOICE_CHECK_MS or silent_ms >= PENDING_GAP_MS:
+        paused = silent_ms >= PENDING_GAP_MS
+        if spoken_ms >= self.voice_next_ms or paused:
+            self.voice_windows += 1
             self.voice_asked = True
             self.voice_gen += 1
-            self.voice(("voice", self.voice_gen, self.voiced_s),
-                       np.concatenate(list(self.turn_audio)))
+            self.voice_next_ms = spoken_ms + HOP_S * 1000
+            audio = np.concatenate(list(self.turn_audio))
+            if self.voice_windows > 1:     # the first hears all there is (lead-in too)
+                audio = audio[-int(WINDOW_S * LISTEN_RATE_HZ):]
+            self.voice(("voice", self.voice_gen, self.voiced_s, is_last(spoken_ms / 1000, paused)),
+                       audio)
 
     def _foreign_frame(self, prob: float, start: int, end: int) -> None:
         """Someone else's utterance: nothing is read or said until it pauses."""
@@ -329,6 +344,8 @@ class UtteranceStream:
         if verdict is Verdict.CALLER:
             self.voice_counts["voice_caller"] += 1
             self._confirm(out)
+        elif not tag[3]:
+            self.voice_asked = False        # not this window: the next one, while it goes on
         else:
             self.voice_counts["voice_other"] += 1
             out.append(onset_dropped_event())     # a paused reply resumes; no turn opened

@@ -94,3 +94,23 @@ def test_voice_lock_param_is_checked_at_the_edge():
     assert VadParams.from_dicts({"voice_lock": True}, {"voice_lock": False}).voice_lock is False
     with pytest.raises(StageError, match="voice_lock"):
         VadParams.from_dicts({}, {"voice_lock": "on"})
+
+
+def test_a_telephone_line_has_higher_bars():
+    """Voices over 8 kHz G.711 are less apart: another person alone reached 0.48."""
+    from runtime.models.listen.voice_lock import NARROW_ACCEPT, NARROW_SHORT_ACCEPT
+
+    lock = enrolled()
+    lock.narrowband = True
+    assert lock.verdict(near(CALLER, ACCEPT + 0.05), 2.0) is Verdict.OTHER
+    assert lock.verdict(near(CALLER, NARROW_ACCEPT + 0.01), 2.0) is Verdict.CALLER
+    assert lock.verdict(near(CALLER, NARROW_SHORT_ACCEPT + 0.01), SHORT_S - 0.1) is Verdict.CALLER
+    assert lock.verdict(near(CALLER, NARROW_SHORT_ACCEPT - 0.01), SHORT_S - 0.1) is Verdict.OTHER
+
+
+def test_windows_are_judged_until_a_pause_or_the_limit():
+    from runtime.models.listen.voice_lock import CHECK_MAX_S, HOP_S, is_last
+
+    assert not is_last(0.7, paused=False)
+    assert is_last(0.7, paused=True)
+    assert is_last(CHECK_MAX_S - HOP_S / 2, paused=False)

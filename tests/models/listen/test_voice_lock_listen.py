@@ -3,7 +3,9 @@
 The caller is the speaker of the card names; once enrolled from two of their
 utterances, other people's recordings (the alsa phrases, a LibriVox reader,
 "go forward ten meters") open no turn and reach no transcript, and the caller
-still opens turns, their shortest command ("ten of clubs", 1.1 s) included.
+still opens turns, their shortest command ("ten of clubs", 1.1 s) included,
+and so does the caller talking over another person at the same level (the
+lock judges the window of the utterance that matches best).
 """
 
 from __future__ import annotations
@@ -84,6 +86,31 @@ def test_another_person_opens_no_turn_after_enrolment_and_the_caller_still_does(
             assert " of " in " ".join(finals(evs)).lower()   # tiny.en: "10 of close" is words enough
         counts = ex._streams[rid].voice_counts
         assert counts["voice_other"] >= 3 and counts["voice_caller"] == 2   # a pause splits one
+    finally:
+        ex.release(rid)
+
+
+def rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(x))))
+
+
+def test_the_caller_over_another_talker_at_the_same_level_still_opens_a_turn(ex, clips):
+    """"five five" with "front left" said over it at the caller's level: the
+    first second's vector is the mix (0.30 against the caller's voice, under
+    the bar); a later window where the caller dominates passes (0.6)."""
+    rid = 9003
+    ex.open(rid, {"voice_lock": True})
+    try:
+        for own in ("cards-005", "cards-002"):
+            run(ex, rid, with_pause(clips[own]))
+        assert ex._streams[rid].lock.enrolled
+        caller, other = clips["cards-004"], clips["alsa-Front_Left"]
+        over = np.resize(other, caller.size) * rms(caller) / rms(other)
+        evs = run(ex, rid, with_pause(caller + over))
+        assert started(evs) == 1, evs
+        # the other person alone, at that level, still opens nothing
+        evs = run(ex, rid, with_pause(other * rms(caller) / rms(other)))
+        assert started(evs) == 0, evs
     finally:
         ex.release(rid)
 

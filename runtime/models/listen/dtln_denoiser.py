@@ -17,7 +17,7 @@ what an enhancer takes away, so fully enhanced audio recognises worse than
 the untouched input (every enhancer measured here does).  Adding part of the
 input back (``wet``: the enhanced share) keeps those cues and still lowers
 babble and hiss: on benchmarks/noise_bench.py's mixes DTLN at ``wet=0.7``
-was the only enhancer tried that lowered Whisper's WER on babble
+was the only enhancer tried that clearly lowered Whisper's WER on babble
 (docs/PERFORMANCE.md).
 """
 

@@ -58,6 +58,8 @@ def test_sample_i_out_is_sample_i_in_whatever_the_chunks(clips):
         out = denoised(audio, 0.7, chunk)
         assert np.allclose(out, whole[:out.size], atol=1e-5)
     assert si_sdr(audio[:whole.size], whole) > si_sdr(audio[SHIFT:SHIFT + whole.size], whole)
+    dry = denoised(audio, 0.0, 333)            # the input it mixes in is the same sample
+    assert np.array_equal(dry, audio[:dry.size])
 
 
 def test_the_settings_and_their_mix():

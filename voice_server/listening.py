@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from runtime.errors import ErrorCode
-from runtime.models.voice_contract import (AGENT_SPEAKING, FINAL, LISTEN, LISTEN_LANGUAGE,
+from runtime.models.voice_contract import (AGENT_SPEAKING, LINE_RATE, FINAL, LISTEN, LISTEN_LANGUAGE,
                                            LISTEN_LANGUAGE_START, LISTEN_RATE_HZ,
                                            LISTEN_TIME_KEYS)
 
@@ -41,6 +41,7 @@ class ListenStream:
     task: Optional[asyncio.Task] = None
     ended: bool = False  # we ended/aborted it on purpose
     agent_speaking: bool | None = None   # what the stage was last told (AGENT_SPEAKING)
+    line_rate: int | None = None         # and the caller's line rate (LINE_RATE)
 
 
 @dataclass
@@ -112,7 +113,7 @@ class Listening:
                     continue
                 pcm = parts[0] if len(parts) == 1 else np.concatenate(parts)
                 try:
-                    await cur.handle.send(pcm, params=self._agent_update(cur))
+                    await cur.handle.send(pcm, params=self._updates(cur))
                 except Exception as exc:  # noqa: BLE001
                     log.warning("listen send failed: %r", exc)
             elif isinstance(item, _Open):
@@ -123,20 +124,26 @@ class Listening:
                 await self._end(cur)
                 cur = None
 
-    def _agent_update(self, stream: ListenStream) -> dict | None:
-        """The stage spends early readings by whether the caller hears a reply
-        (voice_contract.AGENT_SPEAKING): say so on the first chunk after it changed."""
-        speaking = bool(self.host.session.agent_speaking)
-        if speaking == stream.agent_speaking:
-            return None
-        stream.agent_speaking = speaking
-        return {AGENT_SPEAKING: speaking}
+    def _updates(self, stream: ListenStream) -> dict | None:
+        """What the stage is told on the first chunk after it changed: whether
+        the caller hears a reply (voice_contract.AGENT_SPEAKING), which spends
+        early readings by it, and the rate of the caller's line (LINE_RATE)."""
+        session = self.host.session
+        out = {}
+        speaking = bool(session.agent_speaking)
+        if speaking != stream.agent_speaking:
+            stream.agent_speaking = out[AGENT_SPEAKING] = speaking
+        rate = session.input_rate
+        if rate is not None and rate != stream.line_rate:
+            stream.line_rate = out[LINE_RATE] = rate
+        return out or None
 
     async def _open(self, stream: ListenStream) -> None:
         host = self.host
         stream.agent_speaking = bool(host.session.agent_speaking)
+        stream.line_rate = host.session.input_rate
         params = {"sample_rate": LISTEN_RATE_HZ, **stream.params,
-                  AGENT_SPEAKING: stream.agent_speaking}
+                  AGENT_SPEAKING: stream.agent_speaking, LINE_RATE: stream.line_rate}
         try:
             h = await host.pipeline.submit(None, entry=LISTEN, stream_input=True, params=params,
                                            deadline_s=host.opt.listen_deadline_s)

@@ -85,6 +85,10 @@ LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
 # an interruption, only over a reply; the later ones, which ready the reply's
 # prompt, only when no reply plays.  Absent: every early reading runs.
 AGENT_SPEAKING = "agent_speaking"
+# A listen request's param, at its open or on a chunk when it changes: the
+# rate the caller's audio had before the server brought it to 16 kHz (8000:
+# a telephone line).  The voice lock is not applied below 16 kHz (voice_lock.py).
+LINE_RATE = "line_rate"
 # A listen request's language params (runtime/models/listen/language.py): the
 # client's pin (ISO-639-1; None: detect), and where a new stream of a session
 # starts from when it detected one before (a hint, not a pin).  A multilingual

@@ -48,10 +48,6 @@ def checked_update(updated: dict) -> None:
     assert s["audio"]["input"]["noise_reduction"] == {"type": "near_field"}, s
 
 
-@pytest.mark.xfail(strict=False, reason="issue 41 finding: served over the WebSocket, the "
-                   "'go forward' speaker opens a turn after the caller's enrolment (the lock "
-                   "judges it the caller's), where the listen stage fed the same audio and "
-                   "params directly drops it")
 async def test_websocket_caller_other_person_caller(server):
     c = await RTClient.connect(f"ws://127.0.0.1:{server.port}/v1/realtime")
     try:

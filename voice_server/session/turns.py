@@ -92,6 +92,13 @@ class Turns:
         return out
 
     @property
+    def input_rate(self) -> int | None:
+        """The rate the caller's audio comes at (None before any): 8000 on a
+        telephone line, which the listen stage is told (voice_contract.LINE_RATE)."""
+        r = self._input.resampler
+        return None if r is None else int(r.in_rate)
+
+    @property
     def input_ms(self) -> float:
         """Position of the input timeline (ms of input audio received)."""
         return self._input.samples * 1000.0 / LISTEN_RATE_HZ

@@ -20,7 +20,8 @@ from typing import Optional
 import numpy as np
 from aiortp import DtmfEvent, RtpPacket
 
-from voice_server.audio_codec import alaw_decode, mulaw_decode, mulaw_encode, resample
+from voice_server.audio_codec import alaw_decode, mulaw_decode, resample
+from voice_server.transports.sip.payload import PCMU, PayloadCodec, PayloadFormat
 
 VOICED_LEVEL = 200  # mean |sample| of a 20 ms frame that carries voice (silence is ~0-8)
 
@@ -39,7 +40,7 @@ def pcap_rtp(path: Path) -> list[RtpPacket]:
 
 
 class RtpPeer(asyncio.DatagramProtocol):
-    def __init__(self) -> None:
+    def __init__(self, mic_format: PayloadFormat = PCMU) -> None:
         self.received: list[tuple[float, RtpPacket]] = []
         self.transport: Optional[asyncio.DatagramTransport] = None
         self.remote: Optional[tuple[str, int]] = None  # the agent's RTP address
@@ -47,10 +48,11 @@ class RtpPeer(asyncio.DatagramProtocol):
         self.seq = 1000
         self.ts = 0
         self._said: list[tuple[np.ndarray, asyncio.Future, asyncio.Future]] = []  # mic queue
+        self.mic_codec = PayloadCodec(mic_format)   # what :meth:`mic` sends (the offer's codec)
 
     @classmethod
-    async def open(cls, host: str = "127.0.0.1") -> "RtpPeer":
-        peer = cls()
+    async def open(cls, host: str = "127.0.0.1", mic_format: PayloadFormat = PCMU) -> "RtpPeer":
+        peer = cls(mic_format)
         loop = asyncio.get_running_loop()
         peer.transport, _ = await loop.create_datagram_endpoint(lambda: peer, local_addr=(host, 0))
         return peer
@@ -131,22 +133,26 @@ class RtpPeer(asyncio.DatagramProtocol):
         and last frame went out."""
         loop = asyncio.get_running_loop()
         started, ended = loop.create_future(), loop.create_future()
-        self._said.append((resample(np.asarray(pcm, np.int16), rate, 8000), started, ended))
+        self._said.append((resample(np.asarray(pcm, np.int16), rate,
+                                    self.mic_codec.format.sample_rate), started, ended))
         return started, ended
 
     async def mic(self) -> None:
-        """PCMU, one 20 ms frame every tick as a phone sends it: queued speech,
-        else silence (run it as a task; cancel it to stop)."""
+        """One 20 ms frame every tick as a phone sends it, in ``mic_format``
+        (PCMU unless said): queued speech, else silence (run it as a task;
+        cancel it to stop)."""
+        fmt = self.mic_codec.format
+        n = fmt.frame_samples
         t0, k, pos = time.monotonic(), 0, 0
         while True:
-            frame = np.zeros(160, np.int16)
+            frame = np.zeros(n, np.int16)
             if self._said:
                 pcm, started, ended = self._said[0]
                 if pos == 0 and not started.done():
                     started.set_result(time.monotonic())
-                chunk = pcm[pos:pos + 160]
+                chunk = pcm[pos:pos + n]
                 frame[:chunk.size] = chunk
-                pos += 160
+                pos += n
                 if pos >= pcm.size:
                     self._said.pop(0)
                     pos = 0
@@ -154,9 +160,9 @@ class RtpPeer(asyncio.DatagramProtocol):
                         ended.set_result(time.monotonic())
             if self.remote is not None:
                 self.seq = (self.seq + 1) & 0xFFFF
-                self.ts = (self.ts + 160) & 0xFFFFFFFF
-                pkt = RtpPacket(payload_type=0, sequence_number=self.seq, timestamp=self.ts,
-                                ssrc=self.ssrc, payload=mulaw_encode(frame))
+                self.ts = (self.ts + fmt.timestamp_step) & 0xFFFFFFFF
+                pkt = RtpPacket(payload_type=fmt.payload_type, sequence_number=self.seq,
+                                timestamp=self.ts, ssrc=self.ssrc, payload=self.mic_codec.encode(frame))
                 self.transport.sendto(pkt.serialize(), self.remote)
             k += 1
             await asyncio.sleep(max(0.0, t0 + k * 0.02 - time.monotonic()))

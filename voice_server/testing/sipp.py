@@ -31,6 +31,8 @@ OFFER_PCMA = "m=audio [$rtp] RTP/AVP 8 101\na=rtpmap:8 PCMA/8000\n" \
              "a=rtpmap:101 telephone-event/8000\na=fmtp:101 0-15\na=ptime:20"
 OFFER_PCMU = "m=audio [$rtp] RTP/AVP 0 101\na=rtpmap:0 PCMU/8000\n" \
              "a=rtpmap:101 telephone-event/8000\na=fmtp:101 0-15\na=ptime:20"
+OFFER_G722 = "m=audio [$rtp] RTP/AVP 9 101\na=rtpmap:9 G722/8000\n" \
+             "a=rtpmap:101 telephone-event/8000\na=fmtp:101 0-15\na=ptime:20"
 OFFER_G729 = "m=audio [$rtp] RTP/AVP 18\na=rtpmap:18 G729/8000\na=ptime:20"
 
 

@@ -97,7 +97,9 @@ async def caller_other_caller(server, say: Callable[[np.ndarray], Awaitable[None
     await until_stats(server, lambda s: s.get("voice_other", 0) > before.get("voice_other", 0),
                       timeout, f"the lock's verdict on {other} (turns {turns()})")
     assert len(turns()) == 2, turns()
-    await say(audio[CALLER_AGAIN])
+    # a second of quiet first: speech that follows someone else's at once is
+    # heard as them going on (their utterance ends at its pause)
+    await say(np.concatenate([np.zeros(16000, np.int16), audio[CALLER_AGAIN]]))
     await until(lambda: len(turns()) >= 3 and turns()[2], timeout, "the caller's turn again")
     got = turns()
     assert len(got) == 3, got

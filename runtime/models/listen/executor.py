@@ -70,7 +70,7 @@ from runtime.models.listen.stream import UtteranceStream
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.vad_params import DEFAULTS, VadParams
 from runtime.models.listen.whisper_asr import ALT_PROMPT
-from runtime.models.voice_contract import (AGENT_SPEAKING, LISTEN_RATE_HZ, SPEECH_STARTED,
+from runtime.models.voice_contract import (AGENT_SPEAKING, LINE_RATE, LISTEN_RATE_HZ, SPEECH_STARTED,
                                            SPEECH_STOPPED)
 
 log = logging.getLogger(__name__)
@@ -364,6 +364,8 @@ class ListenExecutor(ChunkExecutor):
             self.peek_every_ms,
             self._turn_job(self._voice_job_thread(), request_id, self._embedder.embed)
             if p.voice_lock else None)
+        if (params or {}).get(LINE_RATE) is not None:
+            self._streams[request_id].hear_line(params[LINE_RATE])
 
     def _voice_job_thread(self) -> RecognitionThread:
         """The speaker embedding's thread, started with its model by the first
@@ -463,6 +465,8 @@ class ListenExecutor(ChunkExecutor):
                     self.open(item.request_id, item.params)
                     s = self._streams[item.request_id]
                 s.hear_agent(item.params.get(AGENT_SPEAKING))
+                if item.params.get(LINE_RATE) is not None:
+                    s.hear_line(item.params[LINE_RATE])
                 audio = to_mono_float32(item.payload) if item.payload is not None \
                     else np.zeros(0, dtype=np.float32)
                 plans.append((i, s, s.frames(audio, bool(item.final)), bool(item.final)))

@@ -15,6 +15,7 @@ models (tests/models/listen/test_peek_policy.py, test_text_turn_end.py).
 from __future__ import annotations
 
 import enum
+import logging
 import math
 from collections import deque
 
@@ -28,12 +29,15 @@ from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
 from runtime.models.listen.turn_wait import TEXT_CUT_P, TEXT_END_P, Pause
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.vad_params import VadParams
-from runtime.models.listen.voice_lock import HOP_S, WINDOW_S, Verdict, VoiceLock, is_last
+from runtime.models.listen.voice_lock import (AFTER_OTHER_S, HOP_S, WINDOW_S, Verdict, VoiceAsk,
+                                             VoiceLock, is_last)
 from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, TURN_LIKELY_OVER,
                                            onset_dropped_event, onset_event, partial_event,
                                            speech_paused_event, speech_resumed_event,
                                            speech_started_event, speech_stopped_event,
                                            turn_continues_event)
+
+log = logging.getLogger(__name__)
 
 # A pending onset survives short dips (plosives, pauses between syllables) but
 # not a real pause: a click followed by silence must not later be glued to
@@ -95,13 +99,14 @@ class UtteranceStream:
         # voice lock (p.voice_lock): ``voice(tag, audio)`` submits a speaker
         # embedding job; what the vectors mean is the lock's (voice_lock.py)
         self.voice = voice
-        self.lock = VoiceLock(narrowband=p.sample_rate <= NARROWBAND_HZ) if voice is not None else None
+        self.lock = VoiceLock() if voice is not None else None
+        self.other_end: int | None = None              # where the last utterance judged someone else's ended
         self.voice_asked = False                       # this utterance's verdict was asked
         self.voice_gen = 0                             # numbers the verdicts asked (a late one is stale)
         self.voice_next_ms = VOICE_CHECK_MS            # this utterance's next window is asked then
         self.voice_windows = 0                         # windows of this utterance asked so far
         self.voice_counts = {"voice_caller": 0, "voice_other": 0, "voice_enrolled": 0,
-                             "voice_errors": 0}
+                             "voice_errors": 0, "voice_narrowband_unlocked": 0}
         self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
         self.peek_every_ms = peek_every_ms   # and again this often while it goes on (0: once)
         self.next_peek_ms = peek_ms
@@ -135,6 +140,10 @@ class UtteranceStream:
         self.pause_said = False                        # speech_paused sent for this silence
         self.turn_audio: deque[np.ndarray] = deque(maxlen=int(SMART_TURN_WINDOW_S * LISTEN_RATE_HZ
                                                               // FRAME_SAMPLES))
+        # the utterance's speech frames alone (no lead-in, no pauses): what the
+        # voice lock embeds, since silence embeds alike for everyone and lifts
+        # another person's score toward the caller's (voice_lock.py)
+        self.voiced_audio: deque[np.ndarray] = deque(maxlen=self.turn_audio.maxlen)
         self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0,
                          "text_cut": 0}
         self.likely_over = False                       # turn_likely_over sent for this pause
@@ -159,6 +168,7 @@ class UtteranceStream:
         self.likely_over = False
         self._forget_verdict()
         self.turn_audio.clear()
+        self.voiced_audio.clear()
         self.paused = False
         self.pause_said = False
         self.next_peek_ms = self.peek_ms
@@ -181,6 +191,7 @@ class UtteranceStream:
         self.utt.feed(frame)
         self.turn_audio.append(frame)
         if prob >= self.neg_threshold:
+            self.voiced_audio.append(frame)
             self._voiced_frame(out)
         elif self.silence_start is None:
             self.silence_start = start
@@ -215,6 +226,7 @@ class UtteranceStream:
         if self.preroll.size:
             self.turn_audio.append(self.preroll)
         self.turn_audio.append(frame)
+        self.voiced_audio.append(frame)
         self.preroll = np.zeros(0, dtype=np.float32)
         self._maybe_confirm(out)
 
@@ -313,11 +325,13 @@ class UtteranceStream:
             self.voice_asked = True
             self.voice_gen += 1
             self.voice_next_ms = spoken_ms + HOP_S * 1000
-            audio = np.concatenate(list(self.turn_audio))
-            if self.voice_windows > 1:     # the first hears all there is (lead-in too)
+            audio = np.concatenate(list(self.voiced_audio))
+            if self.voice_windows > 1:     # the first hears all the speech there is
                 audio = audio[-int(WINDOW_S * LISTEN_RATE_HZ):]
-            self.voice(("voice", self.voice_gen, self.voiced_s, is_last(spoken_ms / 1000, paused)),
-                       audio)
+            after_other = self.other_end is not None and \
+                (self.onset - self.other_end) / LISTEN_RATE_HZ < AFTER_OTHER_S
+            self.voice(VoiceAsk(self.voice_gen, self.voiced_s, is_last(spoken_ms / 1000, paused),
+                                self.voice_windows > 1, after_other), audio)
 
     def _foreign_frame(self, prob: float, start: int, end: int) -> None:
         """Someone else's utterance: nothing is read or said until it pauses."""
@@ -327,16 +341,18 @@ class UtteranceStream:
         if self.silence_start is None:
             self.silence_start = start
         if (end - self.silence_start) * 1000 / LISTEN_RATE_HZ >= PENDING_GAP_MS:
+            self.other_end = self.silence_start
             self._to_idle()
 
-    def _on_voice(self, tag: tuple, value) -> list:
+    def _on_voice(self, ask: VoiceAsk, value) -> list:
         """The verdict on the utterance being checked (a stale one is ignored)."""
-        if self.state is not StreamState.CHECKING or tag[1] != self.voice_gen:
+        if self.state is not StreamState.CHECKING or ask.gen != self.voice_gen:
             return []
         try:
             if isinstance(value, BaseException):
                 raise ValueError(str(value))
-            verdict = self.lock.verdict(value, float(tag[2]))
+            verdict = self.lock.verdict(value, float(ask.voiced_s), later_window=ask.later_window,
+                                        after_other=ask.after_other)
         except ValueError:
             self.voice_counts["voice_errors"] += 1     # fail open: a caller is never locked out
             verdict = Verdict.CALLER
@@ -344,7 +360,7 @@ class UtteranceStream:
         if verdict is Verdict.CALLER:
             self.voice_counts["voice_caller"] += 1
             self._confirm(out)
-        elif not tag[3]:
+        elif not ask.last:
             self.voice_asked = False        # not this window: the next one, while it goes on
         else:
             self.voice_counts["voice_other"] += 1
@@ -355,10 +371,12 @@ class UtteranceStream:
 
     def _offer_voice(self) -> None:
         """While no voice is enrolled, each finished utterance is a candidate."""
-        if self.lock is not None and not self.lock.enrolled and self.turn_audio:
-            self.voice(("enrol", 0, self.voiced_s), np.concatenate(list(self.turn_audio)))
+        if self.lock is not None and not self.lock.enrolled and self.voiced_audio:
+            self.voice(("enrol", 0, self.voiced_s), np.concatenate(list(self.voiced_audio)))
 
     def _on_enrol(self, tag: tuple, value) -> None:
+        if self.lock is None:          # unlocked meanwhile (a telephone line: hear_line)
+            return
         try:
             if isinstance(value, BaseException):
                 raise ValueError(str(value))
@@ -366,6 +384,19 @@ class UtteranceStream:
                 self.voice_counts["voice_enrolled"] += 1
         except ValueError:
             self.voice_counts["voice_errors"] += 1
+
+    def hear_line(self, rate) -> None:
+        """The caller's line (``LINE_RATE``): a telephone line's 8 kHz audio does
+        not tell people apart (voice_lock.py), so its stream is not locked; the
+        counters and the log say so."""
+        if self.lock is None or not isinstance(rate, (int, float)) or rate > NARROWBAND_HZ:
+            return
+        log.warning("listen: voice_lock is not applied to a %s Hz line: a telephone line's "
+                    "audio does not tell voices apart", rate)
+        self.lock = self.voice = None
+        self.voice_counts["voice_narrowband_unlocked"] = 1
+        if self.state is StreamState.CHECKING:
+            self.state = StreamState.PENDING    # judged by the VAD alone from here
 
     def hear_agent(self, speaking: bool | None) -> None:
         """The server's word (``AGENT_SPEAKING``) on whether the caller hears a reply now."""
@@ -464,7 +495,7 @@ class UtteranceStream:
 
     # -- recognition results ------------------------------------------------
     def on_result(self, tag, value) -> list:
-        if isinstance(tag, tuple) and tag[0] == "voice":
+        if isinstance(tag, VoiceAsk):
             return self._on_voice(tag, value)
         if isinstance(tag, tuple) and tag[0] == "enrol":
             self._on_enrol(tag, value)

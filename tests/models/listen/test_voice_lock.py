@@ -96,16 +96,22 @@ def test_voice_lock_param_is_checked_at_the_edge():
         VadParams.from_dicts({}, {"voice_lock": "on"})
 
 
-def test_a_telephone_line_has_higher_bars():
-    """Voices over 8 kHz G.711 are less apart: another person alone reached 0.48."""
-    from runtime.models.listen.voice_lock import NARROW_ACCEPT, NARROW_SHORT_ACCEPT
+def test_a_later_window_has_a_higher_bar():
+    """Each window after the first is one more chance for someone else to pass."""
+    from runtime.models.listen.voice_lock import WINDOW_ACCEPT
 
     lock = enrolled()
-    lock.narrowband = True
-    assert lock.verdict(near(CALLER, ACCEPT + 0.05), 2.0) is Verdict.OTHER
-    assert lock.verdict(near(CALLER, NARROW_ACCEPT + 0.01), 2.0) is Verdict.CALLER
-    assert lock.verdict(near(CALLER, NARROW_SHORT_ACCEPT + 0.01), SHORT_S - 0.1) is Verdict.CALLER
-    assert lock.verdict(near(CALLER, NARROW_SHORT_ACCEPT - 0.01), SHORT_S - 0.1) is Verdict.OTHER
+    assert lock.verdict(near(CALLER, ACCEPT + 0.02), 2.0) is Verdict.CALLER
+    assert lock.verdict(near(CALLER, ACCEPT + 0.02), 2.0, later_window=True) is Verdict.OTHER
+    assert lock.verdict(near(CALLER, WINDOW_ACCEPT + 0.01), 2.0, later_window=True) is Verdict.CALLER
+
+
+def test_a_short_word_just_after_someone_else_gets_the_long_bar():
+    """"front ... center": the other person going on is not let through by the short bar."""
+    lock = enrolled()
+    short = near(CALLER, SHORT_ACCEPT + 0.02)
+    assert lock.verdict(short, SHORT_S - 0.1) is Verdict.CALLER
+    assert lock.verdict(short, SHORT_S - 0.1, after_other=True) is Verdict.OTHER
 
 
 def test_windows_are_judged_until_a_pause_or_the_limit():

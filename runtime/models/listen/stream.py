@@ -147,6 +147,7 @@ class UtteranceStream:
         self.verdicts = {"complete": 0, "incomplete": 0, "text_end": 0, "text_goes_on": 0,
                          "text_cut": 0}
         self.likely_over = False                       # turn_likely_over sent for this pause
+        self.hear_line(p.sample_rate)                  # audio sent at a telephone line's rate
 
     @staticmethod
     def _ms(samples: int) -> int:

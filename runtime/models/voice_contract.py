@@ -87,7 +87,7 @@ LISTEN_TIME_KEYS = ("audio_start_ms", "audio_end_ms")
 AGENT_SPEAKING = "agent_speaking"
 # A listen request's param, at its open or on a chunk when it changes: the
 # rate the caller's audio had before the server brought it to 16 kHz (8000:
-# a telephone line).  The voice lock is not applied below 16 kHz (voice_lock.py).
+# a telephone line), on which the voice lock has higher bars (voice_lock.py).
 LINE_RATE = "line_rate"
 # A listen request's language params (runtime/models/listen/language.py): the
 # client's pin (ISO-639-1; None: detect), and where a new stream of a session

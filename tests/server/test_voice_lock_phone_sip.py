@@ -8,10 +8,9 @@ People's recordings (voice_server/testing/voice_lock_script.py) over SIP on
 a wide-band G.722 line (SIPp, RTP from :class:`RtpPeer`): the caller speaks
 twice and gets a turn each time (and is enrolled), another person's
 recording opens no turn (no user item; the listen stage counts it as someone
-else), the caller again gets a turn.  Over an 8 kHz line (Twilio Media
-Streams) the lock is not applied, since such audio does not tell voices
-apart (voice_lock.py): the stream says so and the caller is heard.  Telnyx's custom parameters are
-seen to reach the listen stage.  Replies are off (``create_response`` false
+else), the caller again gets a turn; and the same over an 8 kHz line
+(Twilio Media Streams), where the lock has the telephone line's bars.
+Telnyx's custom parameters are seen to reach the listen stage.  Replies are off (``create_response`` false
 in the phone defaults here): the features are the listen side's.
 """
 
@@ -32,7 +31,7 @@ from voice_server.testing.phone_clients import PhoneClient
 from voice_server.testing.rtp_peer import RtpPeer
 from voice_server.testing.sipp import OFFER_G722, SippCall, free_port, sipp_available
 from voice_server.testing.twilio_client import TwilioClient
-from voice_server.testing.voice_lock_script import (caller_other_caller, clips, until,
+from voice_server.testing.voice_lock_script import (caller_other_caller, listen_stats, until,
                                                     until_stats, user_turns)
 
 pytestmark = pytest.mark.timeout(120)
@@ -66,24 +65,25 @@ def the_call(endpoint):
     return next(iter(endpoint.calls.values()), None)
 
 
-async def test_twilio_line_is_not_locked_and_the_caller_is_heard(server):
-    """An 8 kHz line does not tell voices apart (voice_lock.py): with the lock
-    asked for, the stream says it is not applied and the caller is still heard."""
+async def test_twilio_caller_other_person_caller(server):
+    """An 8 kHz line: the lock judges with the telephone line's bars."""
     with phone_defaults(server):
         c = await TwilioClient.connect(f"ws://127.0.0.1:{server.port}")
     try:
         call = await until(lambda: the_call(server.app.state.twilio), 20, "the call")
         s = call.session.settings
         assert s.voice_lock is True and s.noise_reduction == "near_field", s
-        done = asyncio.get_running_loop().create_future()
-        pcm = clips()["cards-003"]
-        c.mic_q.put_nowait((mulaw_encode(resample(pcm, 16000, 8000)), done))
-        await done
-        await until(lambda: user_turns(call.session.conversation.items)
-                    and user_turns(call.session.conversation.items)[0], 60, "the caller's turn")
-        st = await until_stats(server, lambda s: s.get("streams_noise_reduction_near_field") == 1,
-                               30, "the call's listen stream")
-        assert st.get("voice_narrowband_unlocked", 0) >= 1 and not st.get("streams_voice_lock"), st
+
+        async def say(pcm16k: np.ndarray) -> None:   # the client's mic: real time, then silence
+            done = asyncio.get_running_loop().create_future()
+            c.mic_q.put_nowait((mulaw_encode(resample(pcm16k, 16000, 8000)), done))
+            await done
+
+        got = await caller_other_caller(
+            server, say, lambda: user_turns(call.session.conversation.items),
+            "alsa-Front_Center", "near_field")
+        assert not any("center" in t.lower() for t in got), got
+        assert (await listen_stats(server)).get("voice_narrowband") == 1
     finally:
         await c.close()
 
@@ -97,10 +97,8 @@ async def test_telnyx_custom_parameters_reach_the_listen_stage(server):
         await until(lambda: call.session.settings.voice_lock is True
                     and call.session.settings.noise_reduction == "far_field", 20,
                     "the custom parameters' session.update")
-        # an 8 kHz line: the stage is asked for the lock and says it does not apply there
         await until_stats(server, lambda s: s.get("streams_noise_reduction_far_field") == 1
-                          and s.get("voice_narrowband_unlocked", 0) >= 1, 30,
-                          "the call's listen stream")
+                          and s.get("streams_voice_lock") == 1, 30, "the call's listen stream")
     finally:
         await c.close()
 

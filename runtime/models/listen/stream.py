@@ -15,7 +15,6 @@ models (tests/models/listen/test_peek_policy.py, test_text_turn_end.py).
 from __future__ import annotations
 
 import enum
-import logging
 import math
 from collections import deque
 
@@ -36,8 +35,6 @@ from runtime.models.voice_contract import (INTERIM, LISTEN_RATE_HZ, PARTIAL, TUR
                                            speech_paused_event, speech_resumed_event,
                                            speech_started_event, speech_stopped_event,
                                            turn_continues_event)
-
-log = logging.getLogger(__name__)
 
 # A pending onset survives short dips (plosives, pauses between syllables) but
 # not a real pause: a click followed by silence must not later be glued to
@@ -106,7 +103,7 @@ class UtteranceStream:
         self.voice_next_ms = VOICE_CHECK_MS            # this utterance's next window is asked then
         self.voice_windows = 0                         # windows of this utterance asked so far
         self.voice_counts = {"voice_caller": 0, "voice_other": 0, "voice_enrolled": 0,
-                             "voice_errors": 0, "voice_narrowband_unlocked": 0}
+                             "voice_errors": 0, "voice_narrowband": 0}
         self.peek_ms = peek_ms        # early transcript after this much speech (0: none)
         self.peek_every_ms = peek_every_ms   # and again this often while it goes on (0: once)
         self.next_peek_ms = peek_ms
@@ -376,8 +373,6 @@ class UtteranceStream:
             self.voice(("enrol", 0, self.voiced_s), np.concatenate(list(self.voiced_audio)))
 
     def _on_enrol(self, tag: tuple, value) -> None:
-        if self.lock is None:          # unlocked meanwhile (a telephone line: hear_line)
-            return
         try:
             if isinstance(value, BaseException):
                 raise ValueError(str(value))
@@ -387,17 +382,13 @@ class UtteranceStream:
             self.voice_counts["voice_errors"] += 1
 
     def hear_line(self, rate) -> None:
-        """The caller's line (``LINE_RATE``): a telephone line's 8 kHz audio does
-        not tell people apart (voice_lock.py), so its stream is not locked; the
-        counters and the log say so."""
+        """The caller's line (``LINE_RATE``, or the stream's own rate): voices on a
+        telephone line's 8 kHz audio score closer together, so the lock has
+        higher bars there (voice_lock.py); the counters say so."""
         if self.lock is None or not isinstance(rate, (int, float)) or rate > NARROWBAND_HZ:
             return
-        log.warning("listen: voice_lock is not applied to a %s Hz line: a telephone line's "
-                    "audio does not tell voices apart", rate)
-        self.lock = self.voice = None
-        self.voice_counts["voice_narrowband_unlocked"] = 1
-        if self.state is StreamState.CHECKING:
-            self.state = StreamState.PENDING    # judged by the VAD alone from here
+        self.lock.narrowband = True
+        self.voice_counts["voice_narrowband"] = 1
 
     def hear_agent(self, speaking: bool | None) -> None:
         """The server's word (``AGENT_SPEAKING``) on whether the caller hears a reply now."""

@@ -106,6 +106,21 @@ def test_a_later_window_has_a_higher_bar():
     assert lock.verdict(near(CALLER, WINDOW_ACCEPT + 0.01), 2.0, later_window=True) is Verdict.CALLER
 
 
+def test_a_telephone_line_has_higher_bars():
+    """Every score is higher on an 8 kHz line, other people's too."""
+    from runtime.models.listen.voice_lock import (NARROW_ACCEPT, NARROW_SHORT_ACCEPT,
+                                                  NARROW_WINDOW_ACCEPT)
+
+    lock = enrolled()
+    lock.narrowband = True
+    assert lock.verdict(near(CALLER, ACCEPT + 0.05), 2.0) is Verdict.OTHER
+    assert lock.verdict(near(CALLER, NARROW_ACCEPT + 0.01), 2.0) is Verdict.CALLER
+    assert lock.verdict(near(CALLER, NARROW_SHORT_ACCEPT + 0.01), SHORT_S - 0.1) is Verdict.CALLER
+    assert lock.verdict(near(CALLER, NARROW_ACCEPT + 0.01), 2.0, later_window=True) is Verdict.OTHER
+    assert lock.verdict(near(CALLER, NARROW_WINDOW_ACCEPT + 0.01), 2.0,
+                        later_window=True) is Verdict.CALLER
+
+
 def test_a_short_word_just_after_someone_else_gets_the_long_bar():
     """"front ... center": the other person going on is not let through by the short bar."""
     lock = enrolled()

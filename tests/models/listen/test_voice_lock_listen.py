@@ -126,24 +126,17 @@ def test_the_lock_is_off_unless_asked(ex, clips):
         ex.release(rid)
 
 
-def test_a_telephone_line_is_not_locked(ex, clips):
-    """8 kHz audio does not tell voices apart (voice_lock.py): a stream sent at
-    8 kHz, or told its caller's line is 8 kHz (LINE_RATE), is not locked, and
-    says so; a later wide-band line rate changes nothing back."""
+def test_a_telephone_line_has_the_narrow_band_bars(ex, clips):
+    """A stream sent at 8 kHz, or told its caller's line is 8 kHz (LINE_RATE),
+    judges with the telephone line's bars (voice_lock.py); a wide-band line not."""
     from runtime.models.voice_contract import LINE_RATE
 
-    for rid, params in ((9003, {"voice_lock": True, "sample_rate": 8000}),
-                        (9004, {"voice_lock": True, LINE_RATE: 8000})):
+    for rid, params, narrow in ((9003, {"voice_lock": True, "sample_rate": 8000}, True),
+                                (9004, {"voice_lock": True, LINE_RATE: 8000}, True),
+                                (9005, {"voice_lock": True, LINE_RATE: 16000}, False)):
         ex.open(rid, params)
         try:
             s = ex._streams[rid]
-            assert s.lock is None and s.voice_counts["voice_narrowband_unlocked"] == 1
-            s.hear_line(16000)
-            assert s.lock is None
+            assert s.lock.narrowband is narrow and s.voice_counts["voice_narrowband"] == int(narrow)
         finally:
             ex.release(rid)
-    ex.open(9005, {"voice_lock": True, LINE_RATE: 16000})
-    try:
-        assert ex._streams[9005].lock is not None
-    finally:
-        ex.release(9005)

@@ -172,7 +172,9 @@ def voice_lock_results(callers_n: int, quick: bool) -> dict:
            "clean_wer": {side: mean(lambda r: r[side]["clean"]["wer"]) for side in ("on", "off")},
            "cpu_s_per_caller_minute": mean(lambda r: r["on"]["cpu_s_per_caller_minute"]),
            "false_barge_ins": sum(r["extra"]["agent_speaking"]["false_barge_ins"] for r in rows),
-           "barge_in_trials": sum(r["extra"]["agent_speaking"]["competing_trials"] for r in rows)}
+           "barge_in_trials": sum(r["extra"]["agent_speaking"]["competing_trials"] for r in rows),
+           # 60 s of eight other people talking at once, after the caller's enrolment
+           "false_starts_babble_60s": max(r["extra"]["babble"]["false_starts_60s"] for r in rows)}
     for cond in LOCK_CONDITIONS:
         out[cond] = {side: {"wer": mean(lambda r: r[side][cond]["wer"]),
                             **{k: sum(r[side][cond][k] for r in rows)
@@ -207,7 +209,8 @@ def conditions(results: dict, settings: list[str]) -> dict:
     def row(setting: str, wer_off, wer_on, clean, extra: dict | None = None) -> dict:
         cpu = results["cpu_ms_per_audio_s"].get(setting)
         return {"wer_off": wer_off, "wer_on": wer_on, "clean_wer": clean,
-                "false_starts_babble_60s": babble.get(setting if setting != LOCK else "off"),
+                "false_starts_babble_60s": lock["false_starts_babble_60s"] if setting == LOCK and lock
+                else babble.get(setting),
                 "competing_talker_turns": None, "false_barge_ins": None,
                 "cpu_s_per_caller_minute": None if cpu is None else round(cpu * 60 / 1000, 4),
                 "first_audio_p50_ms": first, **(extra or {})}

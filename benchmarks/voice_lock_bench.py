@@ -25,6 +25,9 @@ And, with the lock on only (off, every one of these opens a turn):
   that gave the session something to cancel the reply with (a
   ``speech_started``, or an ``onset_dropped`` with words); the caller's
   clips must still open a turn (``caller_barge_ins``);
+* ``babble``: 60 s of eight other people talking at once, as loud as the
+  caller, after the caller's enrolment: the turns it opened
+  (``false_starts_60s``; issue 41's target: at most 1);
 * ``phone``: enrolment and trials over an 8 kHz G.711 mu-law line
   (speech_corpus.phone_line, as noise_bench's ``on_line``): other people alone, the caller alone and
   over another talker at the same level.
@@ -218,6 +221,13 @@ def run_extra(ex: ListenExecutor, caller: str, clips: list[Clip], rid: int,
             "caller_barge_ins": sum(turns(stream(ex, rid, c.audio, params=talking)) > 0
                                     for c in tests),
             "caller_trials": len(tests)}
+        # a room full of talk after enrolment: eight other people at once
+        from benchmarks.noise_bench import BABBLE_TALKERS, NOISE_ONLY_S, babble_noise
+
+        room = babble_noise(int(NOISE_ONLY_S * LISTEN_RATE_HZ), [o.audio for o in others], rng)
+        room *= caller_rms / max(rms(room), 1e-9)          # as loud as the caller
+        out["babble"] = {"false_starts_60s": turns(stream(ex, rid, room)),
+                         "talkers": BABBLE_TALKERS, "seconds": NOISE_ONLY_S}
     finally:
         ex.release(rid)
     ex.open(rid + 1, {"voice_lock": True, "sample_rate": 8000})
@@ -291,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     for section in ("short_words", "agent_speaking", "phone"):
         rows = [r["extra"][section] for r in results["callers"].values()]
         summary[section] = {k: sum(r[k] for r in rows) for k in rows[0]}
+    babble = [r["extra"]["babble"]["false_starts_60s"] for r in results["callers"].values()]
+    summary["babble"] = {"false_starts_60s_max": max(babble), "trials_of_60s": len(babble)}
     results["summary"] = summary
     print(summary)
     write_json(args.out, results)

@@ -125,8 +125,11 @@ def engines_after(srv: ServerThread, before: dict[str, int]) -> set[str]:
         time.sleep(0.2)
 
 
-def spanish_turn(srv: ServerThread, pcm: np.ndarray, session: dict | None = None) -> None:
-    async def run() -> None:
+def spoken_turn(srv: ServerThread, pcm: np.ndarray, session: dict | None = None,
+                timeout: float = 60) -> RTClient:
+    """One spoken turn in a new session (24 kHz pcm16 in 50 ms appends), answered;
+    the client, closed, with its events."""
+    async def run() -> RTClient:
         c = await RTClient.connect(srv.url)
         await c.wait("session.created")
         if session:
@@ -135,20 +138,21 @@ def spanish_turn(srv: ServerThread, pcm: np.ndarray, session: dict | None = None
         for i in range(0, pcm.size, 2400):
             await c.send({"type": "input_audio_buffer.append",
                           "audio": base64.b64encode(pcm[i:i + 2400].tobytes()).decode()})
-        done = await c.wait("response.done", timeout=60)
+        done = await c.wait("response.done", timeout=timeout)
         assert answered(done["response"]), done
         await c.close()
-    asyncio.run(run())
+        return c
+    return asyncio.run(run())
 
 
 def test_the_language_picks_the_voice_and_a_named_voice_wins(multilingual, tmp_path):
     silence = np.zeros(24000, dtype="<i2")
     pcm = np.concatenate([silence // 2, espeak_24k(GREETING, tmp_path), silence, silence])
     before = settled_counts(multilingual)
-    spanish_turn(multilingual, pcm)                   # no voice chosen: Spanish's
+    spoken_turn(multilingual, pcm)                    # no voice chosen: Spanish's
     assert engines_after(multilingual, before) == {"espeak"}
     before = settled_counts(multilingual)
-    spanish_turn(multilingual, pcm, {"type": "realtime", "audio": {"output": {"voice": "heart"}}})
+    spoken_turn(multilingual, pcm, {"type": "realtime", "audio": {"output": {"voice": "heart"}}})
     assert engines_after(multilingual, before) == {"hibari"}
 
 
@@ -175,19 +179,7 @@ def test_a_japanese_turn_is_heard_answered_and_spoken_by_kokoro(multilingual):
     silence = np.zeros(24000, dtype="<i2")
     pcm = np.concatenate([silence // 2, kokoro_24k(JAPANESE), silence, silence])
     before = settled_counts(multilingual)
-
-    async def run() -> RTClient:
-        c = await RTClient.connect(multilingual.url)
-        await c.wait("session.created")
-        for i in range(0, pcm.size, 2400):
-            await c.send({"type": "input_audio_buffer.append",
-                          "audio": base64.b64encode(pcm[i:i + 2400].tobytes()).decode()})
-        done = await c.wait("response.done", timeout=90)
-        assert answered(done["response"]), done
-        await c.close()
-        return c
-
-    c = asyncio.run(run())
+    c = spoken_turn(multilingual, pcm, timeout=90)
     [changed] = c.of_type("voice_agent.language.changed")
     assert (changed["language"], changed["source"]) == ("ja", "detected")
     [heard] = c.of_type("conversation.item.input_audio_transcription.completed")

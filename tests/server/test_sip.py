@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 
 import pytest
 
@@ -23,6 +22,7 @@ from voice_server.transports.sip.endpoint import SipEndpoint
 from voice_server.transports.sip.incoming import IncomingCall, Reject
 from voice_server.transports.sip.settings import SipSettings
 from voice_server.testing.rtp_peer import RtpPeer
+from voice_server.testing.waiting import until
 from voice_server.testing.sipp import (OFFER_G729, OFFER_PCMU, SIPP_SHARE, SPEECH_PCAP,
                                        SippCall, free_port, sipp_available)
 
@@ -50,18 +50,6 @@ def sip_endpoint(server):
     yield make
     for ep in made:
         server.call(ep.close)
-
-
-async def until(cond, timeout: float = 30.0, what: str = "condition"):
-    """Poll ``cond()`` until it is truthy (bounded); returns its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def nothing_left(server, ep: SipEndpoint) -> None:

@@ -13,18 +13,10 @@ import numpy as np
 import pytest
 
 from voice_server.testing.rtp_peer import RtpPeer
+from voice_server.testing.waiting import until
 from voice_server.transports.sip.media import MediaEvents
 from voice_server.transports.sip.media_remote import MediaProcess
 from voice_server.transports.sip.payload import PCMU
-
-
-async def until(cond, timeout: float, what: str) -> None:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 class Seen:

@@ -20,6 +20,7 @@ import numpy as np
 from voice_server.session.items import Item
 
 from .speech_corpus import human_clips
+from .waiting import until
 
 CALLER_ENROL = ("cards-005", "cards-002")   # 3.5 s + 2 s: enough voice to enrol
 CALLER_AGAIN = "cards-003"                  # "seven of clubs"
@@ -28,18 +29,6 @@ CALLER_AGAIN = "cards-003"                  # "seven of clubs"
 def clips() -> dict[str, np.ndarray]:
     """Name -> 16 kHz int16 samples of every recording."""
     return {c.name: (np.clip(c.audio, -1, 1) * 32767).astype(np.int16) for c in human_clips()}
-
-
-async def until(cond: Callable[[], object], timeout: float = 60.0, what: str = "condition"):
-    """Poll ``cond()`` until truthy (bounded, never a fixed sleep); its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def listen_stats(server) -> dict:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.errors import ErrorCode, StageError
+from runtime.models.listen.enhancer_session import enhancer_session
 from runtime.models.model_files import DTLN_ONNX, dtln_onnx
 
 BLOCK = 512
@@ -43,20 +43,9 @@ WET = 0.7                      # the enhanced share of the "dtln" engine (measur
 def dtln_sessions(folder: str | None = None) -> tuple:
     """The process's two onnxruntime sessions (one thread each: a stream's steps
     are sequential, and the listen stage's other work has the rest)."""
-    import onnxruntime as ort
-
     paths = [Path(folder) / n if folder else dtln_onnx(n) for n in DTLN_ONNX]
-    for p in paths:
-        if not p.is_file():
-            raise StageError(ErrorCode.STAGE_UNAVAILABLE,
-                             f"{p} not found: run `make setup` (or python -m "
-                             "runtime.models.listen.fetch_dtln)")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return tuple(ort.InferenceSession(str(p), sess_options=options,
-                                      providers=["CPUExecutionProvider"]) for p in paths)
+    return tuple(enhancer_session(p, "runtime.models.listen.fetch_dtln", spinning=False)
+                 for p in paths)
 
 
 class DtlnDenoiser:

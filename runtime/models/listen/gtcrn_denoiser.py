@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.errors import ErrorCode, StageError
+from runtime.models.listen.enhancer_session import enhancer_session
 from runtime.models.model_files import gtcrn_onnx
 
 FFT = 512
@@ -40,17 +40,7 @@ CACHES = {"conv_cache": (2, 1, 16, 16, 33), "tra_cache": (2, 3, 1, 1, 16),
 def gtcrn_session(path: str | None = None):
     """The process's onnxruntime session of the graph (one thread: a stream's
     frames are sequential, and the listen stage's other work has the rest)."""
-    import onnxruntime as ort
-
-    p = Path(path) if path else gtcrn_onnx()
-    if not p.is_file():
-        raise StageError(ErrorCode.STAGE_UNAVAILABLE,
-                         f"{p} not found: run `make setup` (or python -m "
-                         "runtime.models.listen.fetch_gtcrn)")
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(p), sess_options=options, providers=["CPUExecutionProvider"])
+    return enhancer_session(Path(path) if path else gtcrn_onnx(), "runtime.models.listen.fetch_gtcrn")
 
 
 class GtcrnDenoiser:

@@ -11,23 +11,10 @@ import pytest
 from runtime.errors import StageError
 from runtime.models.listen.denoise import make_denoiser
 from runtime.models.listen.dtln_denoiser import LATENCY, SHIFT, DtlnDenoiser, dtln_sessions
+from voice_server.testing.enhancement import at_snr, si_sdr
 from voice_server.testing.speech_corpus import human_clips
 
 SR = 16000
-
-
-def si_sdr(ref: np.ndarray, est: np.ndarray) -> float:
-    """Scale-invariant signal-to-distortion ratio, dB (higher: closer to ``ref``)."""
-    n = min(ref.size, est.size)
-    ref, est = ref[:n].astype(np.float64), est[:n].astype(np.float64)
-    target = ref * (est @ ref) / (ref @ ref)
-    return float(10 * np.log10((target @ target) / ((est - target) @ (est - target))))
-
-
-def at_snr(speech: np.ndarray, noise: np.ndarray, snr_db: float) -> np.ndarray:
-    noise = np.resize(noise, speech.size)
-    scale = np.sqrt(np.mean(speech ** 2) / (np.mean(noise ** 2) * 10 ** (snr_db / 10)))
-    return (speech + noise * scale).astype(np.float32)
 
 
 def denoised(audio: np.ndarray, wet: float = 0.7, chunk: int = 320) -> np.ndarray:

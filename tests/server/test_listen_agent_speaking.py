@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from runtime.models.voice_contract import AGENT_SPEAKING
+from runtime.models.voice_contract import AGENT_SPEAKING, LINE_RATE
 from voice_server.listening import Listening
 from voice_server.session import ConfigureListen, FeedListen
 
@@ -50,7 +50,7 @@ class RecordingPipeline:
 
 
 async def test_agent_speaking_rides_on_the_first_chunk_after_it_changed():
-    session = SimpleNamespace(agent_speaking=False, input_ms=0.0)
+    session = SimpleNamespace(agent_speaking=False, input_ms=0.0, input_rate=None)
     pipeline = RecordingPipeline()
     host = SimpleNamespace(session=session, pipeline=pipeline, live={}, closed=False,
                            opt=SimpleNamespace(listen_deadline_s=60),
@@ -73,6 +73,11 @@ async def test_agent_speaking_rides_on_the_first_chunk_after_it_changed():
         assert pipeline.submitted[0][AGENT_SPEAKING] is False
         assert pipeline.handle.sent == [None, None, {AGENT_SPEAKING: True}, None,
                                         {AGENT_SPEAKING: False}, None]
+        # the caller's line rate rides the same way, once known (voice_contract.LINE_RATE)
+        session.input_rate = 8000
+        await feed(False)
+        await feed(False)
+        assert pipeline.handle.sent[-2:] == [{LINE_RATE: 8000}, None]
     finally:
         listening.stop()
         await asyncio.wait_for(pipeline.handle.done.wait(), 5)

@@ -61,16 +61,19 @@ def phone_defaults(srv):
             ep.settings = s
 
 
-def the_call(endpoint):
-    return next(iter(endpoint.calls.values()), None)
+def the_call(endpoint, before: frozenset = frozenset()):
+    """The endpoint's call not among ``before`` (the calls an earlier test on
+    the shared server may not have finished ending)."""
+    return next((c for k, c in endpoint.calls.items() if k not in before), None)
 
 
 async def test_twilio_caller_other_person_caller(server):
     """An 8 kHz line: the lock judges with the telephone line's bars."""
+    before = frozenset(server.app.state.twilio.calls)
     with phone_defaults(server):
         c = await TwilioClient.connect(f"ws://127.0.0.1:{server.port}")
     try:
-        call = await until(lambda: the_call(server.app.state.twilio), 20, "the call")
+        call = await until(lambda: the_call(server.app.state.twilio, before), 20, "the call")
         s = call.session.settings
         assert s.voice_lock is True and s.noise_reduction == "near_field", s
 
@@ -90,10 +93,12 @@ async def test_twilio_caller_other_person_caller(server):
 
 async def test_telnyx_custom_parameters_reach_the_listen_stage(server):
     """No server default: the number's custom parameters turn both on."""
+    before = frozenset(server.app.state.phone["telnyx"].calls)
     c = await PhoneClient.connect(f"ws://127.0.0.1:{server.port}", "telnyx",
                                   {"voice_lock": "true", "noise_reduction": "far_field"})
     try:
-        call = await until(lambda: the_call(server.app.state.phone["telnyx"]), 20, "the call")
+        call = await until(lambda: the_call(server.app.state.phone["telnyx"], before), 20,
+                           "the call")
         await until(lambda: call.session.settings.voice_lock is True
                     and call.session.settings.noise_reduction == "far_field", 20,
                     "the custom parameters' session.update")
@@ -104,16 +109,18 @@ async def test_telnyx_custom_parameters_reach_the_listen_stage(server):
 
 
 async def test_a_bad_custom_parameter_is_refused_and_the_call_goes_on(server):
+    before = frozenset(server.app.state.phone["telnyx"].calls)
     c = await PhoneClient.connect(f"ws://127.0.0.1:{server.port}", "telnyx",
                                   {"voice_lock": "sometimes", "instructions": "Be brief."})
     try:
-        call = await until(lambda: the_call(server.app.state.phone["telnyx"]), 20, "the call")
+        call = await until(lambda: the_call(server.app.state.phone["telnyx"], before), 20,
+                           "the call")
         # the bad field is refused, its error logged (a phone line has no error
         # channel); the update's other fields apply
         await until(lambda: call._error_log.count >= 1, 20, "the refused field's error")
         await until(lambda: call.session.settings.instructions == "Be brief.", 20, "the rest")
         assert call.session.settings.voice_lock is None
-        assert not c.closed and the_call(server.app.state.phone["telnyx"]) is call
+        assert not c.closed and the_call(server.app.state.phone["telnyx"], before) is call
     finally:
         await c.close()
 

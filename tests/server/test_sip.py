@@ -22,7 +22,7 @@ from voice_server.transports.sip.endpoint import SipEndpoint
 from voice_server.transports.sip.incoming import IncomingCall, Reject
 from voice_server.transports.sip.settings import SipSettings
 from voice_server.testing.rtp_peer import RtpPeer
-from voice_server.testing.waiting import until
+from voice_server.testing.waiting import answered_call, until
 from voice_server.testing.sipp import (OFFER_G729, OFFER_PCMU, SIPP_SHARE, SPEECH_PCAP,
                                        SippCall, free_port, sipp_available)
 
@@ -74,7 +74,7 @@ async def test_spoken_turn_barge_in_keys_out_wrong_source_and_agent_bye(server, 
     caller = asyncio.ensure_future(SippCall(ep.sip.port, peer.port).invite()
                                    .await_bye(90000).arun(120))
     try:
-        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        call = await answered_call(ep)
         assert call.plan.format.name == "PCMA" and call.headers  # the INVITE's headers kept
         assert any(h["name"].lower() == "call-id" for h in call.headers)
         peer.remote = stranger.remote = ("127.0.0.1", call.port)
@@ -116,7 +116,7 @@ async def test_keys_in_hold_resume_and_caller_bye_over_tcp(server, sip_endpoint)
               .reinvite("sendrecv", "sendrecv").pause(500).bye())
     caller = asyncio.ensure_future(script.arun(60))
     try:
-        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        call = await answered_call(ep)
         assert call.info.transport == "tcp" and call.plan.format.name == "PCMU"
         await until(lambda: call.held, 20, "the hold")
         assert not call.media.sending and call.runner is not None and not call.finished
@@ -140,7 +140,7 @@ async def test_transfer_by_refer_completed_and_refused(server, sip_endpoint):
         # completed, and the agent leaves the call (BYE)
         caller = asyncio.ensure_future(SippCall(ep.sip.port, peer.port).invite()
                                        .transfer(200).await_bye().arun(60))
-        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        call = await answered_call(ep)
         outcome = await server.acall(call.control.transfer, "sip:desk@127.0.0.1", timeout=60)
         assert (outcome.status, outcome.sip_status) == ("completed", 200)
         result = await caller
@@ -174,7 +174,7 @@ async def test_the_agent_ends_the_call_itself_after_its_goodbye(server, sip_endp
     caller = asyncio.ensure_future(SippCall(ep.sip.port, peer.port).invite()
                                    .await_bye(60000).arun(90))
     try:
-        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        call = await answered_call(ep)
         peer.remote = ("127.0.0.1", call.port)
         seen: list[dict] = []
         await server.acall(call.runner.watch, seen.append)

@@ -29,7 +29,9 @@ from voice_server.testing.baresip_ctrl import (CommandFailed, NetstringError, Ne
                                                netstring)
 from voice_server.testing.speech_corpus import human_clips
 from voice_server.testing.wer import normalize
-from .test_sip import nothing_left, reply_texts, until
+from voice_server.testing.waiting import answered_call, until
+
+from .test_sip import nothing_left, reply_texts
 from .test_sip_outbound import api, dial_endpoint, placed, record_of
 
 # `make setup` installs baresip-core: missing is a failure, not a skip
@@ -101,7 +103,7 @@ async def test_baresip_calls_and_hears_the_spoken_reply(server, sip, phone, whis
         mark = ctl.mark()
         await ctl.command("dial", f"sip:agent@127.0.0.1:{ep.sip.port}")
         await ctl.event("CALL_ESTABLISHED", 20, since=mark)
-        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        call = await answered_call(ep)
         assert call.plan.format.name in ("PCMU", "PCMA")
         said = await reply_played(server, call)
         await ctl.command("hangup")

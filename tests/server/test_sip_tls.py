@@ -32,7 +32,9 @@ from voice_server.transports.sip.settings import SipSettings, TlsSettings
 from voice_server.testing.rtp_peer import RtpPeer
 from voice_server.testing.sip_tls_peer import TlsCaller, TlsSipPeer, answer, sdp, self_signed
 from voice_server.testing.sipp import SPEECH_PCAP, free_port
-from .test_sip import nothing_left, until
+from voice_server.testing.waiting import answered_call, until
+
+from .test_sip import nothing_left
 from .test_sip_outbound import api
 
 pytestmark = [pytest.mark.timeout(180)]
@@ -142,7 +144,7 @@ async def test_a_call_over_tls_is_answered_spoken_to_and_hung_up(server, tls_ep,
         assert ok.header("content-type") == "application/sdp" and ok.audio_port()
         contact = ok.header("contact")
         assert f"127.0.0.1:{port};transport=tls>" in contact, contact
-        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        call = await answered_call(ep)
         assert call.info.transport == "tls" and call.plan.format.name == "PCMA"
         # the caller speaks; the agent's voice comes back over RTP
         rtp.remote = ("127.0.0.1", ok.audio_port())
@@ -191,7 +193,7 @@ async def test_bad_clients_are_dropped_and_logged_and_the_next_call_is_answered(
         caller = TlsCaller(peer, port)
         ok = await caller.invite(rtp.port)
         assert ok.status == 200 and "transport=tls" in ok.header("contact")
-        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        call = await answered_call(ep)
         # a CANCEL that comes after the answer changes nothing (200, the call goes on)
         assert (await caller.cancel()).status == 200
         assert not call.finished and ep.uas["tls"].get_call(caller.call_id) is not None

@@ -10,8 +10,9 @@ twice and gets a turn each time (and is enrolled), another person's
 recording opens no turn (no user item; the listen stage counts it as someone
 else), the caller again gets a turn; and the same over an 8 kHz line
 (Twilio Media Streams), where the lock has the telephone line's bars.
-Telnyx's custom parameters are seen to reach the listen stage.  Replies are off (``create_response`` false
-in the phone defaults here): the features are the listen side's.
+Telnyx's custom parameters are seen to reach the listen stage.  Replies are
+off (``create_response`` false in the phone defaults here): the features are
+the listen side's.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from voice_server.testing.phone_clients import PhoneClient
 from voice_server.testing.rtp_peer import RtpPeer
 from voice_server.testing.sipp import OFFER_G722, SippCall, free_port, sipp_available
 from voice_server.testing.twilio_client import TwilioClient
-from voice_server.testing.voice_lock_script import (caller_other_caller, listen_stats, until,
+from voice_server.testing.voice_lock_script import (caller_other_caller, listen_stats,
                                                     until_stats, user_turns)
+from voice_server.testing.waiting import answered_call, until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -70,25 +72,25 @@ def the_call(endpoint, before: frozenset = frozenset()):
 async def test_twilio_caller_other_person_caller(server):
     """An 8 kHz line: the lock judges with the telephone line's bars."""
     before = frozenset(server.app.state.twilio.calls)
-    with phone_defaults(server):
+    with phone_defaults(server):  # held while the call's session takes them
         c = await TwilioClient.connect(f"ws://127.0.0.1:{server.port}")
-    try:
-        call = await until(lambda: the_call(server.app.state.twilio, before), 20, "the call")
-        s = call.session.settings
-        assert s.voice_lock is True and s.noise_reduction == "near_field", s
+        try:
+            call = await until(lambda: the_call(server.app.state.twilio, before), 20, "the call")
+            s = call.session.settings
+            assert s.voice_lock is True and s.noise_reduction == "near_field", s
 
-        async def say(pcm16k: np.ndarray) -> None:   # the client's mic: real time, then silence
-            done = asyncio.get_running_loop().create_future()
-            c.mic_q.put_nowait((mulaw_encode(resample(pcm16k, 16000, 8000)), done))
-            await done
+            async def say(pcm16k: np.ndarray) -> None:   # the client's mic: real time, then silence
+                done = asyncio.get_running_loop().create_future()
+                c.mic_q.put_nowait((mulaw_encode(resample(pcm16k, 16000, 8000)), done))
+                await done
 
-        got = await caller_other_caller(
-            server, say, lambda: user_turns(call.session.conversation.items),
-            "alsa-Front_Center", "near_field")
-        assert not any("center" in t.lower() for t in got), got
-        assert (await listen_stats(server)).get("voice_narrowband") == 1
-    finally:
-        await c.close()
+            got = await caller_other_caller(
+                server, say, lambda: user_turns(call.session.conversation.items),
+                "alsa-Front_Center", "near_field")
+            assert not any("center" in t.lower() for t in got), got
+            assert (await listen_stats(server)).get("voice_narrowband") == 1
+        finally:
+            await c.close()
 
 
 async def test_telnyx_custom_parameters_reach_the_listen_stage(server):
@@ -144,7 +146,7 @@ async def test_sip_wideband_caller_other_person_caller(server, sip_endpoint):
                                    .await_bye(90000).arun(120))
     mic = None
     try:
-        call = await until(lambda: next(iter(ep.calls.values()), None), 20, "the call")
+        call = await answered_call(ep)
         await until(lambda: call.session is not None, 20, "the call's session")
         s = call.session.settings
         assert s.voice_lock is True and s.noise_reduction == "near_field", s

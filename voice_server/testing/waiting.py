@@ -26,4 +26,13 @@ async def until(cond: Callable[[], T], timeout: float = 30.0, what: str = "condi
         await asyncio.sleep(every_s)
 
 
-__all__ = ["until"]
+async def answered_call(endpoint, timeout: float = 20.0):
+    """The first call on a SIP ``endpoint`` once it is answered.
+
+    A call is listed as soon as its INVITE is taken, before its RTP port is
+    bound; a test that reads ``call.port`` earlier sends to port None."""
+    return await until(lambda: next((c for c in endpoint.calls.values()
+                                     if c.state.value == "active"), None), timeout, "the call")
+
+
+__all__ = ["answered_call", "until"]

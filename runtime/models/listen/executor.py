@@ -69,6 +69,7 @@ from runtime.models.listen.silero_vad import SileroVAD, make_session
 from runtime.models.listen.stream import UtteranceStream
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
 from runtime.models.listen.vad_params import DEFAULTS, VadParams
+from runtime.models.listen.voice_lock import VoiceAsk
 from runtime.models.listen.whisper_asr import ALT_PROMPT
 from runtime.models.voice_contract import (AGENT_SPEAKING, LINE_RATE, LISTEN_RATE_HZ, SPEECH_STARTED,
                                            SPEECH_STOPPED)
@@ -198,7 +199,8 @@ class ListenExecutor(ChunkExecutor):
         self.defaults = {k: v for k, v in args.items()
                          if k in DEFAULTS or k in ("voice_lock", "language")}
         self.multilingual = False       # the Whisper model hears more than English (set by load)
-        self._voice_thread: RecognitionThread | None = None
+        self._voice_thread: RecognitionThread | None = None    # the lock's verdicts
+        self._enrol_thread: RecognitionThread | None = None    # the lock's enrolments (niced)
         self._embedder = None
         self._session = None
         self._thread: RecognitionThread | None = None
@@ -265,12 +267,13 @@ class ListenExecutor(ChunkExecutor):
 
     def _side_threads(self) -> list[RecognitionThread]:
         """The end-of-turn model's and the chat model's threads (those configured)."""
-        return [t for t in (self._turn_thread, self._read_thread, self._voice_thread) if t is not None]
+        return [t for t in (self._turn_thread, self._read_thread, self._voice_thread,
+                            self._enrol_thread) if t is not None]
 
     def close(self) -> None:
         for t in self._side_threads():
             t.close()
-        self._turn_thread = self._read_thread = self._voice_thread = None
+        self._turn_thread = self._read_thread = self._voice_thread = self._enrol_thread = None
         self._embedder = None
         if self._reader is not None:
             self._reader.close()
@@ -320,7 +323,9 @@ class ListenExecutor(ChunkExecutor):
         roles = {"vad": thread_cpu_s(self._loop_ident),
                  "end_of_turn": self._turn_thread.cpu_s() if self._turn_thread else None,
                  "turn_text": self._read_thread.cpu_s() if self._read_thread else None,
-                 "voice_lock": self._voice_thread.cpu_s() if self._voice_thread else None}
+                 "voice_lock": sum(t.cpu_s() or 0.0 for t in (self._voice_thread,
+                                                               self._enrol_thread))
+                 if self._voice_thread else None}
         out = {k: round(v, 3) for k, v in roles.items() if v is not None}
         rest = max(0.0, total - sum(out.values()))
         c = self._thread.counters
@@ -362,24 +367,34 @@ class ListenExecutor(ChunkExecutor):
             self._turn_job(self._read_thread, request_id, self._reader.probability)
             if p.semantic and self._reader is not None else None,
             self.peek_every_ms,
-            self._turn_job(self._voice_job_thread(), request_id, self._embedder.embed)
-            if p.voice_lock else None)
+            self._voice_job(request_id) if p.voice_lock else None)
         if (params or {}).get(LINE_RATE) is not None:
             self._streams[request_id].hear_line(params[LINE_RATE])
 
-    def _voice_job_thread(self) -> RecognitionThread:
-        """The speaker embedding's thread, started with its model by the first
-        request that asks for the voice lock (a missing model fails that request).
-        Not niced: a verdict holds the caller's speech_started."""
+    def _voice_job(self, request_id: int):
+        """Submits a stream's speaker embeddings: a verdict (it holds the
+        caller's speech_started) on a thread of normal priority, an enrolment
+        (nobody waits for it) on one niced like the readers, so that it runs
+        when recognition, the prompt's prefill and the voice leave it CPU.
+        Both threads and the model start with the first request that asks for
+        the lock (a missing model fails that request); the model loads on the
+        first enrolment (speaker_embedding.py)."""
+        from runtime.models.listen.asr_thread import Call
+
         if self._voice_thread is None:
             from runtime.models.listen.speaker_embedding import SpeakerEmbedder
 
-            embedder = SpeakerEmbedder()
-            embedder.embed(np.zeros(LISTEN_RATE_HZ, dtype=np.float32))   # first run allocates
-            self._embedder = embedder
-            self._voice_thread = RecognitionThread(None, name="listen-voice",
-                                                   efd=self._thread.fileno())
-        return self._voice_thread
+            self._embedder = SpeakerEmbedder()
+            efd = self._thread.fileno()
+            self._voice_thread = RecognitionThread(None, name="listen-voice", efd=efd)
+            self._enrol_thread = RecognitionThread(None, name="listen-enrol", efd=efd,
+                                                   nice=READ_NICE)
+        embed, verdicts, enrolments = self._embedder.embed, self._voice_thread, self._enrol_thread
+
+        def submit(tag, audio) -> None:
+            thread = verdicts if isinstance(tag, VoiceAsk) else enrolments
+            thread.submit(Call(request_id, tag, lambda: embed(audio)))
+        return submit
 
     @staticmethod
     def _turn_job(thread: RecognitionThread, request_id: int, judge):
@@ -448,8 +463,8 @@ class ListenExecutor(ChunkExecutor):
 
     def pending(self, request_id: int) -> bool:
         s = self._streams.get(request_id)
-        return s is not None and (s.utt.pending or self._thread.busy(request_id) or (
-            self._voice_thread is not None and self._voice_thread.busy(request_id)))
+        return s is not None and (s.utt.pending or self._thread.busy(request_id) or any(
+            t is not None and t.busy(request_id) for t in (self._voice_thread, self._enrol_thread)))
 
     # ---- chunks ------------------------------------------------------------------------
     def process(self, items: list[WorkItem]) -> list[list[Any]]:

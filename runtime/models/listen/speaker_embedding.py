@@ -11,6 +11,7 @@ approximated.  The graph is the one ``make setup`` exported
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +41,17 @@ def fbank(audio: np.ndarray) -> np.ndarray:
 
 
 class SpeakerEmbedder:
-    """One onnxruntime session of CAM++; ``embed`` is safe to call from one thread at a time."""
+    """One onnxruntime session of CAM++, made by the first ``embed``.
+
+    Checked at once, loaded late: the listen stage makes one when a session
+    first asks for the lock, on its loop, which every caller's audio goes
+    through; loading there (~0.3 s of CPU) would hold all of them.  The first
+    ``embed`` is an enrolment on the stage's niced thread (no verdict comes
+    before a voice is enrolled), so the load runs there.  onnxruntime allows
+    ``run`` from several threads at once (verdicts and enrolments have a
+    thread each)."""
 
     def __init__(self, path: str | Path | None = None, threads: int = 1) -> None:
-        import onnxruntime as ort
-
         from runtime.models.model_files import campplus_file
 
         self.path = Path(path) if path is not None else campplus_file()
@@ -52,11 +59,21 @@ class SpeakerEmbedder:
             raise StageError(ErrorCode.STAGE_UNAVAILABLE,
                              f"listen: speaker embedding model {self.path} not found: run `make "
                              "setup` (or python -m runtime.models.listen.fetch_campplus)")
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = max(1, int(threads))
-        so.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(str(self.path), so, providers=["CPUExecutionProvider"])
-        self._input = self._session.get_inputs()[0].name
+        self.threads = max(1, int(threads))
+        self._session = None
+        self._loading = threading.Lock()
+
+    def _loaded(self):
+        with self._loading:
+            if self._session is None:
+                import onnxruntime as ort
+
+                so = ort.SessionOptions()
+                so.intra_op_num_threads = self.threads
+                so.inter_op_num_threads = 1
+                self._session = ort.InferenceSession(str(self.path), so,
+                                                     providers=["CPUExecutionProvider"])
+            return self._session
 
     def embed(self, audio: np.ndarray) -> np.ndarray:
         """The unit-length 192-dim voice vector of 16 kHz mono float32 ``audio``."""
@@ -66,6 +83,7 @@ class SpeakerEmbedder:
         if x.size < MIN_SAMPLES:
             x = np.tile(x, -(-MIN_SAMPLES // x.size))
         feats = fbank(x)[None]
-        vec = self._session.run(None, {self._input: feats})[0][0].astype(np.float32)
+        session = self._loaded()
+        vec = session.run(None, {session.get_inputs()[0].name: feats})[0][0].astype(np.float32)
         norm = float(np.linalg.norm(vec))
         return vec / norm if norm > 0 else vec

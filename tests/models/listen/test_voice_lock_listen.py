@@ -86,6 +86,8 @@ def test_another_person_opens_no_turn_after_enrolment_and_the_caller_still_does(
             assert " of " in " ".join(finals(evs)).lower()   # tiny.en: "10 of close" is words enough
         counts = ex._streams[rid].voice_counts
         assert counts["voice_other"] >= 3 and counts["voice_caller"] == 2   # a pause splits one
+        # enrolments on the niced thread, verdicts on the other (executor._voice_job)
+        assert ex._enrol_thread.counters["busy_s"] > 0 and ex._voice_thread.counters["busy_s"] > 0
     finally:
         ex.release(rid)
 

@@ -54,6 +54,8 @@ class LlamaOptions(BaseModel):
     # what decoded cells are kept for: the system prompt, a caller's conversation
     prefix_cache: bool = True
     conversation_cache: bool = True
+    # decode one batch of n_ubatch tokens at load and forget it (llama_cpp_thinker._warm)
+    warm_batch: bool = False
 
     # tools: None thresholds take the model's or the dialect's measured ones at load
     tool_format: str = "auto"

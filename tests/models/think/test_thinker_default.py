@@ -19,7 +19,8 @@ from tests.models.think.test_thinker_llama_tools import _calls, _run
 
 @pytest.fixture(scope="module")
 def brain():
-    t = profile_thinker("voice-cpu.yaml", QWEN_15B, n_ctx=2048, max_tokens=32)
+    t = profile_thinker("voice-cpu.yaml", QWEN_15B, n_ctx=2048, max_tokens=32,
+                        warm_batch=False)   # the answers do not need it; it costs ~7 s
     yield t
     t.close()
 

@@ -167,6 +167,23 @@ def test_one_token_steps_and_prompts_have_their_own_thread_counts():
         ref.close()
 
 
+def test_a_warmed_thinker_keeps_no_cells_of_its_warm_batch_and_answers_the_same(thinker):
+    """warm_batch decodes one full batch at load (its compute buffers' pages
+    touched once) and forgets it: no request's sequence holds a cell and
+    the greedy reply is the unwarmed one's."""
+    t = LlamaCppThinker(n_threads=2, max_sequences=1, n_batch=128, n_ubatch=128,
+                        warm_batch=True)
+    t.load()
+    try:
+        assert t._pool.prefix and t._pool.cells_used() == 0   # counts the requests' sequences
+        params = {"temperature": 0.0, "max_tokens": 10}
+        t.prefill(_ask(970, "Name a fruit.", **params))
+        thinker.prefill(_ask(971, "Name a fruit.", **params))
+        assert _drain(t, 970) == _drain(thinker, 971)
+    finally:
+        t.close()
+
+
 def test_next_turn_reuses_the_conversation_and_changes_nothing(thinker):
     """Turn 2 of a conversation decodes only what turn 1 did not leave in the cache;
     greedy replies are identical to a thinker that re-decodes the whole prompt."""

@@ -52,7 +52,7 @@ async def test_abort_overtakes_the_request(start):
     await assert_no_leaks(p, tasks_before)
 
 
-async def test_abort_mid_step_discards_the_step_and_acks_within_a_step(start):
+async def test_abort_mid_step_discards_the_step(start):
     step_ms = 100
     p = await start(three_stage(step_ms=step_ms))
     tasks_before = len(asyncio.all_tasks())
@@ -63,9 +63,8 @@ async def test_abort_mid_step_discards_the_step_and_acks_within_a_step(start):
     ticket = p.abort(h.request_id, "barge_in")
     got = await asyncio.wait_for(ticket.acked, 5)
     assert "gen" in got.held_by  # the generating stage had it and dropped it
-    # The stage reads its control socket at the end of the running step: the ack comes
-    # within what is left of that step (about half of one), not after a further step.
-    assert got.ack_ms < step_ms, f"ack after {got.ack_ms:.1f} ms, a step is {step_ms} ms"
+    # How soon the ack comes (within what is left of the running step) is a
+    # timing: benchmarks/runtime_bench.py's abort_ack_ms.mid_step measures it.
     ev = await h.next_event(timeout=1)
     assert ev.kind == "cancelled" and ev.reason == "barge_in"
     await asyncio.sleep(0.2)  # late chunks from the discarded step would show here

@@ -156,8 +156,9 @@ class ListenExecutor(ChunkExecutor):
       of Whisper's); a pin may name any;
     * ``voice_lock``: the per-request param's default (false): once the caller
       is enrolled, another person's speech opens no turn (voice_lock.py); the
-      speaker embedding (CAM++, extracted by ``make``) runs on a thread of its
-      own, loaded when the first request asks for the lock;
+      speaker embedding (CAM++, extracted by ``make``) runs on two threads of
+      its own, verdicts at normal priority and enrolments niced (_voice_job),
+      started when the first request asks for the lock;
     * ``threads``: onnxruntime threads for the VAD (default 1);
     * ``spare_decoders``: pocketsphinx decoders kept warm (default 1: building
       one takes ~0.4 s and ~90 MB, too slow to do when a call starts);

@@ -108,8 +108,8 @@ async def reading(srv, sessions: int, wait_s: float) -> dict:
 
 
 async def churn(srv, n: int, turn: bool, max_tokens: int, warmup: int, wait_s: float,
-                actions: list[str] | None = None, callers: int = 1) -> dict:
-    marks = sorted({min(FIRST_MARK, n), n})
+                actions: list[str] | None = None, callers: int = 1, every: int = 0) -> dict:
+    marks = sorted({min(FIRST_MARK, n), n} | (set(range(every, n, every)) if every else set()))
     if actions:
         from voice_server.testing.callers import load_speech
         one = action_session(srv.url, actions, load_speech())
@@ -124,25 +124,26 @@ async def churn(srv, n: int, turn: bool, max_tokens: int, warmup: int, wait_s: f
         failed += await run_sessions(one, mark - done, callers)
         done = mark
         readings.append(await reading(srv, done, wait_s))
-    first = next(r for r in readings if r["sessions_done"] == marks[0])
+    start = min(FIRST_MARK, n)
+    first = next(r for r in readings if r["sessions_done"] == start)
     growth = round(readings[-1]["rss_mb"] - first["rss_mb"], 2)
     return {"sessions": n, "turn": turn, "actions": actions, "callers": callers,
             "failed_sessions": failed, "max_output_tokens": max_tokens, "warmup": warmup,
             "wall_s": round(time.monotonic() - t0, 1), "readings": readings,
             "rss_growth_mb": growth, "rss_growth_per_session_kb":
-                round(growth * 1024 / max(n - marks[0], 1), 2) if n > marks[0] else None,
+                round(growth * 1024 / (n - start), 2) if n > start else None,
             "rss_target_mb": RSS_TARGET_MB}
 
 
 def run_churn(n: int, turn: bool = True, max_tokens: int = 8, warmup: int = 20,
               wait_s: float = TRIM_WAIT_S, config: str | None = None,
-              actions: list[str] | None = None, callers: int = 1) -> dict:
+              actions: list[str] | None = None, callers: int = 1, every: int = 0) -> dict:
     from voice_server.testing.server_process import run_on_own_server
     cfg = config or str(ROOT / "configs" / "voice-cpu.yaml")
     env = {"VOICE_AGENT_API_KEYS": KEY, "VOICE_AGENT_MAX_SESSIONS": str(max(4, callers + 2)),
            "VOICE_AGENT_DRAIN_GRACE_S": "1", "VOICE_AGENT_ADMIN_KEYS": None}
     return run_on_own_server(cfg, env, lambda srv: churn(srv, n, turn, max_tokens, warmup, wait_s,
-                                                         actions, callers))
+                                                         actions, callers, every))
 
 
 def print_report(r: dict) -> None:
@@ -174,6 +175,8 @@ def main(argv=None) -> int:
                       help="spoken sessions that leave as the soak's callers do, in turn "
                            f"(comma-separated; default all of {','.join(ACTIONS)})")
     ap.add_argument("--callers", type=int, default=1, help="sessions open at once")
+    ap.add_argument("--every", type=int, default=0,
+                    help="a reading every this many sessions too (growth or plateau?)")
     ap.add_argument("--config", default=None, help="pipeline (default configs/voice-cpu.yaml)")
     ap.add_argument("--max-output-tokens", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=20, help="sessions before the first reading")
@@ -185,7 +188,7 @@ def main(argv=None) -> int:
     if actions and set(actions) - set(ACTIONS):
         ap.error(f"--actions: unknown {sorted(set(actions) - set(ACTIONS))}; one of {ACTIONS}")
     r = run_churn(a.sessions, a.turn, a.max_output_tokens, a.warmup, a.wait_s, a.config,
-                  actions, a.callers)
+                  actions, a.callers, a.every)
     print_report(r)
     write_json(a.out, r)
     return 0 if r["server_exit_code"] == 0 else 1

@@ -7,6 +7,13 @@ tickets, finished requests and affinity keys, the loop's tasks) is back where
 it started, no object type of the server grows with the number of sessions,
 and every finished session's runner and core are garbage collected.
 
+The same for calls that leave as the soak's callers do (benchmarks/soak.py,
+voice_server.testing.callers.mid_reply): a spoken reply heard out, a barge-in,
+``response.cancel`` mid-reply, a close frame or a TCP reset mid-reply - each
+with requests in flight in every stage when it goes.  A caller whose hang-up
+never reached the server once left its session open there (and everything
+the session holds) until the idle timeout, 10 minutes later.
+
 The coordinator keeps finished requests for ``recent_ttl_s`` (a stage's
 tombstone age, 120 s): shrunk here so that the window is empty between rounds
 and anything else kept per request would show.  benchmarks/session_churn.py
@@ -24,7 +31,11 @@ from collections import Counter
 import pytest
 
 from voice_server.session_registry import registry_for
+from voice_server.testing import TEST_API_KEY
+from voice_server.testing.callers import load_speech
+from voice_server.testing.callers.mid_reply import ACTIONS, mid_reply_call
 from voice_server.testing.realtime_client import RTClient
+from voice_server.testing.waiting import until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -94,6 +105,7 @@ def tables(server) -> dict:
                 "live requests": len(coord.live), "finished requests": len(coord.recent),
                 "abort tickets": len(coord.tickets), "affinity keys": len(coord._ids._residues),
                 "routes": len(coord._routes), "lent buffers": coord.pool.stats().lent,
+                "connections": len(server.server.server_state.connections),
                 "tasks": len(asyncio.all_tasks())}
     return server.call(read)
 
@@ -144,3 +156,46 @@ async def test_many_sessions_leave_no_tables_or_objects_behind(server):
     assert not alive, f"{len(alive)} of {len(refs)} finished sessions' objects still alive: " \
                       f"{sorted({type(o).__name__ for o in alive})}"
     assert len(refs) == 2 * (8 + 2 * PER_ROUND)
+
+
+MID_REPLY_ROUNDS = 2     # every action this many times, all of one round at once
+
+
+async def test_calls_that_leave_mid_reply_leave_no_tables_or_objects_behind(server):
+    speech = load_speech()
+    seen: dict[str, weakref.ref] = {}   # every session's runner, while it was open
+
+    async def watch() -> None:
+        reg = registry_for(server.pipeline)
+        while True:
+            items = await server.acall(lambda: list(reg.runners.items()))
+            for sid, runner in items:
+                seen.setdefault(sid, weakref.ref(runner))
+            items = runner = None   # no strong reference kept here
+            await asyncio.sleep(0.05)
+
+    async def call(action: str) -> None:
+        sid = await mid_reply_call(server.url, TEST_API_KEY, speech, action)
+        await until(lambda: server.runner(sid) is None, 30,
+                    f"the server to close session {sid} after its {action} call")
+
+    with finished_window(server, FINISHED_TTL_S):
+        watcher = asyncio.ensure_future(watch())
+        try:
+            base = None    # after the first round (first-use caches such as routes filled)
+            for _ in range(MID_REPLY_ROUNDS):
+                await asyncio.gather(*(call(a) for a in ACTIONS))
+                after = await quiet(server)
+                assert after["registry"] == after["endpoint runners"] == after["pending"] == 0, after
+                assert after["live requests"] == after["abort tickets"] == 0, after
+                assert after["finished requests"] == after["lent buffers"] == 0, after
+                assert after == (base or after), (base, after)
+                base = after
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+    assert len(seen) == MID_REPLY_ROUNDS * len(ACTIONS), sorted(seen)
+    server.call(gc.collect)
+    alive = [sid for sid, r in seen.items() if r() is not None]
+    assert not alive, f"finished sessions' runners still alive: {alive}"

@@ -37,8 +37,10 @@ async def next_match(items: list, new: asyncio.Event, pred: Callable[[Any], bool
         if left <= 0:
             raise NoMatch(closed=False)
         new.clear()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(new.wait(), left)
+        # asyncio.timeout: a cancel is never swallowed (3.11's wait_for can)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                await new.wait()
 
 
 __all__ = ["next_match", "NoMatch"]

@@ -30,10 +30,17 @@ class CallerTransport:
     async def send_event(self, ev: dict) -> None: ...
 
     async def next_event(self, timeout: float) -> dict | None:
-        """Next server event, or None on timeout."""
+        """Next server event, or None on timeout.
+
+        ``asyncio.timeout``, not ``wait_for``: Python 3.11's ``wait_for``
+        swallows a cancel that lands as an event arrives, and a reader task
+        cancelled mid-reply (events streaming in) then ran on for ever - its
+        caller's ``close`` never got to send the close frame, and the server
+        kept the session open until its idle timeout."""
         try:
-            return await asyncio.wait_for(self.q.get(), timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                return await self.q.get()
+        except TimeoutError:
             return None
 
     async def close(self) -> None: ...

@@ -184,15 +184,19 @@ class Sess:
         return await self.next_done(n, timeout)
 
     async def close(self, graceful: bool = True) -> None:
-        for x in self.tasks:
-            x.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        if graceful:
-            await self.t.close()
-        else:
-            self.t._reader.cancel()
-            with contextlib.suppress(BaseException):
-                await self.t._reader
+        """Stop the mic and the reader, then hang up (close frame; ``graceful``
+        False: only stop reading, the socket being gone).  The hang-up comes
+        whatever happened to the tasks: a caller that never hangs up leaves
+        its session open on the server."""
+        try:
+            await stop_tasks(self.tasks)
+        finally:
+            if graceful:
+                await self.t.close()
+            else:
+                self.t._reader.cancel()
+                with contextlib.suppress(BaseException):
+                    await self.t._reader
 
     def reset(self) -> None:
         """Vanish without a close frame: RST the TCP connection."""
@@ -202,8 +206,8 @@ class Sess:
         tr.abort()
 
 
-__all__ = ["Caller", "Sess", "audio_delta", "load_speech", "QUESTIONS", "STORY", "INTERRUPT",
-           "SILENCE_WINDOW_MS", "FRAME_MS"]
+__all__ = ["Caller", "Sess", "audio_delta", "load_speech", "stop_tasks", "QUESTIONS", "STORY",
+           "INTERRUPT", "SILENCE_WINDOW_MS", "FRAME_MS"]
 
 
 @contextlib.asynccontextmanager
@@ -222,11 +226,18 @@ async def connected(transport: CallerTransport, speech: dict | None = None,
                                         "session": {"type": "realtime", **session}})
         yield c
     finally:
-        # Python 3.11's wait_for can swallow a cancel that lands as its wait
-        # ends (events still streaming in): cancel until the tasks are done.
-        while not all(task.done() for task in tasks):
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks, timeout=0.5)
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await transport.close()
+        try:
+            await stop_tasks(tasks)
+        finally:
+            await transport.close()
+
+
+async def stop_tasks(tasks: list) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again while any runs on:
+    code awaiting ``asyncio.wait_for`` (Python 3.11) inside a task can swallow
+    a cancel that lands as its wait ends (events still streaming in)."""
+    while not all(task.done() for task in tasks):
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks, timeout=0.5)
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -69,8 +69,8 @@ def main() -> int:
                                   "--model", a.model, "--one", v],
                                  capture_output=True, text=True, check=True)
             runs[v].append(json.loads(res.stdout.strip().splitlines()[-1]))
-    summary = {v: {"load_s": statistics.median(r["load_s"] for r in rs),
-                   "rss_mb": {k: statistics.median(r["rss_mb"][k] for r in rs)
+    summary = {v: {"load_s": round(statistics.median(r["load_s"] for r in rs), 2),
+                   "rss_mb": {k: round(statistics.median(r["rss_mb"][k] for r in rs), 1)
                               for k in rs[0]["rss_mb"]}} for v, rs in runs.items()}
     cols = list(summary["off"]["rss_mb"])
     print(f"\n{'warm_batch':<11} {'load s':>7} " + " ".join(f"{'RSS ' + c:>10}" for c in cols))

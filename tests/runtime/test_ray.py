@@ -257,6 +257,7 @@ async def test_spoken_turn_with_listen_think_speak_on_three_nodes(start, cluster
     pin = {"listen": "node_a", "think": "node_b", "speak": "node_c"}
     [think] = [s for s in data["stages"] if s["name"] == "think"]
     think["args"]["model"] = "qwen2.5-coder-0.5b"   # placement is checked here, not the brain: the quick one
+    think["args"]["warm_batch"] = False             # nor its memory
     for g in data["placement"]["groups"]:
         g.update(num_cpus=1, resources={pin[g["name"]]: 1})
     data["control"].update(ready_timeout_s=120, dead_after_ms=3000)  # 2 busy cores, as voice-cpu.yaml

@@ -149,6 +149,13 @@ def test_prefix_cache_shares_the_system_prompt_and_changes_nothing(thinker):
         plain.close()
 
 
+def _greedy_fruit(t, rid: int) -> str:
+    """``t``'s greedy 10-token reply to one short question: two thinkers that
+    differ only in how they run must give the same one."""
+    t.prefill(_ask(rid, "Name a fruit.", temperature=0.0, max_tokens=10))
+    return _drain(t, rid)
+
+
 def test_one_token_steps_and_prompts_have_their_own_thread_counts():
     """n_threads for a one-token step, n_threads_batch for a prompt: llama.cpp gets
     both, and the greedy reply is the one a 2/2 thinker gives."""
@@ -158,30 +165,28 @@ def test_one_token_steps_and_prompts_have_their_own_thread_counts():
     ref.load()
     try:
         assert (t._lc.llama_n_threads(t._ctx), t._lc.llama_n_threads_batch(t._ctx)) == (1, 2)
-        params = {"temperature": 0.0, "max_tokens": 10}
-        t.prefill(_ask(960, "Name a fruit.", **params))
-        ref.prefill(_ask(961, "Name a fruit.", **params))
-        assert _drain(t, 960) == _drain(ref, 961)
+        assert _greedy_fruit(t, 960) == _greedy_fruit(ref, 961)
     finally:
         t.close()
         ref.close()
 
 
-def test_a_warmed_thinker_keeps_no_cells_of_its_warm_batch_and_answers_the_same(thinker):
+def test_a_warmed_thinker_keeps_no_cells_of_its_warm_batch_and_answers_the_same():
     """warm_batch decodes one full batch at load (its compute buffers' pages
     touched once) and forgets it: no request's sequence holds a cell and
-    the greedy reply is the unwarmed one's."""
+    the greedy reply is the unwarmed one's.  Its own reference: a reply left
+    in the module's thinker would change what later tests find cached."""
     t = LlamaCppThinker(n_threads=2, max_sequences=1, n_batch=128, n_ubatch=128,
                         warm_batch=True)
+    ref = LlamaCppThinker(n_threads=2, max_sequences=1, n_batch=128, n_ubatch=128)
     t.load()
+    ref.load()
     try:
         assert t._pool.prefix and t._pool.cells_used() == 0   # counts the requests' sequences
-        params = {"temperature": 0.0, "max_tokens": 10}
-        t.prefill(_ask(970, "Name a fruit.", **params))
-        thinker.prefill(_ask(971, "Name a fruit.", **params))
-        assert _drain(t, 970) == _drain(thinker, 971)
+        assert _greedy_fruit(t, 970) == _greedy_fruit(ref, 971)
     finally:
         t.close()
+        ref.close()
 
 
 def test_next_turn_reuses_the_conversation_and_changes_nothing(thinker):

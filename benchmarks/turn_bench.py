@@ -325,12 +325,15 @@ async def interruption_trials(c: Caller, sets: dict, seed: int = 11) -> dict:
         underruns["jitter"] += r["underruns"]["jitter"]
         underruns["where"] += r["underruns"]["where"]   # (ms into the reply, gap ms)
 
+    missed = []
     for trial in sets["interruption"]:
         r = await during_reply(c, sets["story"], trial, jitter_rng=jitter_rng)
         count(r)
         invalid += not r["valid"]
         if r.get("stop_ms") is not None:
             stops.append(r["stop_ms"])
+        else:
+            missed.append(trial["text"] + " -> " + " / ".join(r["heard"]))
         if r.get("stop_ms_standard") is not None:
             standard.append(r["stop_ms_standard"])
     for trial in sets["noise"] + sets["backchannel"] + [{"kind": "echo"}] * 2:
@@ -355,7 +358,8 @@ async def interruption_trials(c: Caller, sets: dict, seed: int = 11) -> dict:
         k["paused"] += r["paused"]
         k["went_on"] += went_on
     return {"stop_ms": {"p50": pct(stops, 50), "p95": pct(stops, 95), "n": len(stops),
-                        "not_stopped": len(sets["interruption"]) - len(stops)},
+                        "not_stopped": len(sets["interruption"]) - len(stops),
+                        "not_stopped_by": missed},
             "stop_ms_standard": {"p50": pct(standard, 50), "p95": pct(standard, 95)},
             "false_cancel_rate": round(false_cancel / total_false, 3),
             "resumed_rate": round(resumed / total_false, 3), "false_trials": total_false,
@@ -438,7 +442,7 @@ async def phone_trial(url: str, key: str | None, story: np.ndarray, trial: dict)
 async def phone_trials(url: str, key: str | None, sets: dict) -> dict:
     """The interruptions, noises and backchannels over a Twilio line (module docstring)."""
     stops, false_cancel, went_on, total_false, invalid, underruns = [], 0, 0, 0, 0, []
-    cancelled_by = []
+    cancelled_by, missed = [], []
     starved = 0
     for trial in sets["interruption"]:
         r = await phone_trial(url, key, sets["story"], trial)
@@ -447,6 +451,8 @@ async def phone_trials(url: str, key: str | None, sets: dict) -> dict:
         starved += r["cancelled"] and not r["playing_at_t0"]
         if r["stop_ms"] is not None:
             stops.append(r["stop_ms"])
+        elif not (r["cancelled"] and not r["playing_at_t0"]):
+            missed.append(trial["text"])
     for trial in sets["noise"] + sets["backchannel"]:
         r = await phone_trial(url, key, sets["story"], trial)
         underruns += r["underruns"]
@@ -461,6 +467,7 @@ async def phone_trials(url: str, key: str | None, sets: dict) -> dict:
     return {"stop_ms": {"p50": pct(stops, 50), "p95": pct(stops, 95), "n": len(stops),
                         "all": [round(x) for x in stops],
                         "not_stopped": len(sets["interruption"]) - len(stops) - starved,
+                        "not_stopped_by": missed,
                         "silent_at_interruption": starved},
             "false_cancel_rate": round(false_cancel / total_false, 3) if total_false else None,
             "resumed_rate": round(went_on / total_false, 3) if total_false else None,
@@ -632,7 +639,8 @@ async def main_async(a) -> dict:
         if a.phone:
             modes["_phone"] = ph = await phone_trials(server.url, a.key, sets)
             print(f"phone: stop p50/p95 {ph['stop_ms']['p50']}/{ph['stop_ms']['p95']} ms "
-                  f"(n {ph['stop_ms']['n']}), false cancel {ph['false_cancel_rate']}, "
+                  f"(n {ph['stop_ms']['n']}, not stopped {ph['stop_ms']['not_stopped_by']}), "
+                  f"false cancel {ph['false_cancel_rate']}, "
                   f"resumed {ph['resumed_rate']}, underruns {ph['underruns']}", flush=True)
         for mode in a.modes.split(","):
             before = [await server.metric("voice_think_tokens_total", outcome=o)
@@ -701,6 +709,8 @@ def main() -> int:
             u = {k: v for k, v in r["underruns"].items() if k != "where"}
             print(f"{'':<20}underruns {u}, standard client's gap in a reply that "
                   f"went on {r['standard_gap_ms']}")
+        if st.get("not_stopped_by"):
+            print(f"{'':<20}not stopped: {st['not_stopped_by']}")
     print("end-of-turn verdicts:", listen)
     targets = {}
     sem = modes.get("semantic_vad:auto") or modes.get("semantic_vad:medium")

@@ -19,15 +19,13 @@ echo and is muted before the listen stage hears it (a residual echo
 suppressor, as speakerphones have).  The caller talking over the reply is
 far louder than the echo and passes; once a frame has passed, the following
 ``hangover_ms`` pass too, so the quieter parts of the caller's words are not
-cut out.  Until a path is found (the first 500 ms of a reply), anything 15 dB
-below the loudest reply audio of the last 600 ms is taken for its echo; but a
-microphone that stayed at its floor while the reply played, at every delay an
-echo could have (headphones, a handset), is a line with no echo: nothing is
-muted there (but residue) until something follows the reply again.
+cut out.  Until a path is found (the first 500 ms of a reply, or no echo at
+all: headphones, a handset), anything 15 dB below the loudest reply audio of
+the last 600 ms is taken for its echo.
 
 The guard judges energy only: it mutes, it does not subtract, so words over
 the echo still carry it (quietly), and a caller quieter than the echo plus
-the margin (or, before either is known, 15 dB quieter than the agent) is not
+the margin (or, with no echo path, 15 dB quieter than the agent) is not
 heard while the agent speaks.
 """
 
@@ -51,8 +49,6 @@ SWITCH_MARGIN = 0.1        # ... and no other lag fits clearly better
 ECHO_COVERAGE = 0.8        # share of the reply's active slots an echo must be heard in
 MAX_LEVEL = 0.25           # an echo is quieter than what it echoes (-6 dB)
 PRIOR_LEVEL = 0.03         # before an estimate: the speaker-to-mic path loses 15 dB
-# the level of a line heard silent while the reply played (no echo path to find)
-NO_ECHO = 0.0
 # Quieter than this (rms ~32 of 32768, -60 dBFS) a frame is nobody talking, only
 # residue; without the floor, a frame of the reply's digital silence (a voice's
 # pause) predicts no echo at all and any residue would pass as the caller.
@@ -94,8 +90,7 @@ class EchoGuard:
         over one reply must not mute the caller through the next."""
         if reply != self._reply:
             self._reply = reply
-            if self.level != NO_ECHO:      # a line heard silent stays so until it is not
-                self.delay_slots, self.level = None, None
+            self.delay_slots, self.level = None, None
         n = max(1, int(sample_rate * SLOT_MS / 1000))
         for i, e in enumerate(_energies(np.asarray(pcm).reshape(-1), n)):
             slot = int(round(start_ms / SLOT_MS)) + i
@@ -115,13 +110,8 @@ class EchoGuard:
         ref_line = self._ref_at(np.arange(lo, slots.max() + 1))
         lmic = np.log10(mic + 1.0)
         heard = mic > 4.0 * max(float(np.percentile(mic, 10)), 1.0)    # above the mic's floor
-        ref = ref_line[slots[None, :] - np.arange(self.max_lag + 1)[:, None] - lo]
-        if self._silent_line(ref, mic > CALLER_FLOOR):
-            self.delay_slots, self.level = None, NO_ECHO
-            return
-        if self.level == NO_ECHO:          # something follows the reply now: judge it afresh
-            self.level = None
-        fits = self._fits(ref, mic, lmic, heard)
+        fits = self._fits(ref_line[slots[None, :] - np.arange(self.max_lag + 1)[:, None] - lo],
+                          mic, lmic, heard)
         lag = max(fits, key=lambda k: fits[k][0], default=None)
         held = fits.get(self.delay_slots) if self.delay_slots is not None else None
         if held is not None and held[0] >= self.min_corr - HOLD_SLACK and \
@@ -135,30 +125,6 @@ class EchoGuard:
             self.delay_slots, self.level = lag, fits[lag][1]
         # a path once found stays until another is found; none found: the prior
         # bound stays (an echo may begin at any time: a phone put on speaker)
-
-    @staticmethod
-    def _silent_line(ref: np.ndarray, heard: np.ndarray) -> bool:
-        """The microphone stayed under ``CALLER_FLOOR`` (``heard``: above it)
-        while the reply played, at every
-        delay an echo could have that the window shows (``ref``: the reply's
-        energy per lag and mic slot): a handset or headphones.  Then nothing
-        echoes, and the prior bound, which mutes anything 15 dB under the
-        reply, would only cut the caller's quiet sounds: the "s" of "stop",
-        after which a phone line's "top" was read "Bye." (3 times in 4).
-
-        Judged from 500 ms of reply at delay 0, so a caller may interrupt its
-        first second; an echo on a longer path that has not come yet then
-        passes its first ~100-200 ms (the next estimate sees it), once a call.
-        Anything above the floor in a fifth of the reply (the caller talking
-        over it for ~300 ms, an echo, a leaky echo canceller) ends the verdict:
-        then the prior bound or a path found mutes as before."""
-        active = ref > ACTIVE_ENERGY
-        n = active.sum(axis=1)
-        judged = n >= MIN_ACTIVE_SLOTS
-        if not judged[0]:
-            return False
-        heard_n = (active & heard[None, :]).sum(axis=1)
-        return bool((heard_n[judged] <= (1 - ECHO_COVERAGE) * n[judged]).all())
 
     @staticmethod
     def _fits(ref: np.ndarray, mic: np.ndarray, lmic: np.ndarray,
@@ -196,8 +162,6 @@ class EchoGuard:
             return None
         if self.level is None:         # no path found: an echo at most PRIOR_LEVEL, no margin
             return recent.max() * PRIOR_LEVEL / self.margin
-        if self.level == NO_ECHO:      # nothing to mute, not even residue
-            return None
         d = self.delay_slots
         around = recent[max(self.max_lag - d - JITTER_SLOTS, 0):self.max_lag - d + JITTER_SLOTS + 1]
         return self.level * (around.max() if around.size else 0.0)

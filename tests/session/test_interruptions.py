@@ -153,9 +153,9 @@ def test_a_late_early_transcript_still_decides():
     start = int(s.input_ms)
     talk_over(s, now, start)
     t = now
-    while s.input_ms - start < 950:
+    while s.input_ms - start < 950:                 # speech goes on, no words yet
         t += 20
-        assert s.input_audio(np.zeros(320, np.int16), 16000, t) == [] or s.active_response_id == rid
+        s.input_audio(np.zeros(320, np.int16), 16000, t)
     assert s.active_response_id == rid and s.output_paused
     s.listen_event({"type": "interim", "text": "NMA", "alternative": "Mm-hmm.", "paused": False}, t)
     s.listen_event({"type": "speech_paused", "audio_end_ms": start + 1150}, t + 200)

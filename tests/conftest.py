@@ -6,11 +6,21 @@ one worker (``--dist loadfile``), because its module fixtures start servers.
 The files in :data:`ONE_AT_A_TIME` also share one worker between them, so
 they never overlap: each of them builds a Ray cluster on this machine, and
 two clusters at once would compete for its ports and cores.
+
+Every llama.cpp thinker the suite starts (in a test, or a server's think stage:
+stage processes inherit the environment) runs on one thread.  ggml's threads
+spin at a barrier after every layer, so two of them on cores the other worker
+also needs cost about twice the CPU, and the suite is CPU-bound on two cores.
+The thread counts themselves have their own tests, which lift the cap.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from runtime.models.think.llama_options import MAX_THREADS_ENV
 
 ONE_AT_A_TIME = frozenset({
     "tests/runtime/test_ray.py",
@@ -30,3 +40,7 @@ def pytest_xdist_make_scheduler(config, log):
             return "ray clusters" if path in ONE_AT_A_TIME else path
 
     return FilesTogether(config, log)
+
+
+def pytest_configure(config):
+    os.environ.setdefault(MAX_THREADS_ENV, "1")

@@ -11,12 +11,20 @@ written in one place.  Args that belong to others (sampling defaults, see
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from runtime.errors import ErrorCode, StageError
 from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT
+
+# An upper bound on both thread counts, for a machine shared with other work.
+# ggml's threads spin at a barrier after every layer: with more threads than
+# free cores, a thread preempted by another process holds the others spinning,
+# and a step costs about twice the CPU (the test suite's two workers on two
+# cores: a file of llama.cpp tests took 72 CPU s on two threads, 32 on one).
+MAX_THREADS_ENV = "VOICE_AGENT_LLAMA_MAX_THREADS"
 
 
 class LlamaOptions(BaseModel):
@@ -73,6 +81,13 @@ class LlamaOptions(BaseModel):
             return data
         data = dict(data)
         data.setdefault("n_threads_batch", data.get("n_threads", 2))
+        cap = os.environ.get(MAX_THREADS_ENV, "").strip()
+        if cap:
+            if not cap.isdigit() or int(cap) < 1:
+                raise ValueError(f"{MAX_THREADS_ENV} must be a whole number >= 1, got {cap!r}")
+            for key in ("n_threads", "n_threads_batch"):
+                if isinstance(data.get(key, 2), int):
+                    data[key] = min(data.get(key, 2), int(cap))
         try:
             data.setdefault("n_ctx", 1024 * int(data.get("max_sequences", 8)))
         except (TypeError, ValueError):

@@ -4,7 +4,25 @@ import pytest
 
 from runtime.errors import ErrorCode, StageError
 from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
-from runtime.models.think.llama_options import LlamaOptions
+from runtime.models.think.llama_options import MAX_THREADS_ENV, LlamaOptions
+
+
+@pytest.fixture(autouse=True)
+def no_thread_cap(monkeypatch):
+    """The suite caps llama.cpp's threads (tests/conftest.py); these tests read the args as given."""
+    monkeypatch.delenv(MAX_THREADS_ENV, raising=False)
+
+
+def test_the_environment_caps_both_thread_counts_and_a_bad_cap_is_named(monkeypatch):
+    monkeypatch.setenv(MAX_THREADS_ENV, "1")
+    o = LlamaOptions.from_args({"n_threads": 2, "n_threads_batch": 4})
+    assert (o.n_threads, o.n_threads_batch) == (1, 1)
+    monkeypatch.setenv(MAX_THREADS_ENV, "3")
+    assert LlamaOptions.from_args({"n_threads": 2}).n_threads_batch == 2
+    monkeypatch.setenv(MAX_THREADS_ENV, "0")
+    with pytest.raises(StageError) as e:
+        LlamaOptions.from_args({})
+    assert e.value.code == ErrorCode.BAD_INPUT and MAX_THREADS_ENV in str(e.value)
 
 
 def test_derived_defaults_follow_the_args_they_depend_on():

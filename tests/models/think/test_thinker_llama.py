@@ -8,6 +8,7 @@ import pytest
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, StepResult, WorkItem
 from runtime.models.think.llama_cpp_thinker import LlamaCppThinker
+from runtime.models.think.llama_options import MAX_THREADS_ENV
 from runtime.models.model_files import smollm2_gguf
 
 
@@ -156,9 +157,10 @@ def _greedy_fruit(t, rid: int) -> str:
     return _drain(t, rid)
 
 
-def test_one_token_steps_and_prompts_have_their_own_thread_counts():
+def test_one_token_steps_and_prompts_have_their_own_thread_counts(monkeypatch):
     """n_threads for a one-token step, n_threads_batch for a prompt: llama.cpp gets
     both, and the greedy reply is the one a 2/2 thinker gives."""
+    monkeypatch.delenv(MAX_THREADS_ENV, raising=False)   # the suite's cap (tests/conftest.py)
     t = LlamaCppThinker(n_threads=1, n_threads_batch=2, max_sequences=1)
     ref = LlamaCppThinker(n_threads=2, max_sequences=1)
     t.load()

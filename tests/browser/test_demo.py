@@ -25,6 +25,11 @@ Q1 = "what is the capital of france"
 STORY = "tell me a long story about a cat"
 MOON = "tell me about the moon"
 LEAD_MS = 500
+# How far the server's onset may be from the WAV's: the VAD's 32 ms frames and
+# its onset rule, plus the fake microphone's start on a loaded machine (one CI
+# run put it 160 ms late while the other worker loaded both cores).  A page that
+# streamed from the wrong sample is off by its silence lead or more (500 ms).
+ALIGN_MS = 250
 
 
 def onset_ms(pcm: np.ndarray, threshold: float = 0.01) -> float:
@@ -57,7 +62,7 @@ def assert_timeline_aligned(d: dict, wav_onset_ms: float) -> None:
     """The server's onset of the first utterance (input timeline) matches the
     WAV: the page streamed the microphone from its first sample."""
     ss = d["marks"]["speechStarted"][0]
-    assert abs(ss["audioStartMs"] - wav_onset_ms) < 150, (ss, wav_onset_ms)
+    assert abs(ss["audioStartMs"] - wav_onset_ms) < ALIGN_MS, (ss, wav_onset_ms)
 
 
 # ------------------------------------------------------------------ (1) WebSocket
@@ -122,7 +127,7 @@ def test_barge_in_stops_playback(demo_server, launch):
     # onset of the second utterance in page time (WAV timeline), cross-checked
     wav_onset = LEAD_MS + story.size * 1000 / MIC_RATE + gap_ms + onset_ms(moon)
     onset_at = m["micStartAt"] + wav_onset
-    assert abs(second["audioStartMs"] - wav_onset) < 150, (second, wav_onset)
+    assert abs(second["audioStartMs"] - wav_onset) < ALIGN_MS, (second, wav_onset)
     # playback ended where the player dropped its queue (the reply may have been
     # in a pause between clauses then: its last loud block is earlier still)
     stop_at = flush["stoppedAt"]

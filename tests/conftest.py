@@ -10,7 +10,7 @@ two clusters at once would compete for its ports and cores.
 Every llama.cpp thinker the suite starts (in a test, or a server's think stage:
 stage processes inherit the environment) runs on one thread.  ggml's threads
 spin at a barrier after every layer, so two of them on cores the other worker
-also needs cost about twice the CPU, and the suite is CPU-bound on two cores.
+also needs cost about twice the CPU, and the suite keeps both cores busy.
 The thread counts themselves have their own tests, which lift the cap.
 """
 

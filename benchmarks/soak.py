@@ -20,7 +20,10 @@ all read from outside through the admin endpoint ``GET /v1/runtime``.
     python benchmarks/soak.py --minutes 2            # writes benchmarks/results/soak.json
     python benchmarks/soak.py --minutes 30           # the record run
 
-``run_soak(minutes, callers)`` is the same thing as a function (tests/server/test_soak.py).
+``run_soak(minutes, callers)`` is the same thing as a function.  The exit status is 1
+when requests, shared memory or unexpected errors were left or a process grew more
+than the target; a soak is a benchmark, not a test (``make test`` has the churn
+of many sessions and of calls that leave mid-reply: tests/server/test_session_churn.py).
 """
 
 from __future__ import annotations

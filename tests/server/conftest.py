@@ -20,8 +20,12 @@ API_KEY = TEST_API_KEY
 
 @pytest.fixture(scope="session")
 def server():
-    settings = ServerSettings(api_keys=[API_KEY], max_sessions=8, max_output_tokens=24,
-                              limits={"max_append_b64_bytes": 256 * 1024})
+    """Also the WebRTC tests' server: its ICE hosts come from the environment, as
+    an operator sets them (127.0.0.1 alone; see test_webrtc.py)."""
+    settings = ServerSettings.from_sources(
+        env={"VOICE_AGENT_ICE_HOSTS": "127.0.0.1"}, api_keys=[API_KEY], max_sessions=8,
+        max_output_tokens=24, limits={"max_append_b64_bytes": 256 * 1024})
+    assert settings.ice_hosts == ["127.0.0.1"] and settings.ice_servers == []
     srv = ServerThread(str(ROOT / "configs" / "voice-cpu-fast.yaml"), settings).start()
     yield srv
     srv.stop()
@@ -60,6 +64,21 @@ def loopback_server(max_output_tokens: int, config: Path = ROOT / "configs" / "v
     srv = ServerThread(str(config), settings).start()
     srv.base = f"http://127.0.0.1:{srv.port}"
     return srv
+
+
+# What a paced client holds at most (test_pacing.py and test_interruptions.py)
+LEAD_MS = 300
+
+
+@pytest.fixture(scope="session")
+def paced_server():
+    """tests/server/pacing-pipeline.yaml (real listen, a scripted reply of seconds,
+    real flite speech), paced with ``output_lead_ms`` LEAD_MS; ICE on 127.0.0.1."""
+    srv = ServerThread(str(ROOT / "tests" / "server" / "pacing-pipeline.yaml"),
+                       ServerSettings(api_keys=[API_KEY], output_lead_ms=LEAD_MS,
+                                      ice_hosts=["127.0.0.1"])).start()
+    yield srv
+    srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,34 +13,27 @@ real time (voice_server.testing Caller):
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
-from voice_server.settings import ServerSettings
-from voice_server.testing import ServerThread
 from voice_server.testing.audio import flite_pcm
 from voice_server.testing.callers.base import RealtimeWSTransport
 from voice_server.testing.callers.caller import connected
 from voice_server.testing.echo import PlayoutEcho
 
 from .conftest import API_KEY
-from .test_pacing import LEAD_MS, SLACK_MS, WS_SLICE_MS, delta_ms
+from .test_pacing import SLACK_MS, WS_SLICE_MS, delta_ms
 from voice_server.testing.response_status import answered
 
 pytestmark = pytest.mark.timeout(240)
 
-ROOT = Path(__file__).resolve().parents[2]
 RATE = 24000
 INTERRUPTION = "wait, stop. what about tomorrow instead"
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = ServerThread(str(ROOT / "tests" / "server" / "pacing-pipeline.yaml"),
-                       ServerSettings(api_keys=[API_KEY], output_lead_ms=LEAD_MS)).start()
-    yield srv
-    srv.stop()
+@pytest.fixture
+def server(paced_server):
+    return paced_server
 
 
 def of(c, type_: str, start: int, rid: str | None = None) -> list[dict]:

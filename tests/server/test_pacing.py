@@ -13,36 +13,22 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from pathlib import Path
 
 import pytest
 
-from voice_server.settings import ServerSettings
-from voice_server.testing import ServerThread
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.rtc_client import RTCClient
 from voice_server.testing.twilio_client import TwilioClient
 from voice_server.testing.voice_stages import REPLY
 
-from .conftest import API_KEY, unpaced_ws
+from .conftest import API_KEY, LEAD_MS, unpaced_ws
 from voice_server.testing.response_status import answered
 
 pytestmark = pytest.mark.timeout(180)
 
-ROOT = Path(__file__).resolve().parents[2]
-LEAD_MS = 300
 WS_SLICE_MS = 40
 TWILIO_SLICE_MS = 100
 SLACK_MS = 120
-
-
-@pytest.fixture(scope="module")
-def paced_server():
-    srv = ServerThread(str(ROOT / "tests" / "server" / "pacing-pipeline.yaml"),
-                       ServerSettings(api_keys=[API_KEY], output_lead_ms=LEAD_MS,
-                                      ice_hosts=["127.0.0.1"])).start()
-    yield srv
-    srv.stop()
 
 
 def delta_ms(ev: dict) -> float:

@@ -14,7 +14,6 @@ false): the features are the listen side's.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import numpy as np
 import pytest
@@ -24,7 +23,6 @@ from voice_server.testing.audio import silence, stream_realtime
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.rtc_client import RTCClient
 from voice_server.testing.voice_lock_script import caller_other_caller
-from voice_server.transports.webrtc_ice import parse_hosts
 
 from .conftest import API_KEY
 
@@ -75,22 +73,9 @@ async def the_trio(server, c, say) -> None:
     assert not c.of_type("error"), c.of_type("error")
 
 
-@contextlib.contextmanager
-def loopback_ice(srv):
-    """The shared server's WebRTC endpoint offers 127.0.0.1 alone while inside
-    (aioice never offers loopback itself; test_webrtc.py's own server is
-    configured so from the environment)."""
-    ep = srv.app.state.webrtc
-    old, ep.ice_hosts = ep.ice_hosts, parse_hosts(["127.0.0.1"])
-    try:
-        yield
-    finally:
-        ep.ice_hosts = old
-
-
 async def test_webrtc_caller_other_person_caller(server):
-    with loopback_ice(server):
-        c = await RTCClient.connect(f"http://127.0.0.1:{server.port}", API_KEY)
+    # the shared server offers 127.0.0.1 as its only ICE host (conftest.py)
+    c = await RTCClient.connect(f"http://127.0.0.1:{server.port}", API_KEY)
     try:
         await asyncio.wait_for(c.open.wait(), 15)
         await c.wait("session.created", 10)

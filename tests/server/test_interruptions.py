@@ -1,6 +1,6 @@
-"""Talking over a reply on a real server (tests/server/pacing-pipeline.yaml: real
-listen with Whisper, a scripted thinker whose reply lasts seconds, real flite
-speech; ``output_lead_ms`` 300), with a caller that streams its microphone in
+"""Talking over a reply on the shared paced server (conftest.py:
+tests/server/pacing-pipeline.yaml, real listen with Whisper, a scripted
+thinker whose reply lasts seconds, real flite speech; ``output_lead_ms`` 300), with a caller that streams its microphone in
 real time (voice_server.testing Caller):
 
 * a backchannel pauses the reply, which then resumes: same response, no
@@ -31,11 +31,6 @@ RATE = 24000
 INTERRUPTION = "wait, stop. what about tomorrow instead"
 
 
-@pytest.fixture
-def server(paced_server):
-    return paced_server
-
-
 def of(c, type_: str, start: int, rid: str | None = None) -> list[dict]:
     return [e for e in c.events[start:] if e["type"] == type_
             and (rid is None or e.get("response_id", e.get("response", {}).get("id")) == rid)]
@@ -58,8 +53,8 @@ async def done_of(c, rid: str, start: int) -> dict:
                          and e["response"]["id"] == rid, start, 90))[1]
 
 
-async def test_a_backchannel_pauses_then_resumes_the_same_reply(server):
-    async with connected(RealtimeWSTransport(server.url, API_KEY)) as c:
+async def test_a_backchannel_pauses_then_resumes_the_same_reply(paced_server):
+    async with connected(RealtimeWSTransport(paced_server.url, API_KEY)) as c:
         rid, i = await reply_playing(c)
         _, end = c.say(flite_pcm("okay", RATE))
         await asyncio.wait_for(end, 30)
@@ -75,8 +70,8 @@ async def test_a_backchannel_pauses_then_resumes_the_same_reply(server):
         assert not of(c, "conversation.item.truncated", i)
 
 
-async def test_a_real_interruption_cancels_and_truncates_where_the_caller_is(server):
-    async with connected(RealtimeWSTransport(server.url, API_KEY)) as c:
+async def test_a_real_interruption_cancels_and_truncates_where_the_caller_is(paced_server):
+    async with connected(RealtimeWSTransport(paced_server.url, API_KEY)) as c:
         rid, i = await reply_playing(c)
         c.say(flite_pcm(INTERRUPTION, RATE))
         done = await done_of(c, rid, i)
@@ -104,8 +99,8 @@ async def test_a_real_interruption_cancels_and_truncates_where_the_caller_is(ser
 
 
 @pytest.mark.parametrize("interrupt", [False, True], ids=["echo", "echo+interruption"])
-async def test_the_replys_echo_does_not_interrupt_it_the_caller_still_does(server, interrupt):
-    async with connected(RealtimeWSTransport(server.url, API_KEY)) as c:
+async def test_the_replys_echo_does_not_interrupt_it_the_caller_still_does(paced_server, interrupt):
+    async with connected(RealtimeWSTransport(paced_server.url, API_KEY)) as c:
         c.echo = PlayoutEcho(RATE, gain=0.1, delay_ms=150.0)     # -20 dB, 150 ms late
         rid, i = await reply_playing(c, 1.5)
         if interrupt:
@@ -123,31 +118,31 @@ async def test_the_replys_echo_does_not_interrupt_it_the_caller_still_does(serve
             assert not of(c, "input_audio_buffer.speech_started", i)
 
 
-async def peek_counts(server) -> tuple[int, int]:
+async def peek_counts(paced_server) -> tuple[int, int]:
     """The listen stage's (peeks asked, peeks skipped) so far."""
-    snap = await server.acall(server.pipeline.snapshot)
+    snap = await paced_server.acall(paced_server.pipeline.snapshot)
     ex = next(p["stages"]["listen"]["executor"] for p in snap["processes"].values()
               if "listen" in p["stages"])
     return ex.get("peeks_asked", 0), ex.get("peeks_skipped", 0)
 
 
-async def until_counts(server, want, timeout: float = 10.0) -> tuple[int, int]:
+async def until_counts(paced_server, want, timeout: float = 10.0) -> tuple[int, int]:
     """Stage stats come five times a second: wait until ``want(counts)``."""
     end = asyncio.get_running_loop().time() + timeout
-    while not want(counts := await peek_counts(server)):
+    while not want(counts := await peek_counts(paced_server)):
         assert asyncio.get_running_loop().time() < end, counts
         await asyncio.sleep(0.1)
     return counts
 
 
-async def test_the_early_reading_runs_over_a_reply_only(server):
+async def test_the_early_reading_runs_over_a_reply_only(paced_server):
     """The runner tells the listen stage whether a reply plays (agent_speaking):
     a question asked in silence gets no early reading (nothing to decide), the
     same caller talking over a reply gets it (backchannel or interruption?).
     This pipeline peeks once, 400 ms in (no asr_peek_every_ms)."""
-    async with connected(RealtimeWSTransport(server.url, API_KEY)) as c:
+    async with connected(RealtimeWSTransport(paced_server.url, API_KEY)) as c:
         await asyncio.sleep(0.5)
-        asked0, skipped0 = await peek_counts(server)
+        asked0, skipped0 = await peek_counts(paced_server)
         n = len(c.events)
         _, end = c.say(flite_pcm("what is the capital of france", RATE))
         await asyncio.wait_for(end, 30)
@@ -156,12 +151,12 @@ async def test_the_early_reading_runs_over_a_reply_only(server):
         await c.wait(lambda e: e["type"] == "response.created", n, 60)
         await c.t.send_event({"type": "response.cancel"})
         await c.wait(lambda e: e["type"] == "response.done", n, 60)
-        asked, skipped = await until_counts(server, lambda k: k[1] > skipped0)
+        asked, skipped = await until_counts(paced_server, lambda k: k[1] > skipped0)
         assert (asked, skipped) == (asked0, skipped0 + 1)
 
         rid, i = await reply_playing(c)
         c.say(flite_pcm(INTERRUPTION, RATE))
         done = await done_of(c, rid, i)
         assert done["response"]["status"] == "cancelled"
-        got = await until_counts(server, lambda k: k[0] > asked)
+        got = await until_counts(paced_server, lambda k: k[0] > asked)
         assert got == (asked + 1, skipped), got

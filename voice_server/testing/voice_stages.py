@@ -23,7 +23,7 @@ from runtime.models.speak.executor import SpeakExecutor
 
 from .stages import Countdown
 
-# Two sentences, ~6 s of flite speech: long enough to pause, resume and talk
+# Two sentences, ~7 s of flite speech: long enough to pause, resume and talk
 # over; every paced test plays it in real time, so no longer.
 REPLY = ("Hello there, this is the first part of my answer. "
          "And here comes a second sentence that never gets spoken.")

@@ -1,7 +1,8 @@
 """Talking over a reply on the shared paced server (conftest.py:
 tests/server/pacing-pipeline.yaml, real listen with Whisper, a scripted
-thinker whose reply lasts seconds, real flite speech; ``output_lead_ms`` 300), with a caller that streams its microphone in
-real time (voice_server.testing Caller):
+thinker whose reply lasts seconds, real flite speech; ``output_lead_ms`` 300),
+with a caller that streams its microphone in real time (voice_server.testing
+Caller):
 
 * a backchannel pauses the reply, which then resumes: same response, no
   cancel, no user turn, no new response;

@@ -230,6 +230,9 @@ class SGLangThinker(AsyncStreamThinker):
 
         require_sole_parent()
         me = psutil.Process()
+        # Only what the engine starts is its own: a child that was here before it (where
+        # the sole-parent rule is waived) is never killed with it.
+        before = {c.pid for c in me.children(recursive=True)}
         self._saved_process_state = (multiprocessing.get_start_method(allow_none=True),
                                      signal.getsignal(signal.SIGQUIT))
         log.warning("starting SGLang %s engine for %s; if this process is killed now, SGLang did it "
@@ -237,10 +240,10 @@ class SGLangThinker(AsyncStreamThinker):
         try:
             engine = sglang.Engine(model_path=path, **engine_args)
         except Exception as e:  # noqa: BLE001 - every way of failing to start becomes one clear line
-            self._kill(set(c.pid for c in me.children(recursive=True)))
+            self._kill({c.pid for c in me.children(recursive=True)} - before)
             self._restore_process_state()
             raise _construction_error(e, str(path)) from None
-        self._engine_pids = {c.pid for c in me.children(recursive=True)}
+        self._engine_pids = {c.pid for c in me.children(recursive=True)} - before
         return engine
 
     def close(self) -> None:

@@ -462,16 +462,23 @@ def test_engine_that_fails_to_start_is_one_clear_stage_error(monkeypatch, error,
     import runtime.models.think.sglang_thinker as adapter
 
     # Earlier tests in the same pytest process may have children still running
-    # (servers they started); the sole-parent rule has its own test above.
+    # (servers they started: killing their stages once wedged a shared server
+    # for the rest of a run); the sole-parent rule has its own test above.
     monkeypatch.setattr(adapter, "require_sole_parent", lambda: None)
+    bystander = _sleeper()
     monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=_FailingEngine, __version__="0.5.21"))
     _FailingEngine.error, _FailingEngine.spawned = error, []
     method, handler = multiprocessing.get_start_method(allow_none=True), signal.getsignal(signal.SIGQUIT)
-    with pytest.raises(StageError) as e:
-        SGLangThinker(model_path="stand-in", engine_args={"bogus": 1}).load()
-    assert e.value.code == code and "\n" not in str(e.value) and "stand-in" in str(e.value)
-    (child,) = _FailingEngine.spawned
-    assert child.wait(10) is not None  # what the engine had started is stopped
+    try:
+        with pytest.raises(StageError) as e:
+            SGLangThinker(model_path="stand-in", engine_args={"bogus": 1}).load()
+        assert e.value.code == code and "\n" not in str(e.value) and "stand-in" in str(e.value)
+        (child,) = _FailingEngine.spawned
+        assert child.wait(10) is not None  # what the engine had started is stopped
+        assert bystander.poll() is None    # what was here before it is not
+    finally:
+        bystander.kill()
+        bystander.wait()
     assert multiprocessing.get_start_method(allow_none=True) == method
     assert signal.getsignal(signal.SIGQUIT) == handler
 

@@ -89,6 +89,9 @@ class Supervisor:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._monitor: asyncio.Task | None = None
         self.tombstone_source: Callable[[], list[int]] = lambda: []
+        # replica -> why it cannot serve now: a request routed there fails at once
+        # (stage_unavailable) instead of waiting for its deadline
+        self.down: dict[tuple[str, int], str] = {}
         self.on_topology: Callable = lambda nodes: None  # placement backends that move replicas
 
     # ---- spawning --------------------------------------------------------------------------
@@ -148,6 +151,8 @@ class Supervisor:
             p.restarts += 1
             self._spawn(p)
             asyncio.ensure_future(self._await_restart(p))
+        elif was_ready:  # restarts off or used up (a replacement that dies unready: _await_restart)
+            self._given_up(p, f"process {p.pid} exited with code {code}")
 
     def _will_restart(self, p: Proc, was_ready: bool) -> bool:
         """Whether a replica that just died is started again (one that never got ready is not)."""
@@ -167,6 +172,16 @@ class Supervisor:
         except StageStartError as exc:
             p.recreating = False
             print(f"restart failed: {exc}", file=sys.stderr, flush=True)
+            self._given_up(p, f"its restart failed: {str(exc).splitlines()[0]}")
+            if self._running(p):  # it never got ready in time: it must not linger
+                p.ready_future.cancel()  # nobody waits for it any more
+                self._kill_hung(p)
+
+    def _given_up(self, p: Proc, why: str) -> None:
+        """Nothing re-creates ``p`` now: requests routed to it fail at once, and health
+        says the server is not live (restart it)."""
+        self.down[p.key] = (f"stage group {p.group!r} replica {p.replica} is down and not being "
+                            f"re-created ({why}); restart the server")
 
     def _stages(self, p: Proc) -> list[str]:
         return next(g.stages for g in self.cfg.placement.groups if g.name == p.group)
@@ -185,6 +200,7 @@ class Supervisor:
         p.ready = True
         p.down_since = None
         p.recreating = False
+        self.down.pop(p.key, None)
         p.last_heartbeat = time.monotonic()
         if p.ready_future is not None and not p.ready_future.done():
             p.ready_future.set_result(None)
@@ -266,6 +282,13 @@ class Supervisor:
 
     def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
         """(stage, why) when request ``rid`` would need a replica that cannot run now."""
+        if not self.down:
+            return None
+        for stage in route:
+            g = self.cfg.group_of(stage)
+            why = self.down.get((g.name, rid % g.replicas))
+            if why is not None:
+                return stage, why
         return None
 
     def live(self) -> list[Proc]:

@@ -102,7 +102,6 @@ class RaySupervisor(Supervisor):
         self.actors: dict[tuple[str, int], object] = {}
         self.gen: dict[tuple[str, int], int] = {k: 0 for k in self.procs}
         self.launched: set[tuple[str, int]] = set()
-        self.down: dict[tuple[str, int], str] = {}  # replica -> why it cannot serve now
         self._tasks: set[asyncio.Future] = set()
 
     # ---- placement -------------------------------------------------------------------------
@@ -354,21 +353,10 @@ class RaySupervisor(Supervisor):
                 standby.drop(sb)
                 self._spawn_task(self._keep_standby(self.procs[key]))
 
-    def unavailable(self, route: list[str], rid: int) -> tuple[str, str] | None:
-        if not self.down:
-            return None
-        for stage in route:
-            g = self.cfg.group_of(stage)
-            why = self.down.get((g.name, rid % g.replicas))
-            if why is not None:
-                return stage, why
-        return None
-
     def on_ready(self, msg: Ready) -> None:
         super().on_ready(msg)
         p = self._sender(msg)
         if p is not None and p.ready:
-            self.down.pop(p.key, None)
             self.on_topology(self.nodes)  # a process that joined late hears the latest map too
 
     # ---- lifecycle ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import asyncio
 
 from runtime.health import assess
 from runtime.supervisor import Proc
-from tests.runtime.conftest import fresh_snapshot, linear
+from tests.runtime.conftest import fresh_snapshot, linear, pid_alive
 
 
 def stage(name: str, executor: str = "voice_server.testing.stages:Echo", **kw) -> dict:
@@ -65,7 +65,7 @@ async def test_killed_stage_holds_nothing_at_once_and_stays_ready_while_it_resta
     assert health.live and health.ready and health.all_ready
 
 
-async def test_a_stage_that_is_not_restarted_is_not_live(start):
+async def test_a_stage_that_is_not_restarted_is_not_live_and_fails_its_requests_at_once(start):
     p = await start({**COUNT, "control": {"restart": False}})
     h = await p.submit({"start": 0, "n": 100_000})
     assert (await h.next_event(timeout=10)).kind == "chunk"
@@ -75,6 +75,39 @@ async def test_a_stage_that_is_not_restarted_is_not_live(start):
     health = p.health(grace_s=10)
     assert not health.live and not health.ready
     assert any("not being re-created" in r for r in health.reasons), health.reasons
+    # a request that needs it fails at once, saying why, instead of waiting for its deadline
+    term, _ = await (await p.submit({"start": 0, "n": 2})).result()
+    assert term.kind == "error" and term.error.code.value == "stage_unavailable"
+    assert "mid" in term.error.message and "not being re-created" in term.error.message
+
+
+async def test_a_replacement_that_never_gets_ready_is_given_up_and_fails_requests_at_once(start):
+    """The stage is killed, and its replacement hangs before it is ready (as one
+    killed or starved while loading): the replica is given up, the hung process is
+    stopped, and requests fail at once instead of waiting for their deadline."""
+    import os
+    import signal
+
+    p = await start({**COUNT, "control": {"ready_timeout_s": 2}})
+    old_pid = p.kill_stage("mid", 0)
+    while (new_pid := p.snapshot()["processes"]["mid/0"]["pid"]) == old_pid:
+        await asyncio.sleep(0.001)
+    os.kill(new_pid, signal.SIGSTOP)  # within ms of its start: long before it is ready
+    for _ in range(100):
+        if not p.snapshot()["processes"]["mid/0"]["recreating"]:
+            break
+        await asyncio.sleep(0.1)
+    t0 = asyncio.get_running_loop().time()
+    term, _ = await (await p.submit({"start": 0, "n": 2})).result()
+    assert asyncio.get_running_loop().time() - t0 < 1.0
+    assert term.kind == "error" and term.error.code.value == "stage_unavailable"
+    assert "its restart failed" in term.error.message, term.error.message
+    for _ in range(50):
+        if not pid_alive(new_pid):
+            break
+        await asyncio.sleep(0.1)
+    assert not pid_alive(new_pid)
+    assert not p.health(grace_s=10).live
 
 
 def _proc(group: str, replica: int, *, ready: bool = False, down_s: float | None = None,

@@ -213,7 +213,7 @@ async def run(srv: ServerThread, turns: int, barges: int, rounds: int) -> dict:
                 _, ended = c.peer.say(speech["story"], RATE)
                 t_end = await asyncio.wait_for(ended, 60)
                 deadline = time.monotonic() + 60
-                while (first := c.peer.first_voice_after(t_end)) is None:
+                while c.peer.first_voice_after(t_end) is None:
                     if time.monotonic() > deadline:
                         raise TimeoutError("no reply to talk over")
                     await asyncio.sleep(0.01)

@@ -10,7 +10,6 @@ or Playwright is missing.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 import wave

@@ -8,7 +8,6 @@ them again.  The stages are the runtime's test executors (voice_server/testing/s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 

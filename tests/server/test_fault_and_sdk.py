@@ -81,7 +81,6 @@ async def test_openai_sdk_client(server):
     async with client.realtime.connect(model="voice-agent") as conn:
         events: list = []
         reader = asyncio.ensure_future(_drain(conn, events, asyncio.Event()))
-        mic_on = asyncio.Event()
 
         async def mic(pcm):
             for ch in frames(pcm):

@@ -26,7 +26,6 @@ import random
 import time
 
 import httpx
-import numpy as np
 import psutil
 import pytest
 import websockets

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 
-import openai
 import pytest
 
 from voice_server.call_registry import CallState

@@ -10,7 +10,7 @@ from voice_server.session import Close, Session, SessionSettings, StartResponse
 from voice_server.session.answering_machine import AnsweringMachineDetector, is_tone
 from voice_server.testing.speech_corpus import human_clips
 
-from session_helpers import PLAIN_BARGE_IN, events, of, speak, types
+from session_helpers import PLAIN_BARGE_IN, events, of, speak
 
 SR = 16000
 

@@ -411,7 +411,7 @@ def test_a_reply_is_prepared_during_the_pause_and_matches_the_committed_turn():
     """Preemptive generation: the words are known before the turn is; the reply the
     session asks to prepare is exactly the request the committed turn starts, so
     the runner can adopt it.  Nothing reaches the client until the commit."""
-    from voice_server.session import DropPreparedReply, PrepareReply
+    from voice_server.session import PrepareReply
 
     s = new_session()
     spoken_turn(s, "hello there")                      # a turn before: conversation context

@@ -1,6 +1,5 @@
 """Whisper's repetition loops are cut; real repetition at a human rate is not."""
 
-import numpy as np
 import pytest
 
 from runtime.models.listen.whisper_asr import ALT_PROMPT, WhisperASR

@@ -381,7 +381,7 @@ def test_a_forgotten_conversation_keeps_no_cells_and_the_others_keep_theirs(thin
     ada = [{"role": "user", "content": "My name is Ada and I like green tea."}]
     bob = [{"role": "user", "content": "My name is Bob and I like black coffee."}]
     thinker.prefill(WorkItem(970, {"messages": ada}, params={**params, CONVERSATION: "ada"}))
-    ada_reply = _drain(thinker, 970)
+    _drain(thinker, 970)
     thinker.prefill(WorkItem(971, {"messages": bob}, params={**params, CONVERSATION: "bob"}))
     bob_reply = _drain(thinker, 971)
     st0 = thinker.stats()

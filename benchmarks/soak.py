@@ -19,6 +19,7 @@ all read from outside through the admin endpoint ``GET /v1/runtime``.
 
     python benchmarks/soak.py --minutes 2            # writes benchmarks/results/soak.json
     python benchmarks/soak.py --minutes 30           # the record run
+    python benchmarks/soak.py --config configs/voice-cpu-fast.yaml   # another pipeline
 
 ``run_soak(minutes, callers)`` is the same thing as a function.  The exit status is 1
 when requests, shared memory or unexpected errors were left or a process grew more
@@ -340,8 +341,10 @@ def main(argv=None) -> int:
                     f"{KEY!r}) instead of starting one")
     ap.add_argument("--warmup-s", type=float, default=60.0,
                     help="seconds of uncounted soak activity before the start figures")
+    ap.add_argument("--config", help="the pipeline of the server it starts (default "
+                    "configs/voice-cpu.yaml)")
     a = ap.parse_args(argv)
-    r = run_soak(a.minutes, a.callers, a.seed, url=a.url, warmup_s=a.warmup_s)
+    r = run_soak(a.minutes, a.callers, a.seed, url=a.url, warmup_s=a.warmup_s, config=a.config)
     print_report(r)
     write_json(a.out, r)
     ok = (r["left"]["live_requests"] == 0 and not r["left"]["lent"] and not r["unexpected_errors"]

@@ -170,12 +170,15 @@ class Supervisor:
         try:
             await self._wait_ready(p, self.cfg.control.ready_timeout_s)
         except StageStartError as exc:
-            p.recreating = False
-            print(f"restart failed: {exc}", file=sys.stderr, flush=True)
-            self._given_up(p, f"its restart failed: {str(exc).splitlines()[0]}")
+            self._restart_failed(p, exc)
             if self._running(p):  # it never got ready in time: it must not linger
                 p.ready_future.cancel()  # nobody waits for it any more
                 self._kill_hung(p)
+
+    def _restart_failed(self, p: Proc, exc: Exception) -> None:
+        p.recreating = False
+        print(f"restart of {p.group}/{p.replica} failed: {exc}", file=sys.stderr, flush=True)
+        self._given_up(p, f"its restart failed: {str(exc).splitlines()[0]}")
 
     def _given_up(self, p: Proc, why: str) -> None:
         """Nothing re-creates ``p`` now: requests routed to it fail at once, and health

@@ -278,9 +278,7 @@ class RaySupervisor(Supervisor):
         except asyncio.CancelledError:
             return
         except (StageStartError, RayError) as exc:
-            p.recreating = False
-            print(f"restart of {p.group}/{p.replica} failed: {exc}", file=sys.stderr, flush=True)
-            self._given_up(p, f"its restart failed: {str(exc).splitlines()[0]}")
+            self._restart_failed(p, exc)
 
     async def _place_retrying(self, p: Proc, gen: int) -> None:
         """:meth:`_place`, again after each Ray error, less and less often, until it works."""

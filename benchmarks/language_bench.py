@@ -12,11 +12,13 @@ Per language (en, es, de, fr, it, pt, ja), into ``{"languages": {"es": {...}}}``
   multilingual profile's ``asr_languages`` (what the listen stage detects
   with; ``detect_acc_all_languages``: among all 99; runtime/models/listen/language.py locks only on
   utterances of 1.5 s and more, so the 1 s figure is why short ones do not
-  count), and ``lock_ok``: the share the lock rule would have locked on the
-  right language (a wrong lock is worse than none);
-* ``wer``: Whisper base's word error rate transcribing whole sentences with
-  the language pinned (Japanese: the character error rate, its words have no
-  spaces), against the text the voice was given;
+  count), over both synthetic speakers below; ``detect_acc_by_voice`` per
+  speaker; and ``lock``: the share the lock rule would have locked, and how
+  many wrongly (a wrong lock is worse than none);
+* ``wer``: Whisper base's word error rate transcribing espeak-ng's sentences
+  with the language pinned (Japanese: the character error rate, its words
+  have no spaces), against the text the voice was given; ``wer_by_voice``
+  for both speakers;
 * ``answer_lang_acc``: the share of everyday questions, asked in the language
   with the session's system text (the think stage's own prompt, then
   "The caller speaks Spanish. Answer in Spanish."; voice_server/session/prompt.py),
@@ -25,10 +27,13 @@ Per language (en, es, de, fr, it, pt, ja), into ``{"languages": {"es": {...}}}``
   history pulls toward English), by ``langdetect`` (PyPI, Apache-2.0: Google's language-detection
   port); ``answer_lang_acc_no_line`` the same without the line.
 
-THE SPEECH IS SYNTHETIC: espeak-ng's formant voice of each language at 130
-words a minute (no recordings of people in these languages ship here), so detection and WER are
-upper bounds for clean, evenly paced speech and lower ones for espeak-ng's
-accent (its Japanese voice reads kana; kanji are written as kana here).  The
+THE SPEECH IS SYNTHETIC (no recordings of people in these languages ship
+here), from two speakers a language: espeak-ng's formant voice at 130 words a
+minute (its Japanese voice reads kana; kanji are written as kana here), and
+the language's neural voice, the one a reply in it gets (hibari's heart,
+Kokoro's jf_alpha, and for es/fr/it/pt/de Kokoro's Japanese kumo reading
+eSpeak NG's phonemes, with an accent).  Detection and WER are upper bounds
+for clean, evenly paced speech and lower ones for these voices' accents.  The
 speak side's keys (round-trip WER, DNSMOS of each language's voice) are added
 by benchmarks of the speak stage into the same file.
 """
@@ -198,7 +203,26 @@ def served_languages() -> list[str]:
     return next(s for s in config["stages"] if s["name"] == "listen")["args"]["asr_languages"]
 
 
+def neural_voice(lang: str) -> tuple[str, object]:
+    """The language's own shipped voice, the one a reply in it gets (hibari's
+    heart, Kokoro's jf_alpha, Kokoro's kumo-es... from eSpeak NG's phonemes):
+    its name and synthesiser."""
+    from runtime.models.speak.executor import make_synthesizer
+    from runtime.models.speak.voices import catalogue, resolve_voice
+
+    v = catalogue()[resolve_voice(None, "hibari", language=lang)]
+    return v.name, make_synthesizer(v.engine, v.engine_voice, threads=2, language=v.language)
+
+
+def speech_of(synth, text: str) -> np.ndarray:
+    pcm = synth.synthesize(text)
+    return soxr.resample(pcm.astype(np.float32) / 32768, synth.sample_rate, SR).astype(np.float32)
+
+
 def hearing(langs: list[str], n_utt: int, n_sent: int, tmp: Path) -> dict:
+    """Detection per utterance length over two synthetic speakers of each
+    language (espeak-ng's formant voice and the language's neural voice),
+    pooled and per speaker; WER per speaker (``wer``: espeak-ng's, as before)."""
     from runtime.models.listen.language import LOCK_MIN_S, LOCK_P
     from runtime.models.listen.whisper_asr import WhisperASR
 
@@ -208,27 +232,40 @@ def hearing(langs: list[str], n_utt: int, n_sent: int, tmp: Path) -> dict:
     every = WhisperASR("base", threads=2, window_s=10, alt_prompt="")     # all 99 languages
     out = {}
     for lang in langs:
-        audio = [espeak(t, lang, tmp) for t in SENTENCES[lang][:max(n_sent, n_utt)]]
-        acc, acc_all, lock_ok = {}, {}, {}
+        texts = SENTENCES[lang][:max(n_sent, n_utt)]
+        name, synth = neural_voice(lang)
+        speakers = {"espeak-ng": [espeak(t, lang, tmp) for t in texts],
+                    name: [speech_of(synth, t) for t in texts]}
+        acc, acc_all, lock_ok, by_voice, wer_by_voice = {}, {}, {}, {}, {}
         for secs in DURATIONS:
-            utts = utterances(audio, secs, n_utt)
-            found = asr.detect(utts)
-            acc[f"{secs:g}s"] = round(sum(g == lang for g, _ in found) / len(found), 3)
-            acc_all[f"{secs:g}s"] = round(sum(g == lang for g, _ in every.detect(utts)) / len(utts), 3)
+            key = f"{secs:g}s"
+            found, hits_all = [], 0
+            for voice, audio in speakers.items():
+                utts = utterances(audio, secs, n_utt)
+                mine = asr.detect(utts)
+                found += mine
+                hits_all += sum(g == lang for g, _ in every.detect(utts))
+                by_voice.setdefault(voice, {})[key] = round(sum(g == lang for g, _ in mine) / len(mine), 3)
+            acc[key] = round(sum(g == lang for g, _ in found) / len(found), 3)
+            acc_all[key] = round(hits_all / len(found), 3)
             # what the lock rule makes of it: locks only when long and sure enough
             locks = [g for g, p in found if secs >= LOCK_MIN_S and p >= LOCK_P]
-            lock_ok[f"{secs:g}s"] = {"locked": round(len(locks) / len(found), 3),
-                                     "wrong": sum(g != lang for g in locks),
-                                     "heard": sorted((g, round(p, 2)) for g, p in found)}
+            lock_ok[key] = {"locked": round(len(locks) / len(found), 3),
+                            "wrong": sum(g != lang for g in locks),
+                            "heard": sorted((g, round(p, 2)) for g, p in found)}
         t0 = time.perf_counter()
-        heard = asr.hear(audio[:n_sent], [lang] * n_sent)
-        pairs = list(zip(SENTENCES[lang][:n_sent], [h.text for h in heard]))
-        out[lang] = {"detect_acc": acc, "detect_acc_all_languages": acc_all, "lock": lock_ok,
-                     "wer": round(error_rate(pairs, lang), 3),
+        for voice, audio in speakers.items():
+            heard = asr.hear(audio[:n_sent], [lang] * n_sent)
+            pairs = list(zip(SENTENCES[lang][:n_sent], [h.text for h in heard]))
+            wer_by_voice[voice] = {"wer": round(error_rate(pairs, lang), 3), "samples": pairs[:2]}
+        out[lang] = {"detect_acc": acc, "detect_acc_by_voice": by_voice,
+                     "detect_acc_all_languages": acc_all, "lock": lock_ok,
+                     "wer": wer_by_voice["espeak-ng"]["wer"],
+                     "wer_by_voice": {v: w["wer"] for v, w in wer_by_voice.items()},
                      "wer_unit": "characters" if lang == "ja" else "words",
-                     "asr_s_per_sentence": round((time.perf_counter() - t0) / n_sent, 2),
-                     "samples": pairs[:2]}
-        print(lang, out[lang]["detect_acc"], "wer", out[lang]["wer"], flush=True)
+                     "asr_s_per_sentence": round((time.perf_counter() - t0) / (2 * n_sent), 2),
+                     "samples": wer_by_voice["espeak-ng"]["samples"]}
+        print(lang, out[lang]["detect_acc"], by_voice, "wer", out[lang]["wer_by_voice"], flush=True)
     return out
 
 
@@ -290,7 +327,9 @@ def main(argv: list[str] | None = None) -> None:
         heard = hearing(langs, n_utt, n_sent, Path(tmp))
     answers = {} if args.no_answers else answering(langs, n_q, no_line=True)
     about = {
-        "speech": "synthetic: espeak-ng's voice of each language (no recordings of people)",
+        "speech": "synthetic: espeak-ng's voice of each language and the language's neural "
+                  "voice (hibari heart, Kokoro jf_alpha, Kokoro kumo-xx from eSpeak NG's "
+                  "phonemes); no recordings of people",
         "asr_model": "whisper base (CTranslate2 int8), beam 5, 10 s window",
         "detect_among": served_languages(),
         "brain": "qwen2.5-coder-1.5b Q4_K_M (configs/voice-cpu.yaml), temperature 0.2, "

@@ -37,7 +37,9 @@ async def test_speech_models_list_voices_and_languages():
     assert by_name["heart"] == {"name": "heart", "engine": "hibari", "language": "en", "gender": "female"}
     assert by_name["jm_kumo"]["engine"] == "kokoro" and by_name["es"]["language"] == "es"
     assert ext["languages"]["en"] == "heart" and ext["languages"]["ja"] == "jf_alpha"
-    assert ext["languages"]["es"] == "es" and "alloy" in ext["openai_voices"]
+    assert ext["languages"]["es"] == "kumo-es" and "alloy" in ext["openai_voices"]
+    assert by_name["kumo-es"] == {"name": "kumo-es", "engine": "kokoro", "language": "es",
+                                  "gender": "male"}
 
 
 def test_a_session_may_choose_any_shipped_voice_and_no_other():

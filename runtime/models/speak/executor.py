@@ -25,7 +25,7 @@ from runtime.models.speak.pauses import spoken_with_pause
 from runtime.models.speak.spoken_form import spoken_form
 from runtime.models.speak.spoken_form_locale import spoken_form_in
 from runtime.models.speak.tts_base import Synthesizer, speakable
-from runtime.models.speak.voices import catalogue, language_of, resolve_voice
+from runtime.models.speak.voices import ESPEAK_LANGUAGES, catalogue, language_of, resolve_voice
 from runtime.models.voice_contract import (SPEAK_LANGUAGE, SPEAK_SPEED, SPEAK_VOICE, THINK_EVENT_TYPES,
                                           SpeakChunk, speak_chunk, think_text)
 
@@ -49,7 +49,9 @@ def make_synthesizer(engine: str, voice: str | None = None, **kw: Any) -> Synthe
                                  language=str(kw.get("language") or "en"))
     if engine == "kokoro":
         from runtime.models.speak.tts_kokoro import KokoroSynthesizer
-        return KokoroSynthesizer(voice, threads=int(kw.get("threads") or 1))
+        language = str(kw.get("language") or "ja")
+        return KokoroSynthesizer(voice, threads=int(kw.get("threads") or 1), language=language,
+                                 espeak_voice=ESPEAK_LANGUAGES.get(language, language))
     raise ValueError(f"unknown TTS engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 

@@ -1,14 +1,19 @@
-"""eSpeak NG speech synthesis in-process through ctypes.
+"""eSpeak NG speech synthesis, and its phonemes, in-process through ctypes.
 
 eSpeak is tiny and fast but its engine is a process-wide singleton (one
 voice, one callback, no re-entrancy), so this module owns that singleton and
 serialises every call; samples are collected from the synchronous-mode
 callback instead of going to a sound device.
+
+:func:`phonemes` is eSpeak NG's front end alone (text -> IPA, in 100+
+languages): the Kokoro voices that speak languages other than Japanese read
+it (tts_kokoro.py).
 """
 
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
 
 import numpy as np
@@ -22,7 +27,10 @@ ESPEAK_CHARS_UTF8 = 1              # espeakCHARS_UTF8
 ESPEAK_RATE = 1                    # espeak_PARAMETER: words per minute
 DEFAULT_WPM = 175                  # espeakRATE_NORMAL in speak_lib.h
 EE_OK = 0
+IPA = 0x02                         # espeak_TextToPhonemes phonememode bit 1: IPA, UTF-8
+TIE = 0x80                         # ... bit 7: bits 8-23 hold a tie inside multi-letter phonemes
 
+_PARTIAL_WORD = re.compile(r"\w+$")
 _CALLBACK_T = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int,
                                ctypes.c_void_p)
 
@@ -59,11 +67,52 @@ def _lib() -> tuple[ctypes.CDLL, int]:
         lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
         lib.espeak_SetParameter.restype = ctypes.c_int
         lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
+                                              ctypes.c_int]
         lib.espeak_Synth.restype = ctypes.c_int
         lib.espeak_Synth.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
                                      ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p]
         _LIB, _RATE = lib, rate
     return _LIB, _RATE
+
+
+def _select(voice: str, wpm: int = DEFAULT_WPM) -> None:
+    """Make ``voice`` at ``wpm`` the engine's current one (call under _LOCK)."""
+    global _CURRENT_VOICE
+    lib, _ = _lib()
+    key = f"{voice}|{wpm}"
+    if _CURRENT_VOICE == key:
+        return
+    if lib.espeak_SetVoiceByName(voice.encode()) != EE_OK:
+        raise ValueError(f"unknown espeak-ng voice {voice!r}")
+    lib.espeak_SetParameter(ESPEAK_RATE, wpm, 0)
+    _CURRENT_VOICE = key
+
+
+def phonemes(text: str, voice: str, tie: str = "^") -> list[tuple[str, str]]:
+    """``text`` as eSpeak NG's ``voice`` would say it, in IPA with stress marks:
+    one (phonemes, punctuation) pair per clause, the punctuation that ended it
+    ("" for none), since the front end drops it and a voice's prosody wants it.
+    ``tie`` joins the letters of one phoneme (t^s, a^ɪ)."""
+    lib, _ = _lib()
+    data = text.encode("utf-8") + b"\0"
+    buf = ctypes.create_string_buffer(data, len(data))
+    start = ctypes.addressof(buf)
+    ptr = ctypes.c_void_p(start)
+    mode = IPA | TIE | (ord(tie) << 8)
+    out: list[tuple[str, str]] = []
+    with _LOCK:
+        _select(voice)
+        while ptr.value:
+            before = ptr.value - start
+            ipa = (lib.espeak_TextToPhonemes(ctypes.byref(ptr), ESPEAK_CHARS_UTF8, mode)
+                   or b"").decode("utf-8", "replace")
+            # the pointer stops after the clause's punctuation and a letter or so beyond
+            used = data[before:(ptr.value - start) if ptr.value else len(data) - 1]
+            ended = _PARTIAL_WORD.sub("", used.decode("utf-8", "replace")).rstrip()
+            out.append((ipa.strip(), ended[-1] if ended and not ended[-1].isalnum() else ""))
+    return [(ipa, mark) for ipa, mark in out if ipa]
 
 
 class EspeakSynthesizer(Synthesizer):
@@ -83,16 +132,7 @@ class EspeakSynthesizer(Synthesizer):
 
     def _select(self, speed: float = 1.0) -> None:
         """Re-apply this instance's voice and rate: the engine has one current voice per process."""
-        global _CURRENT_VOICE
-        lib, _ = _lib()
-        wpm = int(round((self.rate_wpm or DEFAULT_WPM) * speed))
-        key = f"{self.voice}|{wpm}"
-        if _CURRENT_VOICE == key:
-            return
-        if lib.espeak_SetVoiceByName(self.voice.encode()) != EE_OK:
-            raise ValueError(f"unknown espeak-ng voice {self.voice!r}")
-        lib.espeak_SetParameter(ESPEAK_RATE, wpm, 0)
-        _CURRENT_VOICE = key
+        _select(self.voice, int(round((self.rate_wpm or DEFAULT_WPM) * speed)))
 
     def _synthesize(self, text: str, speed: float) -> np.ndarray:
         lib, _ = _lib()

@@ -1,9 +1,11 @@
 """Which voice a request gets: the catalogue of shipped voices, OpenAI's names, and languages.
 
 One speak stage speaks with every shipped voice of every engine: hibari
-(English, neural), Kokoro (Japanese, neural), flite (English) and espeak-ng
-(one formant voice per language).  The catalogue below names each voice with
-its engine, language and gender; a request may name any of them.
+(English, neural), Kokoro (Japanese, neural; two of its Japanese voices also
+speak Spanish, French, Italian, Portuguese and German from eSpeak NG's
+phonemes), flite (English) and espeak-ng (one formant voice per language).
+The catalogue below names each voice with its engine, language and gender; a
+request may name any of them.
 
 The rule, in order (documented for clients in docs/CLIENTS.md):
 
@@ -39,6 +41,9 @@ OPENAI_VOICES: dict[str, str] = {
 
 FLITE_VOICES = {"slt": "female", "kal": "male", "kal16": "male", "awb": "male", "rms": "male"}
 ESPEAK_VOICES = {"en-us": "male", "en": "male", "en-gb": "male"}
+# A client's name for an espeak-ng voice -> the voice file espeak_SetVoiceByName
+# knows, where they differ (British English's file is ``en``).
+ESPEAK_FILES = {"en-gb": "en"}
 # espeak-ng's voice per language, by ISO-639-1 code (the voice is named for its
 # language; its default variant is heard as male).  Mandarin's espeak name is cmn.
 ESPEAK_LANGUAGES: dict[str, str] = {
@@ -47,6 +52,15 @@ ESPEAK_LANGUAGES: dict[str, str] = {
                             "vi", "id")} | {"zh": "cmn"}
 KOKORO_VOICES = {"jf_alpha": "female", "jf_gongitsune": "female", "jf_nezumi": "female",
                  "jf_tebukuro": "female", "jm_kumo": "male"}
+# Kokoro's Japanese voices that speak other languages best, by language
+# (round-trip WER and DNSMOS of every voice, docs/PERFORMANCE.md "Kokoro's
+# voices in other languages"): name -> (Kokoro voice, gender); the first is the
+# language's voice.  Named "<voice>-<language>" (``kumo-es``).
+KOKORO_ABROAD: dict[str, dict[str, tuple[str, str]]] = {
+    lang: {f"kumo-{lang}": ("jm_kumo", "male"),
+           f"{female}-{lang}": (f"jf_{female}", "female")}
+    for lang, female in (("es", "nezumi"), ("fr", "nezumi"), ("it", "nezumi"), ("pt", "nezumi"),
+                         ("de", "gongitsune"))}
 DEFAULT_VOICE = {"hibari": "heart", "flite": "slt", "espeak": "en-us", "kokoro": "jf_alpha"}
 # Within one language the better-sounding engine comes first (DNSMOS, docs/PERFORMANCE.md).
 ENGINE_RANK = ("hibari", "kokoro", "flite", "espeak")
@@ -75,8 +89,10 @@ def catalogue() -> dict[str, Voice]:
                            for n, g in tts_hibari.installed_voices().items()]
     if _kokoro_installed():
         voices += [Voice(n, "kokoro", n, "ja", g) for n, g in KOKORO_VOICES.items()]
+        voices += [Voice(n, "kokoro", kv, lang, g) for lang, named in KOKORO_ABROAD.items()
+                   for n, (kv, g) in named.items()]
     voices += [Voice(n, "flite", n, "en", g) for n, g in FLITE_VOICES.items()]
-    voices += [Voice(n, "espeak", n, "en", g) for n, g in ESPEAK_VOICES.items()]
+    voices += [Voice(n, "espeak", ESPEAK_FILES.get(n, n), "en", g) for n, g in ESPEAK_VOICES.items()]
     voices += [Voice(code, "espeak", ev, code, "male") for code, ev in ESPEAK_LANGUAGES.items()]
     voices.sort(key=lambda v: ENGINE_RANK.index(v.engine))
     return {v.name: v for v in voices}

@@ -1,6 +1,7 @@
 """A voice per language in one speak stage: the request's ``language`` picks
-the voice when none is named, a named voice wins, an unknown one is refused;
-Spanish numbers become Spanish words, Japanese text survives to Kokoro.
+the voice when none is named (Kokoro's, from eSpeak NG's phonemes, for
+Spanish), a named voice wins, an unknown one is refused; Spanish numbers
+become Spanish words, Japanese text survives to Kokoro.
 
 The speech here is synthetic (espeak-ng, Kokoro): no recordings of people in
 these languages ship with the project.  Whisper base (multilingual) reads
@@ -56,13 +57,33 @@ def heard(audio: np.ndarray, rate: int, language: str) -> str:
     return WhisperASR(model="base", language=language).transcribe([x])[0]
 
 
-def test_spanish_by_language_is_spoken_by_espeak_and_heard_back(hibari):
+def test_spanish_by_language_is_spoken_by_kokoro_from_espeak_phonemes_and_heard_back(hibari):
     audio, rate, spoke = speak(hibari, SPANISH, {SPEAK_LANGUAGE: "es"})
+    assert set(spoke) == {"kokoro"} and rate == 24000
+    text = heard(audio, rate, "es")
+    # Kokoro's kumo reading eSpeak NG's Spanish IPA: Whisper base reads these
+    # two sentences back word for word (synthetic speech, measured here).
+    assert language_wer([(SPANISH, text)], "es") <= 0.2, text
+
+
+def test_espeak_ngs_own_spanish_voice_is_still_there_by_name(hibari):
+    audio, rate, spoke = speak(hibari, SPANISH, {SPEAK_LANGUAGE: "es", SPEAK_VOICE: "es"})
     assert set(spoke) == {"espeak"} and rate == 22050
     text = heard(audio, rate, "es")
-    # espeak-ng is a formant voice: Whisper base reads these two sentences back
-    # at WER 0-0.25 and others at up to ~0.8 (synthetic speech, measured here).
+    # a formant voice: Whisper base reads these two sentences back at WER
+    # 0-0.25 and others at up to ~0.8 (synthetic speech, measured here).
     assert language_wer([(SPANISH, text)], "es") <= 0.4, text
+
+
+def test_espeak_phonemes_keep_each_clauses_punctuation():
+    from runtime.models.speak.tts_espeak import phonemes
+    from runtime.models.speak.tts_kokoro import ipa
+
+    assert [mark for _, mark in phonemes("¿Cuánto cuesta, por favor? Sí.", "es")] == [",", "?", "."]
+    assert phonemes("", "es") == [] and phonemes("Ciao", "it")[0][1] == ""
+    # tied pairs become the model's single symbols; no tie is left
+    spoken = ipa("Zeit für Pfannkuchen!", "de")
+    assert spoken[-1].endswith("!") and "ʦ" in spoken[0] and "^" not in "".join(spoken)
 
 
 def test_japanese_by_language_is_spoken_by_kokoro_and_heard_back(hibari):
@@ -88,10 +109,12 @@ def test_a_named_voice_wins_over_the_language(hibari):
     assert set(spoke) == {"espeak"}
     assert resolve_voice("de", "hibari", language="es") == "de"
     assert resolve_voice("jm_kumo", "hibari", language="es") == "jm_kumo"
+    assert resolve_voice(None, "hibari", language="es") == "kumo-es"
     # an OpenAI name keeps its gender in the reply's language
     assert resolve_voice("cedar", "hibari", language="ja") == "jm_kumo"
     assert resolve_voice("marin", "hibari", language="ja") == "jf_alpha"
-    assert resolve_voice("marin", "hibari", language="es") == "es"
+    assert resolve_voice("marin", "hibari", language="es") == "nezumi-es"
+    assert resolve_voice("cedar", "hibari", language="de") == "kumo-de"
     assert resolve_voice(None, "hibari", language="en") == "heart"
     # a language with no voice here: the default voice, not an error
     assert resolve_voice(None, "hibari", language="sw") == "heart"
@@ -138,6 +161,10 @@ def test_every_shipped_voice_has_an_engine_language_and_gender():
     assert {"heart", "jf_alpha", "jm_kumo", "es", "de", "fr", "it", "pt", "slt"} <= set(voices)
     assert voices["jf_nezumi"].engine == "kokoro" and voices["jf_nezumi"].language == "ja"
     assert voices["es"].engine == "espeak" and voices["heart"].engine == "hibari"
+    for lang in ("es", "fr", "it", "pt", "de"):
+        kumo = voices[f"kumo-{lang}"]
+        assert (kumo.engine, kumo.engine_voice, kumo.language, kumo.gender) == \
+            ("kokoro", "jm_kumo", lang, "male")
 
 
 def test_kokoro_runs_on_the_stage_threads_without_spinning(hibari):
@@ -150,3 +177,12 @@ def test_kokoro_runs_on_the_stage_threads_without_spinning(hibari):
     assert opts.intra_op_num_threads == 1
     assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert session_options(3).intra_op_num_threads == 3
+
+
+def test_every_espeak_voice_in_the_catalogue_loads():
+    """``en-gb`` was listed but is no voice file of espeak-ng's (its file is ``en``)."""
+    from runtime.models.speak.tts_espeak import EspeakSynthesizer
+
+    for v in catalogue().values():
+        if v.engine == "espeak":
+            assert EspeakSynthesizer(v.engine_voice, language=v.language).synthesize("Hola.").size > 0

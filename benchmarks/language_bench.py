@@ -26,6 +26,9 @@ Per language (en, es, de, fr, it, pt, ja), into ``{"languages": {"es": {...}}}``
   language after the agent greeted in English (the harder case: the
   history pulls toward English), by ``langdetect`` (PyPI, Apache-2.0: Google's language-detection
   port); ``answer_lang_acc_no_line`` the same without the line.
+* ``first_audio_ms``: a served multilingual profile's first audio from the
+  true end of a spoken question, p50 per condition, English's beside it in
+  the same run (and Spanish in espeak-ng's voice, what Kokoro's costs).
 
 THE SPEECH IS SYNTHETIC (no recordings of people in these languages ship
 here), from two speakers a language: espeak-ng's formant voice at 130 words a
@@ -313,12 +316,67 @@ def answering(langs: list[str], n_q: int, no_line: bool) -> dict:
     return out
 
 
+# First audio per language on the multilingual profile: (condition, language,
+# voice the client names or None for the language's own); alternated per round.
+FIRST_AUDIO = (("en", "en", None), ("es", "es", None), ("es espeak-ng", "es", "es"),
+               ("ja", "ja", None))
+
+
+def first_audio(rounds: int) -> dict:
+    """First audio from the true end of speech (the end of the last frame the
+    caller sent) on ``configs/voice-cpu-multilingual.yaml``, one spoken question
+    per new session with its language pinned, the conditions alternated: what a
+    caller of each language waits, against English in the same run, and what
+    Kokoro's voice costs against espeak-ng's for the same Spanish reply."""
+    import asyncio
+    import statistics
+
+    from voice_server.testing.callers.base import RealtimeWSTransport
+    from voice_server.testing.callers.caller import audio_delta, connected
+    from voice_server.testing.server_process import served
+
+    speech = {}
+    for _, lang, _ in FIRST_AUDIO:
+        if lang not in speech:
+            _, synth = neural_voice(lang)
+            x = speech_of(synth, QUESTIONS[lang][0])       # 16 kHz, then its voiced part at 24
+            speech[lang] = np.round(soxr.resample(_voiced(x), SR, 24000) * 32767).astype(np.int16)
+
+    async def turn(url: str, lang: str, voice: str | None) -> float:
+        session = {"audio": {"input": {"transcription": {"model": "whisper-1", "language": lang}},
+                             **({"output": {"voice": voice}} if voice else {})},
+                   "max_output_tokens": 40}
+        async with connected(RealtimeWSTransport(url, None), session=session) as c:
+            n = len(c.events)
+            _, end = c.say(speech[lang])
+            t_end = await end
+            _, ev = await c.wait(audio_delta, n, 90)
+            await c.wait(lambda e: e["type"] == "response.done", n, 90)
+            return (ev["_t"] - t_end) * 1000
+
+    async def run() -> dict:
+        got: dict[str, list[float]] = {name: [] for name, _, _ in FIRST_AUDIO}
+        async with served(str(ROOT / "configs" / "voice-cpu-multilingual.yaml")) as server:
+            await turn(server.url, "en", None)                  # warm-up, not counted
+            for _ in range(rounds):
+                for name, lang, voice in FIRST_AUDIO:
+                    got[name].append(round(await turn(server.url, lang, voice)))
+        return {name: {"p50": statistics.median(ms), "all": ms} for name, ms in got.items()}
+    out = asyncio.run(run())
+    for name, r in out.items():
+        print(f"first audio {name:<14} p50 {r['p50']:6.0f} ms  {r['all']}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--quick", action="store_true", help="a few of each (a smoke run)")
     ap.add_argument("--languages", default=",".join(LANGS))
     ap.add_argument("--no-answers", action="store_true", help="skip the brain (no 1.5B here)")
+    ap.add_argument("--first-audio-rounds", type=int, default=None,
+                    help="spoken turns per condition on a served multilingual profile "
+                         "(default 5, --quick 1; 0: skip)")
     args = ap.parse_args(argv)
     langs = [x for x in args.languages.split(",") if x]
     n_utt, n_sent, n_q = (2, 2, 2) if args.quick else (5, 5, 8)
@@ -326,6 +384,13 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         heard = hearing(langs, n_utt, n_sent, Path(tmp))
     answers = {} if args.no_answers else answering(langs, n_q, no_line=True)
+    rounds = args.first_audio_rounds if args.first_audio_rounds is not None else \
+        (1 if args.quick else 5)
+    waited = first_audio(rounds) if rounds else {}
+    for lang in langs:
+        mine = {name: r for name, r in waited.items() if name.split()[0] == lang}
+        if mine:
+            answers.setdefault(lang, {})["first_audio_ms"] = mine
     about = {
         "speech": "synthetic: espeak-ng's voice of each language and the language's neural "
                   "voice (hibari heart, Kokoro jf_alpha, Kokoro kumo-xx from eSpeak NG's "
@@ -335,6 +400,10 @@ def main(argv: list[str] | None = None) -> None:
         "brain": "qwen2.5-coder-1.5b Q4_K_M (configs/voice-cpu.yaml), temperature 0.2, "
                  "answer language by langdetect",
         "per_language": {"utterances": n_utt, "sentences": n_sent, "questions": n_q},
+        "first_audio": "configs/voice-cpu-multilingual.yaml served here, one spoken question "
+                       "per new session, language pinned, conditions alternated; from the end "
+                       "of the caller's last frame to the first audio delta; "
+                       f"{rounds} per condition; English's in the same run",
         "quick": bool(args.quick), "seconds": round(time.perf_counter() - t0, 1)}
     merge_languages(args.out, {lang: {**heard[lang], **answers.get(lang, {})} for lang in langs},
                     "listen_think", about)   # the speak side's keys stay

@@ -3,8 +3,9 @@
 espeak-ng's Spanish voice (synthetic speech: no recordings of people in Spanish
 ship here) over the Realtime WebSocket is recognised as Spanish, the session
 says so (voice_agent.language.changed), the user item carries "es", and the
-reply's speak request carries the language; the reply is spoken by Spanish's
-voice (Kokoro's kumo from eSpeak NG's phonemes) when the caller chose none, and by the voice they named when
+reply's speak request carries the language; the reply is spoken by the
+profile's Spanish voice (espeak-ng's: its ``language_voices``) when the caller
+chose none, and by the voice they named when
 they did (which engine spoke is read from the speak stage's counters on
 ``GET /v1/runtime``, ``clauses_by_engine``).  A Japanese question in Kokoro's
 male voice (synthetic too) is detected as Japanese, answered in Japanese and
@@ -158,7 +159,7 @@ def test_the_language_picks_the_voice_and_a_named_voice_wins(multilingual, tmp_p
     pcm = np.concatenate([silence // 2, espeak_24k(GREETING, tmp_path), silence, silence])
     before = settled_counts(multilingual)
     spoken_turn(multilingual, pcm)                    # no voice chosen: Spanish's
-    assert engines_after(multilingual, before) == {"kokoro"}
+    assert engines_after(multilingual, before) == {"espeak"}
     before = settled_counts(multilingual)
     spoken_turn(multilingual, pcm, {"type": "realtime", "audio": {"output": {"voice": "heart"}}})
     assert engines_after(multilingual, before) == {"hibari"}

@@ -16,6 +16,7 @@ from voice_server.session.config import apply_session_update
 from voice_server.session.errors import ClientError
 from voice_server.settings import ServerSettings
 from voice_server.transports.http.routes import http_routes
+from voice_server.transports.http.models import voice_listing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,3 +57,8 @@ def test_a_session_may_choose_any_shipped_voice_and_no_other():
         assert err.param == "session.audio.output.voice" and "jf_alpha" in str(err)
     else:
         raise AssertionError("an unknown voice was accepted")
+
+
+def test_the_listing_says_what_an_operators_language_voices_give():
+    listing = voice_listing("hibari", "heart", {"es": "es"})
+    assert listing["languages"]["es"] == "es" and listing["languages"]["fr"] == "kumo-fr"

@@ -312,6 +312,7 @@ def test_the_multilingual_profile_is_the_default_with_whisper_base():
     assert {**listen_multi, "asr_model": "tiny.en"} == listen
     speak_multi = {s["name"]: s for s in multi["stages"]}["speak"]["args"]
     assert "jf_alpha" in speak_multi.pop("preload_voices")   # Kokoro loads at start, not mid-call
+    assert speak_multi.pop("language_voices")["es"] == "es"   # espeak-ng's, instant, on 2 cores
     assert [s for s in multi["stages"] if s["name"] not in ("listen", "speak")] == \
         [s for s in one["stages"] if s["name"] not in ("listen", "speak")]
     assert speak_multi == {s["name"]: s for s in one["stages"]}["speak"]["args"]

@@ -25,7 +25,8 @@ from runtime.models.speak.pauses import spoken_with_pause
 from runtime.models.speak.spoken_form import spoken_form
 from runtime.models.speak.spoken_form_locale import spoken_form_in
 from runtime.models.speak.tts_base import Synthesizer, speakable
-from runtime.models.speak.voices import ESPEAK_LANGUAGES, catalogue, language_of, resolve_voice
+from runtime.models.speak.voices import (ESPEAK_LANGUAGES, catalogue, check_language_voices, language_of,
+                                         resolve_voice)
 from runtime.models.voice_contract import (SPEAK_LANGUAGE, SPEAK_SPEED, SPEAK_VOICE, THINK_EVENT_TYPES,
                                           SpeakChunk, speak_chunk, think_text)
 
@@ -107,7 +108,9 @@ class SpeakExecutor(ChunkExecutor):
     YAML args: ``engine`` ("hibari" | "flite" | "espeak" | "kokoro": whose voice
     OpenAI names map to), ``voice`` (the default voice), ``preload_voices``
     (catalogue voices loaded at start, so a language's first reply does not pay
-    its engine's load: Kokoro takes ~3 s), ``threads`` (onnxruntime threads, hibari and Kokoro),
+    its engine's load: Kokoro takes ~3 s), ``language_voices`` (a language's
+    voice when the client names none, in place of the catalogue's: ``{es: es}``
+    speaks Spanish with espeak-ng's instant voice, not Kokoro's), ``threads`` (onnxruntime threads, hibari and Kokoro),
     ``max_clause_chars`` (120), ``first_clause_words`` (6), ``hurry_below_ms``
     (300: with less audio than this left to play, a clause breaks after
     ``hurry_words`` (3) words instead of at punctuation; 0: never), ``rate_wpm``
@@ -128,6 +131,7 @@ class SpeakExecutor(ChunkExecutor):
         self.engine = str(args.get("engine", "flite"))   # the lightest; configs name hibari
         self.voice = args.get("voice")
         self.preload_voices = [str(v) for v in args.get("preload_voices") or []]
+        self.language_voices = dict(args.get("language_voices") or {})
         self.threads = int(args.get("threads", 1))
         self.max_clause_chars = int(args.get("max_clause_chars", 120))
         self.first_clause_words = int(args.get("first_clause_words", 6))
@@ -149,6 +153,7 @@ class SpeakExecutor(ChunkExecutor):
         if self.engine not in ENGINES:
             raise ValueError(f"unknown TTS engine {self.engine!r}; choose one of {', '.join(ENGINES)}")
         self.voice = resolve_voice(self.voice, self.engine)
+        self.language_voices = check_language_voices(self.language_voices)
         self.synth = self._synth_for(self.voice)
         for name in self.preload_voices:
             self._synth_for(resolve_voice(name, self.engine, self.voice))
@@ -181,7 +186,8 @@ class SpeakExecutor(ChunkExecutor):
             self.load()
         try:
             language = language_of(params.get(SPEAK_LANGUAGE))
-            voice = resolve_voice(params.get(SPEAK_VOICE), self.engine, self.voice, language)
+            voice = resolve_voice(params.get(SPEAK_VOICE), self.engine, self.voice, language,
+                                  self.language_voices)
         except ValueError as exc:
             raise StageError(ErrorCode.BAD_INPUT, f"speak: {exc}") from None
         speed = params.get(SPEAK_SPEED, 1.0)

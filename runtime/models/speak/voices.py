@@ -11,14 +11,18 @@ The rule, in order (documented for clients in docs/CLIENTS.md):
 
 1. A catalogue voice named by the request wins, whatever the language
    (``heart``, ``jf_nezumi``, ``es``...).
-2. An OpenAI name (``alloy``, ``marin``...) is a stand-in for "a voice of this
+2. The voice the speak stage's ``language_voices`` names for the reply's
+   language, when the request names none or an OpenAI name (an operator's
+   choice: espeak-ng's instant voices in place of Kokoro's on a box with no
+   cores to spare).
+3. An OpenAI name (``alloy``, ``marin``...) is a stand-in for "a voice of this
    gender": OpenAI's voices speak every language, none of them exists here, so
    it maps to a voice of the reply's language, of the same gender where that
    language has one, else to the language's voice.  With no language, or the
    default voice's own language, it maps as it always has: an installed voice
    of the configured engine of that gender, else the configured default.
-3. No voice: the language's voice (:data:`LANGUAGE_ORDER` picks among the
-   voices of a language), else the configured default voice.
+4. No voice: the language's voice (the catalogue's first for it:
+   :data:`ENGINE_RANK`), else the configured default voice.
 
 A language with no voice here falls back to the default voice (the listen
 side may hear any of Whisper's 99 languages; a reply is better spoken oddly
@@ -30,6 +34,7 @@ by the speak stage (``BAD_INPUT``), never by trying to fetch it.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -142,8 +147,22 @@ def _openai_default(gender: str, engine: str, default: str) -> str:
     return next((name for name, g in installed.items() if g == gender), default)
 
 
+def check_language_voices(chosen: Mapping[str, str] | None) -> dict[str, str]:
+    """A speak stage's ``language_voices`` ({"es": "es"}: language -> a shipped
+    voice), checked; ValueError naming what is wrong."""
+    out: dict[str, str] = {}
+    for lang, name in (chosen or {}).items():
+        code = language_of(lang)
+        if code is None or name not in catalogue():
+            raise ValueError(f"language_voices: {lang!r} -> {name!r} is not a language and a "
+                             f"shipped voice; choose among {', '.join(catalogue())}")
+        out[code] = name
+    return out
+
+
 def resolve_voice(requested: str | None, engine: str, default: str | None = None,
-                  language: str | None = None) -> str:
+                  language: str | None = None,
+                  language_voices: Mapping[str, str] | None = None) -> str:
     """The catalogue voice for a request (module docstring for the rule);
     ValueError for an unknown name."""
     if requested is not None and not isinstance(requested, str):
@@ -162,6 +181,8 @@ def resolve_voice(requested: str | None, engine: str, default: str | None = None
                 tts_hibari.voice_model_path(requested)   # known, not on disk: says so
         raise ValueError(f"unknown voice {requested!r}; choose one of "
                          f"{', '.join(voice_names(engine))}")
+    if (not requested or requested in OPENAI_VOICES) and language in (language_voices or {}):
+        return language_voices[language]    # the operator's voice of the language, any gender
     own = languages().get(language or "", [])
     gender = OPENAI_VOICES.get(requested or "")
     if not own or voices[default].language == language:

@@ -186,3 +186,23 @@ def test_every_espeak_voice_in_the_catalogue_loads():
     for v in catalogue().values():
         if v.engine == "espeak":
             assert EspeakSynthesizer(v.engine_voice, language=v.language).synthesize("Hola.").size > 0
+
+
+def test_an_operator_may_choose_a_languages_voice():
+    """``language_voices`` (the multilingual profile: espeak-ng's instant voices on
+    two cores) wins when the client names none; a named voice still wins over it."""
+    ex = SpeakExecutor(engine="flite", language_voices={"es": "es", "fr-CA": "nezumi-fr"})
+    ex.load()
+    try:
+        _, rate, spoke = speak(ex, "Hola.", {SPEAK_LANGUAGE: "es"})
+        assert set(spoke) == {"espeak"} and rate == 22050
+        assert ex.language_voices == {"es": "es", "fr": "nezumi-fr"}
+        _, _, spoke = speak(ex, "Hola.", {SPEAK_LANGUAGE: "es", SPEAK_VOICE: "kumo-es"})
+        assert set(spoke) == {"kokoro"}
+        # an OpenAI name is "any voice of the language" too: the operator's
+        _, _, spoke = speak(ex, "Hola.", {SPEAK_LANGUAGE: "es", SPEAK_VOICE: "marin"})
+        assert set(spoke) == {"espeak"}
+    finally:
+        ex.close()
+    with pytest.raises(ValueError, match="language_voices"):
+        SpeakExecutor(engine="flite", language_voices={"es": "nobody"}).load()

@@ -109,8 +109,9 @@ class SpeakExecutor(ChunkExecutor):
     OpenAI names map to), ``voice`` (the default voice), ``preload_voices``
     (catalogue voices loaded at start, so a language's first reply does not pay
     its engine's load: Kokoro takes ~3 s), ``language_voices`` (a language's
-    voice when the client names none, in place of the catalogue's: ``{es: es}``
-    speaks Spanish with espeak-ng's instant voice, not Kokoro's), ``threads`` (onnxruntime threads, hibari and Kokoro),
+    voice when the client names none or an OpenAI name, in place of the
+    catalogue's: ``{es: es}`` speaks Spanish with espeak-ng's instant voice,
+    not Kokoro's), ``threads`` (onnxruntime threads, hibari and Kokoro),
     ``max_clause_chars`` (120), ``first_clause_words`` (6), ``hurry_below_ms``
     (300: with less audio than this left to play, a clause breaks after
     ``hurry_words`` (3) words instead of at punctuation; 0: never), ``rate_wpm``

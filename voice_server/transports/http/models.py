@@ -18,7 +18,8 @@ import os
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from runtime.models.speak.voices import OPENAI_VOICES, catalogue, languages, resolve_voice
+from runtime.models.speak.voices import (OPENAI_VOICES, catalogue, check_language_voices, languages,
+                                         resolve_voice)
 from runtime.models.voice_contract import SPEAK
 
 from .context import ApiContext
@@ -27,14 +28,17 @@ from .errors import ApiError
 SPEECH_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 
 
-def voice_listing(engine: str, default: str | None = None) -> dict:
+def voice_listing(engine: str, default: str | None = None,
+                  language_voices: dict[str, str] | None = None) -> dict:
     """The ``voice_agent`` extension of a speech model: what a client may name
     in ``voice`` and which voice each language gets by default on a speak stage
-    whose default is ``engine``'s ``default`` voice."""
+    whose default is ``engine``'s ``default`` voice (and its operator's
+    ``language_voices``)."""
+    chosen = check_language_voices(language_voices)
     return {"voices": [{"name": v.name, "engine": v.engine, "language": v.language,
                         "gender": v.gender} for v in catalogue().values()],
             "openai_voices": list(OPENAI_VOICES),
-            "languages": {lang: resolve_voice(None, engine, default, lang)
+            "languages": {lang: resolve_voice(None, engine, default, lang, chosen)
                           for lang in sorted(languages())}}
 
 
@@ -59,7 +63,8 @@ def model_ids(ctx: ApiContext) -> list[dict]:
     speak = next((s for s in cfg.stages if s.name == SPEAK), None) if p is not None else None
     if speak is not None:
         try:
-            listing = voice_listing(str(speak.args.get("engine", "flite")), speak.args.get("voice"))
+            listing = voice_listing(str(speak.args.get("engine", "flite")), speak.args.get("voice"),
+                                    speak.args.get("language_voices"))
         except ValueError:      # a speak stage that is not ours (another executor)
             listing = None
         for a in SPEECH_ALIASES:

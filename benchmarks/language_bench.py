@@ -16,9 +16,9 @@ Per language (en, es, de, fr, it, pt, ja), into ``{"languages": {"es": {...}}}``
   speaker; and ``lock``: the share the lock rule would have locked, and how
   many wrongly (a wrong lock is worse than none);
 * ``wer``: Whisper base's word error rate transcribing espeak-ng's sentences
-  with the language pinned (Japanese: the character error rate, its words
-  have no spaces), against the text the voice was given; ``wer_by_voice``
-  for both speakers;
+  with the language pinned (Japanese: the error rate over the characters of
+  both sides' kana readings; voice_server/testing/language_wer.py), against
+  the text the voice was given; ``wer_by_voice`` for both speakers;
 * ``answer_lang_acc``: the share of everyday questions, asked in the language
   with the session's system text (the think stage's own prompt, then
   "The caller speaks Spanish. Answer in Spanish."; voice_server/session/prompt.py),
@@ -49,7 +49,6 @@ import re
 import subprocess
 import tempfile
 import time
-import unicodedata
 import wave
 from pathlib import Path
 
@@ -57,6 +56,7 @@ import numpy as np
 import soxr
 import yaml
 
+from voice_server.testing.language_wer import language_wer
 from voice_server.testing.report import merge_languages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,23 +184,6 @@ def utterances(audio: list[np.ndarray], seconds: float, n: int) -> list[np.ndarr
     return out
 
 
-def words(text: str, lang: str) -> list[str]:
-    """Case, accents and punctuation folded; Japanese as characters (no spaces)."""
-    text = unicodedata.normalize("NFKD", text.casefold())
-    text = "".join(c for c in text if not unicodedata.combining(c))
-    text = re.sub(r"[^\w' ]+", " ", text).replace("'", " ")
-    if lang == "ja":
-        return [c for c in text if not c.isspace()]
-    return text.split()
-
-
-def error_rate(pairs: list[tuple[str, str]], lang: str) -> float:
-    from voice_server.testing.wer import edit_distance
-
-    errors = sum(edit_distance(words(r, lang), words(h, lang)) for r, h in pairs)
-    return errors / max(1, sum(len(words(r, lang)) for r, _ in pairs))
-
-
 def served_languages() -> list[str]:
     """The languages the multilingual profile's detection picks among."""
     config = yaml.safe_load((ROOT / "configs" / "voice-cpu-multilingual.yaml").read_text())
@@ -261,7 +244,7 @@ def hearing(langs: list[str], n_utt: int, n_sent: int, tmp: Path) -> dict:
         for voice, audio in speakers.items():
             heard = asr.hear(audio[:n_sent], [lang] * n_sent)
             pairs = list(zip(SENTENCES[lang][:n_sent], [h.text for h in heard]))
-            wer_by_voice[voice] = {"wer": round(error_rate(pairs, lang), 3), "samples": pairs[:2]}
+            wer_by_voice[voice] = {"wer": round(language_wer(pairs, lang), 3), "samples": pairs[:2]}
         out[lang] = {"detect_acc": acc, "detect_acc_by_voice": by_voice,
                      "detect_acc_all_languages": acc_all, "lock": lock_ok,
                      "wer": wer_by_voice["espeak-ng"]["wer"],

@@ -1,5 +1,8 @@
 """Error rates of speech heard back in any language: words where words are
-spaced, characters for Japanese and Chinese, which write none.
+spaced, characters for Japanese and Chinese, which write none.  Japanese is
+scored on the katakana reading of both sides (OpenJTalk's, shipped for
+Kokoro's front end): Whisper writes 明日 where a reference writes あした, the
+same sounds, which a character count took for errors.
 
 :mod:`voice_server.testing.wer` folds English only (its numerals, its
 abbreviations, a-z); Whisper writes the digits of other languages as digits
@@ -28,6 +31,8 @@ def tokens(text: str, language: str) -> list[str]:
     if language == "ja":     # Whisper writes 7時, a reference 七時: both as kanji numerals
         from num2words import num2words
         text = re.sub(r"\d+", lambda m: num2words(int(m.group(0)), lang="ja"), text)
+        import pyopenjtalk
+        text = pyopenjtalk.g2p(re.sub(r"\s+", "", text), kana=True)
     kept = "".join(ch if unicodedata.category(ch)[0] in "LMN" else " " for ch in text)
     if language in UNSPACED:
         return [ch for ch in kept if not ch.isspace()]

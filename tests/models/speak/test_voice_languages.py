@@ -206,3 +206,11 @@ def test_an_operator_may_choose_a_languages_voice():
         ex.close()
     with pytest.raises(ValueError, match="language_voices"):
         SpeakExecutor(engine="flite", language_voices={"es": "nobody"}).load()
+
+
+def test_japanese_is_scored_on_its_reading_not_its_script():
+    """Whisper writes kanji where a reference has kana (妹 / いもうと): the same
+    sounds, no error; a wrong sound still counts."""
+    assert language_wer([("いもうと に こづつみ を おくる と いくら かかります か。",
+                          "妹に小包を送るといくらかかりますか")], "ja") == 0.0
+    assert language_wer([("あした", "あさって")], "ja") > 0.3

@@ -72,7 +72,8 @@ def _speak(ex, rid: int, text: str, language: str,
 
 def voice_rows(languages: list[str] | None = None, quick: bool = False,
                every_voice: bool = False) -> dict[str, dict]:
-    """Per language: ``voice``, ``voice_engine``, ``voice_wer`` (round trip; CER
+    """Per language: ``voice``, ``voice_engine``, ``voice_wer`` (round trip;
+    ``voice_wer_phone`` the same through an 8 kHz mu-law line; CER
     for ja), ``voice_dnsmos`` (overall), ``voice_cpu_per_audio_s``; with
     ``every_voice``, ``voices``: the same figures for each of the language's
     shipped voices, one sentence of each in turn (so a busy spell of the
@@ -107,10 +108,12 @@ def voice_rows(languages: list[str] | None = None, quick: bool = False,
 
 
 class _Run:
-    """One voice's sentences: what Whisper heard, DNSMOS, CPU and audio seconds."""
+    """One voice's sentences: what Whisper heard (wide band, and as a phone
+    caller gets it: 8 kHz G.711 mu-law), DNSMOS, CPU and audio seconds."""
 
     def __init__(self) -> None:
         self.pairs: list[tuple[str, str]] = []
+        self.phone_pairs: list[tuple[str, str]] = []
         self.mos: list[float] = []
         self.cpu = self.audio_s = 0.0
         self.engine = ""
@@ -119,8 +122,13 @@ class _Run:
         import soxr
         from speechmos import dnsmos
 
+        from voice_server.testing.speech_corpus import phone_line
+
         x16 = soxr.resample(audio.astype(np.float32) / 32768, rate, 16000)
-        self.pairs.append((text, asr.transcribe([x16])[0]))
+        phone = soxr.resample(phone_line(x16).astype(np.float32) / 32768, 8000, 16000)
+        wide, narrow = asr.transcribe([x16, phone])
+        self.pairs.append((text, wide))
+        self.phone_pairs.append((text, narrow))
         self.mos.append(dnsmos.run(np.clip(x16, -1, 1), 16000)["ovrl_mos"])
         self.cpu += cpu
         self.audio_s += audio.size / rate
@@ -131,6 +139,7 @@ class _Run:
 
         return {f"{prefix}engine": self.engine,
                 f"{prefix}wer": round(language_wer(self.pairs, lang), 3),
+                f"{prefix}wer_phone": round(language_wer(self.phone_pairs, lang), 3),
                 f"{prefix}dnsmos": round(statistics.mean(self.mos), 2),
                 f"{prefix}cpu_per_audio_s": round(self.cpu / max(self.audio_s, 1e-9), 3),
                 f"{prefix}heard": self.pairs}
@@ -154,7 +163,8 @@ def main() -> None:
         for name, f in (r.get("voices") or {r["voice"]: _unprefixed(r)}).items():
             mark = "*" if name == r["voice"] else " "
             print(f"{lang} {mark}{name:>14} ({f['engine']:<6})  WER {f['wer'] * 100:5.1f}%  "
-                  f"DNSMOS {f['dnsmos']:.2f}  CPU/audio s {f['cpu_per_audio_s']:.3f}")
+                  f"phone {f['wer_phone'] * 100:5.1f}%  DNSMOS {f['dnsmos']:.2f}  "
+                  f"CPU/audio s {f['cpu_per_audio_s']:.3f}")
     merge_languages(args.out, rows, "speak", {   # language_bench's keys stay
         "speech": "synthetic: each language's voice, read back by Whisper base",
         "sentences_per_language": 1 if args.quick else max(map(len, SENTENCES.values())),

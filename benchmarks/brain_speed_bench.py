@@ -16,7 +16,10 @@ rounds):
 * ``long_prompt_ms_per_token``: a ~600-token conversation read from scratch,
   per token (a caller whose cells were dropped);
 * ``decode_ms``: one reply's step (one token) and ``decode2_ms``: two
-  replies stepped together.
+  replies stepped together;
+* ``deep_next_turn_ms`` and ``deep_decode_ms``: the next question and one
+  reply's step in a conversation of ~900 cells (a long call's full window,
+  benchmarks/long_call_bench.py), its earlier turns cached.
 
     .venv/bin/python -m benchmarks.brain_speed_bench --model qwen2.5-coder-1.5b
     .venv/bin/python -m benchmarks.brain_speed_bench --variants base,t1,kv_q8 --rounds 5
@@ -109,7 +112,14 @@ def measure(th: LlamaCppThinker, r: int) -> dict:
     long_tokens = len(th.tokenize(th.render([{"role": "system", "content": SYSTEM}, *long_msgs])))
     _, steps2, _ = _run(th, [next(rid), next(rid)], [[{"role": "user", "content": _question(r + 90)}],
                                                      [{"role": "user", "content": _question(r + 91)}]], 32)
+    deep = _history(r + 200, 12) + [{"role": "user", "content": _question(r + 300)}]
+    _, _, [deep_reply] = _run(th, [next(rid)], [deep], 8)          # read and cached
+    deep += [{"role": "assistant", "content": deep_reply},
+             {"role": "user", "content": _question(r + 301)}]
+    deep_first, deep_steps, _ = _run(th, [next(rid)], [deep], 16)
     return {"first_turn_ms": first, "next_turn_ms": nxt,
+            "deep_next_turn_ms": deep_first,
+            "deep_decode_ms": statistics.median(deep_steps) if deep_steps else None,
             "long_prompt_ms_per_token": long_first / long_tokens,
             "decode_ms": statistics.median(steps) if steps else None,
             "decode2_ms": statistics.median(steps2) if steps2 else None,
@@ -137,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows[n].append(measure(th, r + 1))
             finally:
                 th.close()
-    keys = ("first_turn_ms", "next_turn_ms", "long_prompt_ms_per_token", "decode_ms", "decode2_ms")
+    keys = ("first_turn_ms", "next_turn_ms", "long_prompt_ms_per_token", "decode_ms", "decode2_ms",
+            "deep_next_turn_ms", "deep_decode_ms")
     result = {n: {k: round(statistics.median(x[k] for x in rows[n]), 2) for k in keys}
               for n in names}
     print(f"\n{args.model}, {args.rounds} rounds alternated (medians, ms)")

@@ -37,6 +37,7 @@ seed), so turns overlap the way real calls do.  Per level N (1, 2, 4, 6, 8):
     .venv/bin/python -m benchmarks.capacity_bench                 # N = 1, 2, 4, 6, 8
     .venv/bin/python -m benchmarks.capacity_bench --levels 1,4 --turns 2
     .venv/bin/python -m benchmarks.capacity_bench --url http://127.0.0.1:8000
+    .venv/bin/python -m benchmarks.capacity_bench --caller-voice heart   # hibari's voice calls
 
 Prints a table and the budget; writes benchmarks/results/capacity.json with keys
 ``levels.<N>.{first_audio_ms.{p50,p95}, heard_ms.{p50,p95}, barge_in_ms.{p50,p95}, paused_ms.{p50,p95},
@@ -210,7 +211,7 @@ async def level(server: RunningServer, url: str, key: str | None, n: int, speech
 
 
 async def main_async(a) -> dict:
-    speech = load_speech()
+    speech = load_speech(a.caller_voice)
     speech = {k: [trim(p) for p in v] if isinstance(v, list) else trim(v) for k, v in speech.items()}
     levels: dict = {}
     async with served(a.config, a.url) as server:
@@ -250,6 +251,9 @@ def main() -> int:
     ap.add_argument("--levels", default="1,2,4,6,8")
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--caller-voice", default="flite",
+                    help="who speaks the callers' lines: flite (default) or a hibari voice such as "
+                         "heart; both synthetic (voice_server.testing.audio.caller_pcm)")
     add_server_arguments(ap, "benchmarks/results/capacity.json")
     a = ap.parse_args()
     levels = asyncio.run(main_async(a))

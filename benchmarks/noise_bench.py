@@ -191,7 +191,8 @@ def first_audio_p50_ms(config: str | None) -> float | None:
 
     from benchmarks import capacity_bench
 
-    a = argparse.Namespace(config=config, url=None, key=None, levels="1", turns=3, seed=7)
+    a = argparse.Namespace(config=config, url=None, key=None, levels="1", turns=3, seed=7,
+                           caller_voice="flite")
     return asyncio.run(capacity_bench.main_async(a))["1"]["first_audio_ms"]["p50"]
 
 

@@ -19,6 +19,7 @@ from voice_server.audio_codec import resample
 RATE = 24000
 FRAME_MS = 20
 _CACHE: dict[tuple, np.ndarray] = {}
+_SYNTHS: dict[str, object] = {}
 
 
 def flite_pcm(text: str, rate: int = RATE, voice: str = "slt", stretch: float = 1.0) -> np.ndarray:
@@ -35,6 +36,26 @@ def flite_pcm(text: str, rate: int = RATE, voice: str = "slt", stretch: float = 
                 if w.getnchannels() > 1:
                     pcm = pcm.reshape(-1, w.getnchannels())[:, 0]
         _CACHE[key] = resample(pcm, sr, rate)
+    return _CACHE[key]
+
+
+def caller_pcm(text: str, voice: str = "flite", rate: int = RATE) -> np.ndarray:
+    """int16 mono PCM of a simulated caller saying ``text``: flite (``"flite"``,
+    its default voice) or a hibari voice by name (``"heart"``).
+
+    Both are synthetic.  flite's flat, narrow voice is misheard on short
+    questions and its prosody reads unfinished, so the end-of-turn wait runs
+    long on it; hibari's neural voice is closer to a person.  A benchmark that
+    reports first audio says which one spoke."""
+    if voice == "flite":
+        return flite_pcm(text, rate)
+    key = (text, rate, "hibari", voice)
+    if key not in _CACHE:
+        from runtime.models.speak.executor import make_synthesizer
+
+        synth = _SYNTHS.get(voice) or _SYNTHS.setdefault(
+            voice, make_synthesizer("hibari", voice, threads=2))
+        _CACHE[key] = resample(synth.synthesize(text), synth.sample_rate, rate)
     return _CACHE[key]
 
 

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from ..audio import FRAME_MS, RATE, flite_pcm
+from ..audio import FRAME_MS, RATE, caller_pcm
 from ..events import NoMatch, next_match
 from .base import CallerTransport, RealtimeWSTransport
 
@@ -30,10 +30,11 @@ STORY = "tell me a long story about a dragon"
 INTERRUPT = "stop and tell me the time"
 
 
-def load_speech() -> dict:
-    """The script as 24 kHz PCM: ``{"q": [...], "story": ..., "interrupt": ...}``."""
-    return {"q": [flite_pcm(q) for q in QUESTIONS], "story": flite_pcm(STORY),
-            "interrupt": flite_pcm(INTERRUPT)}
+def load_speech(voice: str = "flite") -> dict:
+    """The script as 24 kHz PCM, in ``voice`` (:func:`caller_pcm`):
+    ``{"q": [...], "story": ..., "interrupt": ...}``."""
+    return {"q": [caller_pcm(q, voice) for q in QUESTIONS], "story": caller_pcm(STORY, voice),
+            "interrupt": caller_pcm(INTERRUPT, voice)}
 
 
 def _settle(f: asyncio.Future, t: float) -> None:

@@ -64,6 +64,7 @@ OUT_RATE = 24000  # the session's output audio, pcm16
 async def talk(server: RunningServer, turns: int, max_tokens: int, voice: str) -> list[dict]:
     speech = {"q": [trim(caller_pcm(q, voice)) for q in QUESTIONS]}
     rows: list[dict] = []
+    heard: dict = {}       # the listen stage's end-of-turn verdicts so far
     async with connected(RealtimeWSTransport(server.url, None), speech,
                          {"max_output_tokens": max_tokens, "instructions": INSTRUCTIONS}) as c:
         for k in range(turns):
@@ -76,7 +77,9 @@ async def talk(server: RunningServer, turns: int, max_tokens: int, voice: str) -
             created = [e["_t"] for e in c.events[n:] if e["type"] == "response.created"]
             audio_s = sum(len(e["delta"]) * 3 // 4 // 2 for e in c.events[n:]
                           if e["type"] == "response.output_audio.delta") / OUT_RATE
-            st = stage_stats(await server.runtime(), "think")
+            rt = await server.runtime()
+            st, ls = stage_stats(rt, "think"), stage_stats(rt, "listen")
+            verdicts = {name: v for name, v in ls.items() if name.startswith("verdict_")}
             row = {"turn": k + 1, "status": done["response"]["status"],
                    "first_audio_ms": round((first["_t"] - t_end) * 1000, 1)
                    if first["type"] == "response.output_audio.delta" else None,
@@ -86,7 +89,11 @@ async def talk(server: RunningServer, turns: int, max_tokens: int, voice: str) -
                    "response_created_ms": round((created[-1] - t_end) * 1000, 1) if created else None,
                    "conversation_tokens_reused": st.get("conversation_tokens_reused"),
                    "shifted_hits": st.get("shifted_hits"), "truncated_total": st.get("truncated_total"),
-                   "kv_cells_used": st.get("kv_cells_used")}
+                   "kv_cells_used": st.get("kv_cells_used"),
+                   # this turn's verdicts (a 2 s wait: which witness read it unfinished)
+                   "verdicts": {name: v - heard.get(name, 0) for name, v in verdicts.items()
+                                if v != heard.get(name, 0)}}
+            heard = verdicts
             rows.append(row)
             print(f"turn {k + 1:>2}: first audio {row['first_audio_ms']} ms (end decided "
                   f"{row['end_decided_ms']}, reply begun {row['response_created_ms']}), reply {audio_s:.1f} s, "

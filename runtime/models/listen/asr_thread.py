@@ -72,6 +72,9 @@ class Segment:
     # of the utterance before may have locked it meanwhile); passed on as
     # ``languages=`` when any segment has one
     language: Any = None
+    # heard over the agent's reply: a short one is also read with Whisper's
+    # whole window (whisper_asr.py), passed on as ``full_window=`` when any is
+    over_reply: bool = False
 
 
 @dataclass
@@ -320,8 +323,12 @@ class RecognitionThread:
         try:
             audio = [j.audio for j in live]
             langs = [j.language() if callable(j.language) else j.language for j in live]
-            texts: list[Any] = list(self._transcribe(audio, languages=langs)
-                                    if any(x is not None for x in langs) else self._transcribe(audio))
+            kw: dict[str, Any] = {}
+            if any(x is not None for x in langs):
+                kw["languages"] = langs
+            if any(j.over_reply for j in live):
+                kw["full_window"] = [j.over_reply for j in live]
+            texts: list[Any] = list(self._transcribe(audio, **kw))
         except Exception as exc:  # noqa: BLE001 - fail these segments, keep serving
             texts = [exc] * len(live)
         self.counters["calls"] += 1

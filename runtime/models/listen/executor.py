@@ -369,6 +369,9 @@ class ListenExecutor(ChunkExecutor):
             if p.semantic and self._reader is not None else None,
             self.peek_every_ms,
             self._voice_job(request_id) if p.voice_lock else None)
+        if isinstance(utt, SpeculativeSegments):
+            stream = self._streams[request_id]
+            utt.over_reply = lambda: stream.spoken_over
         if (params or {}).get(LINE_RATE) is not None:
             self._streams[request_id].hear_line(params[LINE_RATE])
 

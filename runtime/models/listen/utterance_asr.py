@@ -20,7 +20,7 @@ and are turned into events here (``partial`` / ``final``), on the loop thread.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -57,6 +57,11 @@ class SpeculativeSegments:
         self.key = key
         self.thread = thread
         self.speculative = speculative
+        # the stream's "this utterance began over the agent's reply" (set by the
+        # stream): its pause's, end's or blip's reading of a short sound gets a
+        # second one with Whisper's whole window (whisper_asr.py); not its
+        # early readings, which the words at its end would then wait behind
+        self.over_reply: Callable[[], bool] = lambda: False
         # the stream's language (language.py): asked of each segment, and
         # told what each ended utterance was heard in
         self.language = language
@@ -80,7 +85,7 @@ class SpeculativeSegments:
         audio = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
         self.thread.submit(Segment(self.key, gen, audio,
                                    lambda: gen == self.gen or gen in self.awaiting,
-                                   language=self._asker()))
+                                   language=self._asker(), over_reply=self.over_reply()))
         return gen
 
     def _asker(self):
@@ -161,7 +166,7 @@ class SpeculativeSegments:
         self.parts = []
         self.counters["blips_read"] += 1
         self.thread.submit(Segment(self.key, ("blip", gen), audio, lambda: gen in self.blips,
-                                   language=self._asker()))
+                                   language=self._asker(), over_reply=self.over_reply()))
         return []
 
     def _abandon(self) -> None:

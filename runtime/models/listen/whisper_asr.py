@@ -29,6 +29,16 @@ as likely as its own reading (mean token log-probability within
 close." (people's short commands score 0.7 lower).  It costs 20-40 ms a
 short segment and nothing for longer ones.
 
+A short segment heard over the agent's reply (``hear(..., full_window=)``)
+is also read with Whisper's whole 30 s window when the stage runs a shorter
+one (``window_s``, a third of the CPU): the cut window misreads short
+sounds that the whole one reads right (a phone line's flite "mm hmm":
+"And then make a man" against "MMMM."; "Start" against "Stop." for a quick
+"stop").  That reading, when it differs, is the ``alternative`` where the
+acknowledgements prompt gave none; the server weighs it as it weighs that
+one: it can turn a misheard hum back into a backchannel and a misheard
+"stop" into the word.  It costs ~0.3 s more for those segments only.
+
 Language (a multilingual model: ``base``): each segment is transcribed in a
 language of its own (CTranslate2 takes a prompt per batch item).  A segment
 queued with a :class:`~runtime.models.listen.language.LanguageAsk` that is
@@ -61,6 +71,7 @@ from runtime.models.listen.whisper_loops import cut_loop, said_tokens, starts_ov
 HOP = 160                       # Whisper's log-mel hop: 100 frames per second
 ALIGN_STEP_S = 2 * HOP / LISTEN_RATE_HZ   # an alignment's time step: the encoder's 20 ms
 WINDOW_S = 30.0                 # what the model was trained on
+FULL_FRAMES = int(WINDOW_S * LISTEN_RATE_HZ) // HOP
 # Whisper says about four tokens a second of English speech; a bound per
 # segment keeps a rare repetition loop from decoding to the model's limit.
 TOKENS_PER_S, TOKENS_SLACK, MAX_TOKENS = 8, 16, 224
@@ -69,6 +80,9 @@ NO_SPEECH_THRESHOLD = 0.6       # Whisper's own "this segment has no speech" cut
 # scored without the prompt, is at most this much below Whisper's own reading's
 ALT_MARGIN = 0.5
 ALT_PROMPT = "Mm-hmm. Uh-huh. Yeah. Okay. Right."
+# segments over a reply up to this long also get the whole window's reading
+# (a backchannel with its lead-in and the pause after it: the phone's "mm hmm" is 1.5 s)
+FULL_WINDOW_MAX_S = 2.0
 
 # What CTranslate2 needs of the CPU for its AVX-512 kernels.
 AVX512_FLAGS = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl"})
@@ -257,19 +271,23 @@ class WhisperASR:
         return allowed[0][0], (allowed[0][1] / total if total > 0 else 0.0)
 
     def hear(self, segments: list[np.ndarray],
-             languages: list[LanguageAsk | str | None] | None = None) -> list[Heard]:
+             languages: list[LanguageAsk | str | None] | None = None,
+             full_window: list[bool] | None = None) -> list[Heard]:
         """16 kHz float32 mono segments -> their transcripts ("" for no speech),
         with an alternative reading of the short ones (see the module's doc).
 
         ``languages``: per segment, a language to transcribe in (a str), a
         :class:`LanguageAsk` (detect unless pinned), or None (the model's
-        default language, nothing detected).
+        default language, nothing detected).  ``full_window``: per segment,
+        True where it was heard over the agent's reply: a short English one
+        is also read with the whole 30 s window (the module's doc).
 
         A segment longer than the window is cut into window-sized pieces.
         """
         pieces: list[np.ndarray] = []
         owner: list[int] = []
         asks: list[LanguageAsk | str | None] = []
+        whole: list[bool] = []
         step = int(WINDOW_S * LISTEN_RATE_HZ)
         for i, seg in enumerate(segments):
             seg = np.asarray(seg, dtype=np.float32).reshape(-1)
@@ -277,7 +295,8 @@ class WhisperASR:
                 pieces.append(seg[start:start + step])
                 owner.append(i)
                 asks.append(languages[i] if languages else None)
-        heard = self._decode(pieces, asks)
+                whole.append(bool(full_window and full_window[i]))
+        heard = self._decode(pieces, asks, whole)
         out = [Heard("")] * len(segments)
         for i, h in zip(owner, heard):
             prev = out[i]
@@ -316,12 +335,14 @@ class WhisperASR:
                 langs[i] = transcribe_in(asks[i], lang, float(p), pieces[i].size / LISTEN_RATE_HZ)
         return langs, heard
 
-    def _decode(self, pieces: list[np.ndarray], asks: list | None = None) -> list[Heard]:
+    def _decode(self, pieces: list[np.ndarray], asks: list | None = None,
+                whole: list[bool] | None = None) -> list[Heard]:
         import ctranslate2
 
         if not pieces:
             return []
         asks = asks or [None] * len(pieces)
+        whole = whole or [False] * len(pieces)
         longest = max(p.size for p in pieces)
         frames = min(int(WINDOW_S * LISTEN_RATE_HZ) // HOP,
                      max(self.window_frames, -(-longest // HOP) + 10))
@@ -350,6 +371,12 @@ class WhisperASR:
             if loops:
                 self._cut_padding(features, frames, pieces, ids, loops, prompts)
             alts = self._alternatives(features, frames, pieces, ids, short) if short else {}
+            # (no words: already a noise or a backchannel to the server)
+            full = [i for i, p in enumerate(pieces) if whole[i] and ids[i] and i not in alts
+                    and frames < FULL_FRAMES and p.size <= FULL_WINDOW_MAX_S * LISTEN_RATE_HZ
+                    and langs[i] == ENGLISH and results[i].no_speech_prob <= NO_SPEECH_THRESHOLD]
+            if full:
+                alts.update(self._full_window_readings(pieces, ids, full, prompts))
         out = []
         for i, (piece, r) in enumerate(zip(pieces, results)):
             lang, (said, p) = langs[i], heard.get(i, (None, None))
@@ -385,6 +412,28 @@ class WhisperASR:
                     ends[token] = max(ends[token], step * ALIGN_STEP_S)
             tokens = [self._tokenizer.decode([t]) for t in ids[i]]
             ids[i] = ids[i][:said_tokens(tokens, ends, pieces[i].size / LISTEN_RATE_HZ)]
+
+    def _full_window_readings(self, pieces: list[np.ndarray], ids: list[list[int]],
+                              full: list[int], prompts: list[list[int]]) -> dict[int, str]:
+        """Each piece in ``full`` read again with Whisper's whole window: index ->
+        that reading, where it has words and differs from the served one
+        (called under the model lock)."""
+        import ctranslate2
+
+        feats = np.stack([self._mel(pieces[i], FULL_FRAMES) for i in full])
+        results = self._model.model.generate(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)),
+            [prompts[i] for i in full], beam_size=self.beam_size,
+            max_length=min(MAX_TOKENS, int(TOKENS_PER_S * FULL_WINDOW_MAX_S) + TOKENS_SLACK),
+            no_repeat_ngram_size=self.no_repeat_ngram_size, return_no_speech_prob=True,
+            suppress_blank=True, suppress_tokens=[-1])
+        out = {}
+        for i, r in zip(full, results):
+            said = [t for t in r.sequences_ids[0] if t < self._tokenizer.eot]
+            if r.no_speech_prob > NO_SPEECH_THRESHOLD or not said or said == ids[i]:
+                continue
+            out[i] = cut_loop(self._tokenizer.decode(said).strip(), pieces[i].size / LISTEN_RATE_HZ)
+        return out
 
     def _alternatives(self, encoded, frames: int, pieces: list[np.ndarray],
                       ids: list[list[int]], short: list[int]) -> dict[int, str]:

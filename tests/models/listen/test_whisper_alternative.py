@@ -51,3 +51,33 @@ def test_long_segments_and_no_prompt_get_no_second_reading(asr):
     plain = WhisperASR(window_s=10, alt_prompt="")
     assert plain.hear([_16k("uh huh", "slt", 1.15)])[0].alternative is None
     assert plain.transcribe([np.zeros(16000, np.float32)]) == [""]
+
+
+def _phone(text: str, voice: str, stretch: float) -> np.ndarray:
+    """turn_bench's flite sound (24 kHz, its quiet ends cut) as a Twilio line
+    carries it (8 kHz mu-law), back at the listen stage's 16 kHz."""
+    import soxr
+
+    from voice_server.audio_codec import mulaw_decode, mulaw_encode
+
+    pcm = flite_pcm(text, 24000, voice, stretch)
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 300)
+    pcm8 = soxr.resample(pcm[loud[0]:loud[-1] + 1].astype(np.float32) / 32768, 24000, 8000)
+    line = mulaw_decode(mulaw_encode((np.clip(pcm8, -1, 1) * 32767).astype(np.int16)))
+    heard = soxr.resample(line.astype(np.float32) / 32768, 8000, 16000)
+    return np.concatenate([np.zeros(1600, np.float32), heard, np.zeros(1600, np.float32)]).astype(np.float32)
+
+
+def test_a_hum_over_the_reply_is_read_again_with_the_whole_window(asr):
+    # the phone line's "mm hmm" that cancelled a reply: the cut window writes
+    # words ("And then make a man"), the whole window a hum
+    hum = _phone("mm hmm", "slt", 1.0)
+    alone, over = asr.hear([hum])[0], asr.hear([hum], full_window=[True])[0]
+    assert not _reads_as_backchannel(alone), alone
+    assert _reads_as_backchannel(over) and over.text == alone.text, over
+    # people's short words over a reply stay words, and long segments are not read again
+    people = [c.audio for c in human_clips() if c.seconds <= 2.0]
+    heard = asr.hear(people, full_window=[True] * len(people))
+    assert not any(_reads_as_backchannel(h) for h in heard), heard
+    long = np.concatenate([hum, np.zeros(32000, np.float32)])
+    assert asr.hear([long], full_window=[True])[0].alternative is None

@@ -18,7 +18,7 @@ rounds):
 * ``decode_ms``: one reply's step (one token) and ``decode2_ms``: two
   replies stepped together;
 * ``deep_next_turn_ms`` and ``deep_decode_ms``: the next question and one
-  reply's step in a conversation of ~900 cells (a long call's full window,
+  reply's step in a conversation of ~700 cells (most of a long call's window,
   benchmarks/long_call_bench.py), its earlier turns cached.
 
     .venv/bin/python -m benchmarks.brain_speed_bench --model qwen2.5-coder-1.5b

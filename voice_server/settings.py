@@ -271,7 +271,7 @@ class ServerSettings(BaseModel):
             ctx = ctx.model_copy(update={
                 "system_prompt": w.system_prompt, "tokens": w.tokens,
                 "prompt_chars": w.prompt_chars, "reply_tokens": w.reply_tokens,
-                "tool_reply_tokens": w.tool_reply_tokens})
+                "tool_reply_tokens": w.tool_reply_tokens, "message_tokens": w.message_tokens})
         if self.context_tokens is not None:
             ctx = ctx.model_copy(update={"tokens": self.context_tokens or None,
                                          "prompt_chars": None})

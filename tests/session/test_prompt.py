@@ -153,15 +153,29 @@ def _ask(s, now, **response):
     return cmds, (sts[0] if sts else None)
 
 
-def test_auto_drops_the_oldest_items_to_fit():
+def test_auto_drops_the_oldest_items_to_three_quarters_of_the_room():
     s = new_session(context=SMALL)
     for i in range(6):
         _text_item(s, "user" if i % 2 == 0 else "assistant", f"{i}" * 20, i)
     _, st = _ask(s, 10)
     texts = [m["content"] for m in st.messages]
-    assert texts == ["2" * 20, "3" * 20, "4" * 20, "5" * 20]   # 80 <= 90
+    assert texts == ["3" * 20, "4" * 20, "5" * 20]   # 60 <= 90 * 0.75
     # the items stay in the conversation: only the prompt leaves them out
     assert len(s.conversation) == 6
+    # the next turns add to that prompt until it is full again: no cut each turn
+    _text_item(s, "user", "6" * 20, 11)
+    _, st2 = _ask(s, 12)
+    assert [m["content"] for m in st2.messages] == texts + ["6" * 20]
+
+
+def test_each_item_costs_the_chat_templates_tokens_too():
+    # 5 tokens around each message: four items of 20 characters take 100, not 80
+    s = new_session(context=SMALL.model_copy(update={"message_tokens": 5}))
+    _update(s, {"truncation": {"type": "retention_ratio", "retention_ratio": 1.0}})
+    for i in range(4):
+        _text_item(s, "user", f"{i}" * 20, i)
+    _, st = _ask(s, 10)
+    assert [m["content"] for m in st.messages] == ["1" * 20, "2" * 20, "3" * 20]   # 75 <= 90
 
 
 def test_retention_ratio_cuts_deeper_so_the_next_turns_keep_their_prefix():
@@ -189,6 +203,7 @@ def test_post_instructions_lowers_the_room():
 
 def test_instructions_and_tools_take_room_from_the_history():
     s = new_session(context=SMALL)
+    _update(s, {"truncation": {"type": "retention_ratio", "retention_ratio": 1.0}})
     for i in range(4):
         _text_item(s, "user", f"{i}" * 20, i)
     _, st = _ask(s, 10, instructions="x" * 30)   # 90 - 30: three items
@@ -236,7 +251,7 @@ def test_disabled_fails_the_response_with_a_clear_error_and_the_session_goes_on(
     # back to auto: the same conversation is answered
     _update(s, {"truncation": "auto"}, 20)
     _, st = _ask(s, 21)
-    assert st is not None and len(st.messages) == 4
+    assert st is not None and len(st.messages) == 3
 
 
 def test_without_a_known_context_nothing_is_dropped():
@@ -258,5 +273,6 @@ def test_a_prepared_reply_is_cut_as_the_reply_will_be():
     st = _start(s.listen_event({"type": "final", "text": "w" * 25, "audio_start_ms": 0,
                                 "audio_end_ms": 900}, 13))
     assert prep.messages == st.messages
-    # 80 + 25 > 90: the oldest goes, in the prepared reply as in the reply
-    assert [m["content"] for m in st.messages] == ["1" * 20, "2" * 20, "3" * 20, "w" * 25]
+    # 80 + 25 > 90: the oldest go (down to 3/4 of the room), in the prepared
+    # reply as in the reply
+    assert [m["content"] for m in st.messages] == ["2" * 20, "3" * 20, "w" * 25]

@@ -90,8 +90,10 @@ class Prompt:
         items = self.conversation.items
         if room is not None:
             try:
-                self._out_of_context |= drop_oldest(items, self._out_of_context,
-                                                    max(room - len(pending), 0), s.truncation)
+                per_item = s.context.per_item_chars
+                left = room - (len(pending) + per_item if pending else 0)
+                self._out_of_context |= drop_oldest(items, self._out_of_context, max(left, 0),
+                                                    s.truncation, per_item)
             except ContextTooLong:
                 if strict:
                     raise

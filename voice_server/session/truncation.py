@@ -4,8 +4,9 @@ context.
 A voice session sends its whole conversation with every turn, and a long call
 outgrows the think stage's context.  ``truncation`` says what then happens:
 
-* ``"auto"`` (the default) - the oldest items leave the model's context until
-  the rest fits;
+* ``"auto"`` (the default) - when the conversation no longer fits, the
+  oldest items leave the model's context until the rest takes at most 3/4 of
+  the room (``AUTO_RETENTION``), so that the next turns add to a stable prefix;
 * ``{"type": "retention_ratio", "retention_ratio": r}`` - when it no longer
   fits, the oldest items leave until the rest takes at most ``r`` of the room,
   so the next turns add to a stable prefix (the think stage reuses a prompt's
@@ -17,7 +18,7 @@ outgrows the think stage's context.  ``truncation`` says what then happens:
 
 The room is the think stage's context per conversation less the reply's tokens
 and the system text (instructions and tools), counted in characters at an
-estimated ``chars_per_token`` (the server holds no tokenizer; the think stage
+estimated ``chars_per_token`` (plus the chat template's tokens around each item) (the server holds no tokenizer; the think stage
 still fits the prompt exactly, so an estimate that is off costs a cut there,
 never a failure).  Items out of the context stay in the conversation (the
 client can still retrieve them); a ``function_call`` and its output leave
@@ -36,6 +37,10 @@ from .items import FUNCTION_CALL, FUNCTION_CALL_OUTPUT, Item
 
 AUTO, DISABLED, RETENTION_RATIO = "auto", "disabled", "retention_ratio"
 CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"  # the error code under ``disabled``
+# ``auto`` cuts as retention_ratio 0.75 does: a window-full call forgets a few
+# turns at a time, not one every turn (a prompt whose head moves every turn
+# is re-read at every turn by an engine that caches prefixes)
+AUTO_RETENTION = 0.75
 
 
 class Truncation(BaseModel):
@@ -95,6 +100,15 @@ class ThinkContext(BaseModel):
     reply_tokens: int = 64
     tool_reply_tokens: int = 256
     chars_per_token: float = 4.0
+    # the chat template's tokens around each message (ChatML: 5): a spoken
+    # turn is a few words, so without them the estimate runs short and the
+    # think stage cuts the prompt itself
+    message_tokens: int = 0
+
+    @property
+    def per_item_chars(self) -> int:
+        """What each item adds to the prompt besides its own text, in characters."""
+        return int(self.message_tokens * self.chars_per_token)
 
     def room(self, system: int, max_tokens: int | None, tools: bool,
              truncation: Truncation) -> int | None:
@@ -142,20 +156,25 @@ def system_chars(system_text: str | None, tools: list | None) -> int:
     return len(system_text or "") + (len(json.dumps(tools)) if tools else 0)
 
 
-def drop_oldest(items: list[Item], dropped: set[str], room: int, truncation: Truncation) \
-        -> set[str]:
+def drop_oldest(items: list[Item], dropped: set[str], room: int, truncation: Truncation,
+                per_item: int = 0) -> set[str]:
     """The ids of the items to take out of the context (added to ``dropped``,
     which holds those out already) so that the rest fits in ``room``
-    characters; the newest item always stays (the think stage cuts the head of
-    a turn too long for the context by itself).  Raises :class:`ContextTooLong`
-    under ``disabled`` when it does not fit."""
+    characters, each item counting ``per_item`` more than its text; the newest
+    item always stays (the think stage cuts the head of a turn too long for
+    the context by itself).  Raises :class:`ContextTooLong` under ``disabled``
+    when it does not fit."""
+    def cost(it: Item) -> int:
+        return item_chars(it) + per_item
+
     live = [it for it in items if it.id not in dropped]
-    total = sum(item_chars(it) for it in live)
+    total = sum(cost(it) for it in live)
     if total <= room:
         return set()
     if truncation.type == DISABLED:
         raise ContextTooLong(total, room)
-    target = room * (truncation.retention_ratio if truncation.type == RETENTION_RATIO else 1.0)
+    target = room * (truncation.retention_ratio if truncation.type == RETENTION_RATIO
+                     else AUTO_RETENTION)
     by_call: dict[str, list[Item]] = {}
     for it in live:
         if it.type in (FUNCTION_CALL, FUNCTION_CALL_OUTPUT) and it.call_id:
@@ -171,5 +190,5 @@ def drop_oldest(items: list[Item], dropped: set[str], room: int, truncation: Tru
             continue
         for part in unit:
             out.add(part.id)
-            total -= item_chars(part)
+            total -= cost(part)
     return out

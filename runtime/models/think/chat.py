@@ -99,6 +99,12 @@ def with_system_prompt(messages: list[Message], system_prompt: str | None) -> li
     return list(messages)
 
 
+# A window-full conversation loses its oldest turns in runs of about a
+# quarter of the window (fit_messages' ``step``): a few turns of a spoken call
+# at a time, so a cut is rare and the rest is kept.
+CUT_STEPS = 4
+
+
 @dataclass
 class Fitted:
     """A prompt that fits, and whether something had to be cut to get there."""
@@ -108,7 +114,7 @@ class Fitted:
 
 
 def fit_messages(messages: list[Message], measure: Callable[[list[Message]], int],
-                 budget: int) -> Fitted:
+                 budget: int, step: int = 0) -> Fitted:
     """Cut the conversation until ``measure(messages) <= budget``.
 
     Order of sacrifice: the oldest non-system turns, then the head of the last
@@ -120,16 +126,31 @@ def fit_messages(messages: list[Message], measure: Callable[[list[Message]], int
     the rendered prompt, or characters when no tokenizer is at hand).  The
     result may still be over budget only if even an empty turn does not fit;
     callers keep a hard token-level cut as the last resort.
+
+    ``step`` (0: off): the oldest turns leave in runs of about this much, cut
+    where the turns dropped first reach a multiple of it.  Those places depend
+    only on the conversation's head, so a conversation that grows by a turn,
+    or is asked with a slightly different budget (another reply length), is
+    cut at the same place as the turn before: the prompt is the one the
+    engine already holds plus the new turn (a cut that moved with every turn
+    or every budget makes it read the whole conversation again).
     """
     if measure(messages) <= budget:
         return Fitted(list(messages), False)
     system = [m for m in messages if m["role"] == "system"][:1]
     turns = [m for m in messages if m["role"] != "system"]
-    while len(turns) > 1 and measure(system + turns) > budget:
+    whole, dropped = measure(system + turns), 0
+    while len(turns) > 1:
         n = _unit_length(turns)
         if n >= len(turns):
             break
         del turns[:n]
+        # a place to cut: the rest fits, and (with a step) the turns dropped so
+        # far just reached a multiple of it
+        before, now = dropped, measure(system + turns)
+        dropped = whole - now
+        if now <= budget and (step <= 0 or dropped // step > before // step):
+            break
     if not turns:
         turns = [{"role": "user", "content": ""}]
     turns[-1] = dict(turns[-1])

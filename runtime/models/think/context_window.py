@@ -20,6 +20,9 @@ _MAX_SEQUENCES = 8
 _CELLS_PER_SEQUENCE = 1024
 _MAX_TOKENS = 64
 _MAX_TOOL_CALL_TOKENS = 256
+# ChatML (Qwen, SmolLM2) around each message: <|im_start|>, the role, a newline,
+# <|im_end|> and a newline.  Spoken turns are short, so this is a good part of them.
+_CHATML_MESSAGE_TOKENS = 5
 # the prompt budget of the thinkers that send text to an engine (async_stream_thinker.py)
 _MAX_PROMPT_CHARS = 6000
 _PROMPT_CHARS_THINKERS = (":OpenAICompatThinker", ":SGLangThinker")
@@ -36,6 +39,7 @@ class ContextWindow:
     prompt_chars: int | None
     reply_tokens: int
     tool_reply_tokens: int
+    message_tokens: int = 0   # what the chat template adds around each message, in tokens
 
 
 def context_window(executor: str, args: Mapping[str, Any]) -> ContextWindow:
@@ -53,7 +57,7 @@ def context_window(executor: str, args: Mapping[str, Any]) -> ContextWindow:
             tokens = n_ctx // seqs
         tool_reply = int(args.get("max_tool_call_tokens", _MAX_TOOL_CALL_TOKENS))
         return ContextWindow(system_prompt, tokens, None, min(reply, tokens // 2),
-                             min(max(reply, tool_reply), tokens // 2))
+                             min(max(reply, tool_reply), tokens // 2), _CHATML_MESSAGE_TOKENS)
     if executor.endswith(_PROMPT_CHARS_THINKERS):
         return ContextWindow(system_prompt, None,
                              int(args.get("max_prompt_chars", _MAX_PROMPT_CHARS)), reply, reply)

@@ -40,7 +40,8 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecutor, StepResult,
                               WorkItem)
-from runtime.models.think.chat import Message, fit_messages, render_template, repaired_template
+from runtime.models.think.chat import (CUT_STEPS, Message, fit_messages, render_template,
+                                       repaired_template)
 from runtime.models.think.gguf_requant import requantized
 from runtime.models.think.llama_batch import BatchStep
 from runtime.models.think.llama_emit import ReplyEmitter
@@ -309,7 +310,10 @@ class LlamaCppThinker(ARExecutor):
                       else max(req.sampling.max_tokens, self.opts.max_tool_call_tokens))
         max_tokens = min(max_tokens, max(self.n_ctx_seq // 2, 1))
         budget = self.n_ctx_seq - max_tokens  # with auto: room for a call even if it ends up answering
-        fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(m, shown))), budget)
+        # the oldest turns leave in quarters of the window, at places that stay put
+        # while the call goes on: its kept cells then hold the prompt's head
+        fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(m, shown))),
+                              budget, step=self.n_ctx_seq // CUT_STEPS)
         ids = self.tokenize(self.render(fitted.messages, shown))
         if len(ids) > budget:  # only when even an empty turn does not fit
             ids = ids[-budget:]

@@ -102,6 +102,26 @@ def test_fitting_keeps_a_call_with_its_result():
     assert fitted.messages[0]["content"] == "s"
 
 
+def test_a_stepped_cut_stays_put_as_the_call_grows_and_the_reply_length_changes():
+    sys_ = [{"role": "system", "content": "s" * 10}]
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{i % 10}" * 30}
+             for i in range(12)]
+
+    def head(fitted):  # the first turn the prompt keeps
+        return fitted.messages[1]["content"]
+
+    # step 0: the cut moves with every turn and with the budget (another reply length)
+    plain = [head(fit_messages(sys_ + turns[:n], message_chars, b))
+             for n, b in ((10, 250), (11, 250), (11, 220))]
+    assert len(set(plain)) == 3
+    # a step: the same place for all three; the next place once it no longer fits
+    stepped = [fit_messages(sys_ + turns[:n], message_chars, b, step=100)
+               for n, b in ((10, 250), (11, 250), (11, 220))]
+    assert {head(f) for f in stepped} == {"4" * 30} and all(f.truncated for f in stepped)
+    assert all(message_chars(f.messages) <= b for f, b in zip(stepped, (250, 250, 220)))
+    assert head(fit_messages(sys_ + turns, message_chars, 220, step=100)) == "7" * 30
+
+
 def test_call_stream_emits_name_then_argument_pieces_then_done_at_the_last_brace():
     text = call_text("get_weather", '{"city": "a}\\"b", "n": [1, {"x": 2}]}')
     cs = CallStream()

@@ -77,6 +77,9 @@ class Soak:
                   "reconnects": 0, "caller_exceptions": 0}
         self.errors: dict[str, int] = {}
         self.first_audio: list[tuple[float, float]] = []  # (t since start, ms)
+        # every response's prompt as the think stage reports it: (t since start,
+        # input tokens, of them cached): a turn that re-read its conversation
+        self.prompts: list[tuple[float, int, int]] = []
         self.samples: list[str] = []
         self.rss_over_time: list[dict] = []  # {"minute", process: MB}: leak or plateau?
 
@@ -89,6 +92,11 @@ class Soak:
 
     def _count_errors(self, s: Sess) -> None:
         for e in s.c.events:
+            if e["type"] == "response.done" and e["response"].get("usage"):
+                u = e["response"]["usage"]
+                self.prompts.append((e["_t"] - self.t0, int(u.get("input_tokens") or 0),
+                                     int((u.get("input_token_details") or {})
+                                         .get("cached_tokens") or 0)))
             if e["type"] == "error":
                 code = e["error"].get("code") or "none"
                 self.errors[code] = self.errors.get(code, 0) + 1
@@ -251,9 +259,14 @@ class Soak:
         per_min = []
         for m in range(int(self.minutes + 0.999) + 1):
             xs = [ms for t, ms in self.first_audio if m * 60 <= t < (m + 1) * 60]
+            read = [n - c for t, n, c in self.prompts if m * 60 <= t < (m + 1) * 60]
             if xs:
                 per_min.append({"minute": m + 1, "n": len(xs), "p50": pct(xs, 50),
-                                "p95": pct(xs, 95)})
+                                "p95": pct(xs, 95),
+                                # the most prompt tokens one response decoded anew
+                                "prompt_read_max": max(read, default=None),
+                                "prompt_max": max((n for t, n, c in self.prompts
+                                                   if m * 60 <= t < (m + 1) * 60), default=None)})
         rss = {}
         for k in start:
             a, b = start[k], end.get(k, {})
@@ -310,9 +323,10 @@ def print_report(r: dict) -> None:
           f"{r['cancels']}, disconnects {r['disconnects']} + resets {r['resets']}, reconnects "
           f"{r['reconnects']}, caller exceptions {r['caller_exceptions']}")
     print(f"  errors by code: {r['errors_by_code'] or '{}'}")
-    print("  first audio ms:  minute    n    p50    p95")
+    print("  first audio ms:  minute    n    p50    p95   (prompt tokens: longest, most read anew)")
     for m in r["first_audio_per_minute"]:
-        print(f"                  {m['minute']:>6} {m['n']:>4} {m['p50']!s:>6} {m['p95']!s:>6}")
+        print(f"                  {m['minute']:>6} {m['n']:>4} {m['p50']!s:>6} {m['p95']!s:>6}"
+              f"   {m.get('prompt_max')!s:>5} {m.get('prompt_read_max')!s:>5}")
     print(f"  {'process':<10} {'RSS start MB':>12} {'end MB':>8} {'growth':>7} {'fds start':>9} "
           f"{'end':>5}")
     for k, v in r["processes"].items():

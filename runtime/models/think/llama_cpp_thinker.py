@@ -40,8 +40,8 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecutor, StepResult,
                               WorkItem)
-from runtime.models.think.chat import (CUT_STEPS, Message, fit_messages, render_template,
-                                       repaired_template)
+from runtime.models.think.chat import (CUT_STEPS, Fitted, Message, fit_messages,
+                                       render_template, repaired_template)
 from runtime.models.think.gguf_requant import requantized
 from runtime.models.think.llama_batch import BatchStep
 from runtime.models.think.llama_emit import ReplyEmitter
@@ -291,7 +291,7 @@ class LlamaCppThinker(ARExecutor):
         tools = req.tools
         if item.params and item.params.get(PREFILL_ONLY):   # (the next message is the user's)
             self._admit_prefill_only(item.request_id, req.messages, tools,
-                                     bool(item.params.get(PREFILL_WORDS)))
+                                     bool(item.params.get(PREFILL_WORDS)), req.sampling.max_tokens)
             self._seqs[item.request_id].conversation = item.params.get(CONVERSATION)
             return
         shown = tools
@@ -306,14 +306,9 @@ class LlamaCppThinker(ARExecutor):
                 else ReplyMode.CALL if tools.choice.forces_call else ReplyMode.DECIDE)
         max_calls = self._max_calls(tools, req.parallel_tool_calls)
         grammar = self._samplers.grammar(tools, max_calls) if mode != ReplyMode.TEXT else None
-        max_tokens = (req.sampling.max_tokens if mode == ReplyMode.TEXT
-                      else max(req.sampling.max_tokens, self.opts.max_tool_call_tokens))
-        max_tokens = min(max_tokens, max(self.n_ctx_seq // 2, 1))
+        max_tokens = self._reply_tokens(tools, req.sampling.max_tokens)
         budget = self.n_ctx_seq - max_tokens  # with auto: room for a call even if it ends up answering
-        # the oldest turns leave in quarters of the window, at places that stay put
-        # while the call goes on: its kept cells then hold the prompt's head
-        fitted = fit_messages(req.messages, lambda m: len(self.tokenize(self.render(m, shown))),
-                              budget, step=self.n_ctx_seq // CUT_STEPS)
+        fitted = self._fit(req.messages, shown, budget)
         ids = self.tokenize(self.render(fitted.messages, shown))
         if len(ids) > budget:  # only when even an empty turn does not fit
             ids = ids[-budget:]
@@ -347,19 +342,38 @@ class LlamaCppThinker(ARExecutor):
         self._guards.open(item.request_id, tools.callable_tools() if mode == ReplyMode.DECIDE else ())
         self._admitted += 1
 
+    def _reply_tokens(self, tools: Tools, max_tokens: int) -> int:
+        """A reply's token budget: a call's where one may be written, never more
+        than half the window."""
+        if tools.active:
+            max_tokens = max(max_tokens, self.opts.max_tool_call_tokens)
+        return min(max_tokens, max(self.n_ctx_seq // 2, 1))
+
+    def _fit(self, messages: list[Message], tools: Tools, budget: int) -> Fitted:
+        """The conversation cut to ``budget`` tokens as rendered: its oldest turns
+        leave in quarters of the window, at places that stay put while the call
+        goes on (and alike for a prefill and its reply), so that the cells kept
+        from the turn before hold the prompt's head."""
+        return fit_messages(messages, lambda m: len(self.tokenize(self.render(m, tools))),
+                            budget, step=self.n_ctx_seq // CUT_STEPS)
+
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
-                            words: bool = False) -> None:
+                            words: bool = False, max_tokens: int | None = None) -> None:
         """The conversation's tokens up to the next user message's words: render it
         with that message as the marker and cut there (every chat template puts the
         message's header before its content).  With ``words`` the last message
-        holds the words said so far, and the marker goes after them."""
+        holds the words said so far, and the marker goes after them.  A long
+        conversation is cut as its reply will be (``max_tokens``: the reply's)."""
         said = ""
         if words and messages and messages[-1].get("role") == "user":
             said, messages = str(messages[-1].get("content") or ""), messages[:-1]
-        ids = self.tokenize(self.render(messages + [{"role": "user", "content": said + MARKER}], tools))
+        reply = self._reply_tokens(tools, self.opts.max_tokens if max_tokens is None else max_tokens)
+        fitted = self._fit(messages + [{"role": "user", "content": said + MARKER}], tools,
+                           self.n_ctx_seq - reply)
+        ids = self.tokenize(self.render(fitted.messages, tools))
         marks = [i for i, t in enumerate(ids) if t == self._marker_token]
         cut = marks[-1] if marks else 0
-        ids = ids[:cut] if self.opts.conversation_cache and cut <= self.n_ctx_seq // 2 else []
+        ids = ids[:cut] if self.opts.conversation_cache else []
         seq_id, cached = self._pool.claim(ids)
         self._seqs[rid] = Seq(rid=rid, seq_id=seq_id, sampler=None, text=Utf8Stream(),
                               max_tokens=0, prompt=ids[cached:], pos=cached, kv=ids[:cached],

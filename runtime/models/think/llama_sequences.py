@@ -157,7 +157,11 @@ class SequencePool:
             self.conversation_hits += 1
             self.conversation_tokens_reused += best_n
             return best, best_n
-        seq_id = self.free.pop(0)  # least recently released: its conversation is the stalest
+        # one that holds nothing, else the least recently released: its
+        # conversation is the stalest (a prefill with nothing to decode must
+        # not push a live conversation's cells out)
+        seq_id = next((sid for sid in self.free if sid not in self.kept), self.free[0])
+        self.free.remove(seq_id)
         self.kept.pop(seq_id, None)
         self._kept_for.pop(seq_id, None)
         lc.llama_memory_seq_rm(mem, seq_id, -1, -1)

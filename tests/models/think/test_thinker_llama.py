@@ -315,6 +315,45 @@ def test_a_prefill_only_request_leaves_the_conversation_for_the_reply(thinker, s
         plain.close()
 
 
+def test_a_call_past_its_window_is_prefilled_cut_as_its_reply_is():
+    """Deep in a long call (the conversation past the window): the prefills
+    while the caller speaks are cut where the reply will be, and neither they
+    nor the reply push the conversation's kept cells out, so the reply decodes
+    only the caller's last words (the soak's late turns read ~1000 tokens
+    again, ~13 s on the 1.5B, when each prefill took the stalest sequence)."""
+    t = LlamaCppThinker(n_threads=2, max_sequences=4, n_ctx=1024, max_tokens=8, seed=3,
+                        max_context_per_seq=256)
+    t.load()
+    try:
+        params = {"temperature": 0.0, "max_tokens": 8}
+        convo = []
+        for i in range(14):
+            convo += [{"role": "user", "content": f"Tell me fact number {i} about the sea."},
+                      {"role": "assistant", "content": f"Fact {i}: the sea is deep and wide."}]
+        assert len(t.tokenize(t.render(convo))) > 256
+        t.prefill(WorkItem(1, {"messages": convo + [{"role": "user", "content": "And rivers?"}]},
+                           params=params))
+        reply = _drain(t, 1)
+        convo += [{"role": "user", "content": "And rivers?"}, {"role": "assistant", "content": reply}]
+        words = "What about the lakes"
+        for rid, n in enumerate(range(1, len(words.split()) + 1), start=10):
+            so_far = [{"role": "user", "content": " ".join(words.split()[:n])}]
+            t.prefill(WorkItem(rid, {"messages": convo + so_far},
+                               params={**params, PREFILL_ONLY: True, PREFILL_WORDS: True}))
+            for _ in range(50):
+                if t.step([rid])[rid].finished:
+                    t.release(rid)
+                    break
+        t.prefill(WorkItem(20, {"messages": convo + [{"role": "user", "content": words + "?"}]},
+                           params=params))
+        assert t.stats()["truncated"]            # the reply's prompt was cut
+        left = t._seqs[20].prompt
+        assert len(left) <= 8, len(left)         # "?", the end of the message, the header
+        assert _drain(t, 20).strip()
+    finally:
+        t.close()
+
+
 def test_without_the_conversation_cache_a_prefill_only_request_ends_at_once():
     t = LlamaCppThinker(n_threads=2, max_sequences=1, max_tokens=4, conversation_cache=False)
     t.load()

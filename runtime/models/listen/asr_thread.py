@@ -328,6 +328,8 @@ class RecognitionThread:
                 kw["languages"] = langs
             if any(j.over_reply for j in live):
                 kw["full_window"] = [j.over_reply for j in live]
+            if live[0].reading == Reading.EARLY:     # a batch is all early or none
+                kw["early"] = True
             texts: list[Any] = list(self._transcribe(audio, **kw))
         except Exception as exc:  # noqa: BLE001 - fail these segments, keep serving
             texts = [exc] * len(live)

@@ -39,6 +39,16 @@ acknowledgements prompt gave none; the server weighs it as it weighs that
 one: it can turn a misheard hum back into a backchannel and a misheard
 "stop" into the word.  It costs ~0.3 s more for those segments only.
 
+A transcript (not an early reading, ``hear(..., early=True)``) whose last
+word the cut window heard as a lone letter ("what is the history of T?") is
+read with the whole window too, and where that reading is the same words
+but a real one in the letter's place ("... of tea?"), it is served instead.
+The letter is how tiny.en writes a last word it half heard ("tea", "sea",
+"bee"), and the words "history of T" read cut to the turn reader, which
+then waits two seconds for the rest of a question that was whole.  It costs
+~0.4 s for those transcripts only (a "plan B" that stays "plan B" pays it
+for nothing).
+
 Language (a multilingual model: ``base``): each segment is transcribed in a
 language of its own (CTranslate2 takes a prompt per batch item).  A segment
 queued with a :class:`~runtime.models.listen.language.LanguageAsk` that is
@@ -58,6 +68,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -83,6 +94,10 @@ ALT_PROMPT = "Mm-hmm. Uh-huh. Yeah. Okay. Right."
 # segments over a reply up to this long also get the whole window's reading
 # (a backchannel with its lead-in and the pause after it: the phone's "mm hmm" is 1.5 s)
 FULL_WINDOW_MAX_S = 2.0
+# a reading that ends on a lone capital letter (not "I"): how tiny.en writes a
+# last word it half heard ("of T?" for "of tea?")
+_LONE_LETTER = re.compile(r"(?:^|\s)(?!I\b)[A-Z][.?!]*$")
+_WORD = re.compile(r"[\w']+")
 
 # What CTranslate2 needs of the CPU for its AVX-512 kernels.
 AVX512_FLAGS = frozenset({"avx512f", "avx512bw", "avx512dq", "avx512vl"})
@@ -272,7 +287,7 @@ class WhisperASR:
 
     def hear(self, segments: list[np.ndarray],
              languages: list[LanguageAsk | str | None] | None = None,
-             full_window: list[bool] | None = None) -> list[Heard]:
+             full_window: list[bool] | None = None, early: bool = False) -> list[Heard]:
         """16 kHz float32 mono segments -> their transcripts ("" for no speech),
         with an alternative reading of the short ones (see the module's doc).
 
@@ -281,6 +296,8 @@ class WhisperASR:
         default language, nothing detected).  ``full_window``: per segment,
         True where it was heard over the agent's reply: a short English one
         is also read with the whole 30 s window (the module's doc).
+        ``early``: these are readings of the words so far, which the turn does
+        not wait for: none is read again for a last word heard as a letter.
 
         A segment longer than the window is cut into window-sized pieces.
         """
@@ -296,7 +313,7 @@ class WhisperASR:
                 owner.append(i)
                 asks.append(languages[i] if languages else None)
                 whole.append(bool(full_window and full_window[i]))
-        heard = self._decode(pieces, asks, whole)
+        heard = self._decode(pieces, asks, whole, settle=not early)
         out = [Heard("")] * len(segments)
         for i, h in zip(owner, heard):
             prev = out[i]
@@ -336,7 +353,7 @@ class WhisperASR:
         return langs, heard
 
     def _decode(self, pieces: list[np.ndarray], asks: list | None = None,
-                whole: list[bool] | None = None) -> list[Heard]:
+                whole: list[bool] | None = None, settle: bool = False) -> list[Heard]:
         import ctranslate2
 
         if not pieces:
@@ -371,12 +388,25 @@ class WhisperASR:
             if loops:
                 self._cut_padding(features, frames, pieces, ids, loops, prompts)
             alts = self._alternatives(features, frames, pieces, ids, short) if short else {}
-            # (no words: already a noise or a backchannel to the server)
-            full = [i for i, p in enumerate(pieces) if whole[i] and ids[i] and i not in alts
-                    and frames < FULL_FRAMES and p.size <= FULL_WINDOW_MAX_S * LISTEN_RATE_HZ
-                    and langs[i] == ENGLISH and results[i].no_speech_prob <= NO_SPEECH_THRESHOLD]
-            if full:
-                alts.update(self._full_window_readings(pieces, ids, full, prompts))
+            # the whole window's readings: of short sounds over a reply (no
+            # words: already a noise or a backchannel to the server), and of
+            # transcripts whose last word came out a letter
+            again = [i for i, p in enumerate(pieces) if ids[i] and frames < FULL_FRAMES
+                     and langs[i] == ENGLISH and results[i].no_speech_prob <= NO_SPEECH_THRESHOLD]
+            full = [i for i in again if whole[i] and i not in alts
+                    and pieces[i].size <= FULL_WINDOW_MAX_S * LISTEN_RATE_HZ]
+            letter = [i for i in again if settle and i not in full
+                      and _LONE_LETTER.search(self._tokenizer.decode(ids[i]).strip())]
+            if full or letter:
+                read = self._whole_window_ids(pieces, full + letter, prompts)
+                for i in full:
+                    if read.get(i, ids[i]) != ids[i]:
+                        alts[i] = cut_loop(self._tokenizer.decode(read[i]).strip(),
+                                           pieces[i].size / LISTEN_RATE_HZ)
+                for i in letter:
+                    if i in read and _letter_heard_as_word(self._tokenizer.decode(ids[i]),
+                                                           self._tokenizer.decode(read[i])):
+                        ids[i] = read[i]
         out = []
         for i, (piece, r) in enumerate(zip(pieces, results)):
             lang, (said, p) = langs[i], heard.get(i, (None, None))
@@ -413,26 +443,25 @@ class WhisperASR:
             tokens = [self._tokenizer.decode([t]) for t in ids[i]]
             ids[i] = ids[i][:said_tokens(tokens, ends, pieces[i].size / LISTEN_RATE_HZ)]
 
-    def _full_window_readings(self, pieces: list[np.ndarray], ids: list[list[int]],
-                              full: list[int], prompts: list[list[int]]) -> dict[int, str]:
-        """Each piece in ``full`` read again with Whisper's whole window: index ->
-        that reading, where it has words and differs from the served one
-        (called under the model lock)."""
+    def _whole_window_ids(self, pieces: list[np.ndarray], which: list[int],
+                          prompts: list[list[int]]) -> dict[int, list[int]]:
+        """Each piece in ``which`` read again with Whisper's whole window: index ->
+        that reading's tokens, where it has words (called under the model lock)."""
         import ctranslate2
 
-        feats = np.stack([self._mel(pieces[i], FULL_FRAMES) for i in full])
+        feats = np.stack([self._mel(pieces[i], FULL_FRAMES) for i in which])
+        longest = max(pieces[i].size for i in which) / LISTEN_RATE_HZ
         results = self._model.model.generate(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(feats)),
-            [prompts[i] for i in full], beam_size=self.beam_size,
-            max_length=min(MAX_TOKENS, int(TOKENS_PER_S * FULL_WINDOW_MAX_S) + TOKENS_SLACK),
+            [prompts[i] for i in which], beam_size=self.beam_size,
+            max_length=min(MAX_TOKENS, int(TOKENS_PER_S * longest) + TOKENS_SLACK),
             no_repeat_ngram_size=self.no_repeat_ngram_size, return_no_speech_prob=True,
             suppress_blank=True, suppress_tokens=[-1])
         out = {}
-        for i, r in zip(full, results):
+        for i, r in zip(which, results):
             said = [t for t in r.sequences_ids[0] if t < self._tokenizer.eot]
-            if r.no_speech_prob > NO_SPEECH_THRESHOLD or not said or said == ids[i]:
-                continue
-            out[i] = cut_loop(self._tokenizer.decode(said).strip(), pieces[i].size / LISTEN_RATE_HZ)
+            if r.no_speech_prob <= NO_SPEECH_THRESHOLD and said:
+                out[i] = said
         return out
 
     def _alternatives(self, encoded, frames: int, pieces: list[np.ndarray],
@@ -462,6 +491,13 @@ class WhisperASR:
             if alt_ids[k] and alt_ids[k] != ids[i] and alt >= own - ALT_MARGIN:
                 out[i] = text
         return out
+
+
+def _letter_heard_as_word(served: str, whole: str) -> bool:
+    """``whole`` is ``served`` with a word where ``served`` ends on a letter:
+    the same words before it, as many, and a last one longer than a letter."""
+    a, b = _WORD.findall(served.lower()), _WORD.findall(whole.lower())
+    return len(a) == len(b) > 0 and a[:-1] == b[:-1] and len(b[-1]) > 1
 
 
 def _mean_log_prob(alignment) -> float:

@@ -48,7 +48,7 @@ class SlowEngine:
         self.started = threading.Event()
         self.calls: list[list[int]] = []
 
-    def __call__(self, segments: list) -> list[str]:
+    def __call__(self, segments: list, **_) -> list[str]:
         self.calls.append([int(a[0]) for a in segments])
         self.started.set()
         assert self.gate.wait(10), "the test never opened the gate"

@@ -81,3 +81,19 @@ def test_a_hum_over_the_reply_is_read_again_with_the_whole_window(asr):
     assert not any(_reads_as_backchannel(h) for h in heard), heard
     long = np.concatenate([hum, np.zeros(32000, np.float32)])
     assert asr.hear([long], full_window=[True])[0].alternative is None
+
+
+def test_a_last_word_heard_as_a_letter_is_read_again_with_the_whole_window(asr):
+    # the long call's "what is the history of tea" in hibari's voice: the cut
+    # window writes "... of T?", which the turn reader takes for a cut sentence
+    from voice_server.testing.audio import caller_pcm
+
+    pcm = caller_pcm("what is the history of tea", "heart", 16000)
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 300)
+    tea = np.concatenate([pcm[loud[0]:loud[-1] + 1].astype(np.float32) / 32768,
+                          np.zeros(3200, np.float32)])
+    assert asr.hear([tea], early=True)[0].text.endswith(" T?")   # early readings: as heard
+    assert asr.hear([tea])[0].text == "What is the history of tea?"
+    # people's transcripts do not end on a letter: read once, as before
+    people = [c.audio for c in human_clips()][:6]
+    assert [h.text for h in asr.hear(people)] == [h.text for h in asr.hear(people, early=True)]

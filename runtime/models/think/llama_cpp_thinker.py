@@ -195,7 +195,8 @@ class LlamaCppThinker(ARExecutor):
         if self.opts.uses_unified_kv:  # one shared pool of cells: bound what one request may take
             self.n_ctx_seq = min(self.n_ctx_seq, self.opts.per_sequence_cap)
         self._pool = SequencePool(lc, lc.llama_get_memory(self._ctx), self.opts.max_sequences,
-                                  conversation_cache=self.opts.conversation_cache)
+                                  conversation_cache=self.opts.conversation_cache,
+                                  shared_cells=self.opts.uses_unified_kv)
         tmpl = lc.llama_model_chat_template(self._model, None)
         self._template = repaired_template(tmpl.decode("utf-8", "replace") if tmpl else None)
         self.dialect = dialect_for(self._template, self.opts.tool_format)
@@ -327,7 +328,7 @@ class LlamaCppThinker(ARExecutor):
         banned = [*(self._unspoken if shown.tools else ()), *self._never_spoken]
         sampler = (call_sampler if mode == ReplyMode.CALL
                    else self._samplers.chain(req.sampling, index=self._admitted, banned=banned))
-        seq_id, cached = self._pool.claim(ids)
+        seq_id, cached = self._pool.claim(ids, self._seqs.values())
         self._seqs[item.request_id] = Seq(
             rid=item.request_id, seq_id=seq_id, sampler=sampler,
             text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached,
@@ -374,7 +375,7 @@ class LlamaCppThinker(ARExecutor):
         marks = [i for i, t in enumerate(ids) if t == self._marker_token]
         cut = marks[-1] if marks else 0
         ids = ids[:cut] if self.opts.conversation_cache else []
-        seq_id, cached = self._pool.claim(ids)
+        seq_id, cached = self._pool.claim(ids, self._seqs.values())
         self._seqs[rid] = Seq(rid=rid, seq_id=seq_id, sampler=None, text=Utf8Stream(),
                               max_tokens=0, prompt=ids[cached:], pos=cached, kv=ids[:cached],
                               finished=len(ids) <= cached, prefill_only=True)
@@ -433,6 +434,7 @@ class LlamaCppThinker(ARExecutor):
             "conversation_hits": pool.conversation_hits,
             "conversation_tokens_reused": pool.conversation_tokens_reused,
             "shifted_hits": pool.shifted_hits,
+            "running_hits": pool.running_hits,
             "shifted_tokens_dropped": pool.shifted_tokens_dropped,
             "kept_dropped_for_room": pool.kept_dropped_for_room,
             "kept_forgotten": pool.kept_forgotten,

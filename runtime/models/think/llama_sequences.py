@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Iterable
 
 from runtime.models.think.sampling import Sampling
 from runtime.models.think.text_stream import Utf8Stream
@@ -100,12 +100,15 @@ class SequencePool:
     their cells hold.  ``claim`` gives a request an id and tells it how much
     of its prompt is decoded already; ``release`` takes it back."""
 
-    def __init__(self, lc: Any, mem: Any, max_sequences: int, *, conversation_cache: bool) -> None:
+    def __init__(self, lc: Any, mem: Any, max_sequences: int, *, conversation_cache: bool,
+                 shared_cells: bool = False) -> None:
         self._lc = lc
         self._mem = mem
         self._max_sequences = max_sequences
         self._conversation_cache = conversation_cache   # whether a released sequence keeps its cells
         self._can_shift = bool(lc.llama_memory_can_shift(mem))  # cells can move (K-shift)
+        # one pool of cells (kv_unified): two sequences may hold the same ones
+        self._shared_cells = shared_cells
         # ids no request holds, the least recently released first
         self.free: list[int] = list(range(max_sequences - 1, -1, -1))
         self.kept: dict[int, list[int]] = {}  # free seq id -> tokens its cells still hold
@@ -116,6 +119,7 @@ class SequencePool:
         self.conversation_hits = 0            # requests that took a kept sequence
         self.conversation_tokens_reused = 0   # prompt tokens those found decoded
         self.shifted_hits = 0                 # of those, kept cells reused after a cut (shifted)
+        self.running_hits = 0                 # requests that shared a running request's cells
         self.shifted_tokens_dropped = 0       # cells the cuts removed
         self.kept_dropped_for_room = 0        # times the kept cells were dropped for a decode
         self.kept_forgotten = 0               # kept sequences dropped because their conversation ended
@@ -129,12 +133,14 @@ class SequencePool:
         """``ids`` are decoded into ``prefix_seq``: share them with every new request."""
         self.prefix = ids
 
-    def claim(self, ids: list[int]) -> tuple[int, int]:
-        """A free sequence for this prompt and how many of its tokens are already decoded."""
+    def claim(self, ids: list[int], active: Iterable[Seq] = ()) -> tuple[int, int]:
+        """A free sequence for this prompt and how many of its tokens are already
+        decoded: in cells kept from an earlier turn, or shared with a running
+        request of the same conversation (``active``)."""
         lc, mem = self._lc, self._mem
         best, best_n = None, 0
+        limit = len(ids) - 1  # keep one token to decode for logits
         if self._conversation_cache:
-            limit = len(ids) - 1  # keep one token to decode for logits
             for sid, kept in self.kept.items():
                 n = common_prefix(kept, ids, limit)
                 if n > best_n:
@@ -144,6 +150,10 @@ class SequencePool:
         cut = self._cut_match(ids) if self._conversation_cache and self._can_shift else None
         if cut is not None and cut.reused > best_n:
             return self._take_cut(cut)
+        shared = (self._running_match(ids, active, limit)
+                  if self._conversation_cache and self._shared_cells else None)
+        if shared is not None and shared[1] > best_n:
+            return self._share(*shared)
         # More than the system prompt and the next turn's header: a different
         # conversation matches that far too, and must not take this one's cells;
         # unless they hold nothing past the match (a prefill-only request's cells,
@@ -157,17 +167,45 @@ class SequencePool:
             self.conversation_hits += 1
             self.conversation_tokens_reused += best_n
             return best, best_n
-        # one that holds nothing, else the least recently released: its
-        # conversation is the stalest (a prefill with nothing to decode must
-        # not push a live conversation's cells out)
+        seq_id = self._fresh()
+        cached = self._reuse_prefix(seq_id, ids) if self.prefix else 0
+        self.prefix_hits += 1 if cached else 0
+        return seq_id, cached
+
+    def _running_match(self, ids: list[int], active: Iterable[Seq], limit: int
+                       ) -> tuple[Seq, int] | None:
+        """The running request whose decoded cells hold the longest head of
+        ``ids`` past the system prompt and the next header (the caller spoke
+        while the reply to their last turn still ran: that reply holds the
+        conversation's cells, not the kept ones)."""
+        best: tuple[Seq, int] | None = None
+        for seq in active:
+            if seq.kv is None:
+                continue
+            n = common_prefix(seq.kv, ids, limit)
+            if n >= len(self.prefix) + MIN_CONVERSATION_MATCH and (best is None or n > best[1]):
+                best = (seq, n)
+        return best
+
+    def _share(self, running: Seq, n: int) -> tuple[int, int]:
+        """A fresh sequence holding the first ``n`` cells of ``running``'s (shared:
+        llama.cpp tags the same cells with both ids)."""
+        seq_id = self._fresh()
+        self._lc.llama_memory_seq_cp(self._mem, running.seq_id, seq_id, 0, n)
+        self.running_hits += 1
+        self.conversation_tokens_reused += n
+        return seq_id, n
+
+    def _fresh(self) -> int:
+        """A free id with its cells dropped: one that holds nothing, else the
+        least recently released (its conversation is the stalest): a prefill
+        with nothing to decode must not push a live conversation's cells out."""
         seq_id = next((sid for sid in self.free if sid not in self.kept), self.free[0])
         self.free.remove(seq_id)
         self.kept.pop(seq_id, None)
         self._kept_for.pop(seq_id, None)
-        lc.llama_memory_seq_rm(mem, seq_id, -1, -1)
-        cached = self._reuse_prefix(seq_id, ids) if self.prefix else 0
-        self.prefix_hits += 1 if cached else 0
-        return seq_id, cached
+        self._lc.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
+        return seq_id
 
     def _cut_match(self, ids: list[int]) -> "_Cut | None":
         """The kept sequence that holds ``ids`` but for a run cut out after their

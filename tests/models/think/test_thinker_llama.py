@@ -354,6 +354,30 @@ def test_a_call_past_its_window_is_prefilled_cut_as_its_reply_is():
         t.close()
 
 
+def test_a_caller_who_speaks_over_the_reply_shares_its_cells(thinker):
+    """Speech over a running reply prefills the conversation while that reply
+    still holds its cells (the kept ones are its now): the prefill shares them
+    instead of reading the whole conversation again, and the reply goes on."""
+    params = {"temperature": 0.0, "max_tokens": 12}
+    convo = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper "
+              "who lives alone on a rock in the northern sea with his old dog."}]
+    thinker.prefill(WorkItem(970, {"messages": convo}, params=params))
+    for _ in range(3):      # the prompt decoded and a few words of the reply
+        thinker.step([970])
+    before = thinker.stats()["running_hits"]
+    so_far = convo + [{"role": "assistant", "content": "Once"},
+                      {"role": "user", "content": "Wait"}]
+    thinker.prefill(WorkItem(971, {"messages": so_far},
+                             params={**params, PREFILL_ONLY: True, PREFILL_WORDS: True}))
+    assert thinker.stats()["running_hits"] == before + 1
+    assert len(thinker._seqs[971].prompt) <= 12, len(thinker._seqs[971].prompt)
+    for _ in range(50):
+        if thinker.step([971])[971].finished:
+            thinker.release(971)
+            break
+    assert _drain(thinker, 970).strip()      # the reply was not disturbed
+
+
 def test_without_the_conversation_cache_a_prefill_only_request_ends_at_once():
     t = LlamaCppThinker(n_threads=2, max_sequences=1, max_tokens=4, conversation_cache=False)
     t.load()

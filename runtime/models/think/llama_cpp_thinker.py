@@ -308,7 +308,10 @@ class LlamaCppThinker(ARExecutor):
         max_calls = self._max_calls(tools, req.parallel_tool_calls)
         grammar = self._samplers.grammar(tools, max_calls) if mode != ReplyMode.TEXT else None
         max_tokens = self._reply_tokens(tools, req.sampling.max_tokens)
-        budget = self.n_ctx_seq - max_tokens  # with auto: room for a call even if it ends up answering
+        # with auto: room for a call even if it ends up answering; and never less
+        # than a prefill's (the stage's default reply): a shorter reply must not
+        # keep turns its conversation's prefill cut, or it finds no cells to reuse
+        budget = self.n_ctx_seq - max(max_tokens, self._reply_tokens(tools, self.defaults.max_tokens))
         fitted = self._fit(req.messages, shown, budget)
         ids = self.tokenize(self.render(fitted.messages, shown))
         if len(ids) > budget:  # only when even an empty turn does not fit
@@ -368,10 +371,14 @@ class LlamaCppThinker(ARExecutor):
         said = ""
         if words and messages and messages[-1].get("role") == "user":
             said, messages = str(messages[-1].get("content") or ""), messages[:-1]
-        reply = self._reply_tokens(tools, self.opts.max_tokens if max_tokens is None else max_tokens)
-        fitted = self._fit(messages + [{"role": "user", "content": said + MARKER}], tools,
-                           self.n_ctx_seq - reply)
-        ids = self.tokenize(self.render(fitted.messages, tools))
+        reply = self._reply_tokens(tools, self.defaults.max_tokens if max_tokens is None else max_tokens)
+        # fitted without the marker: the words so far are a head of the turn's
+        # words, so this prompt keeps at least what the reply's will (whose cut
+        # then removes a run of these cells instead of missing them)
+        fitted = self._fit(messages + [{"role": "user", "content": said}], tools,
+                           self.n_ctx_seq - reply).messages
+        fitted[-1] = {**fitted[-1], "content": str(fitted[-1].get("content") or "") + MARKER}
+        ids = self.tokenize(self.render(fitted, tools))
         marks = [i for i, t in enumerate(ids) if t == self._marker_token]
         cut = marks[-1] if marks else 0
         ids = ids[:cut] if self.opts.conversation_cache else []

@@ -321,7 +321,8 @@ def test_a_call_past_its_window_is_prefilled_cut_as_its_reply_is():
     nor the reply push the conversation's kept cells out, so the reply decodes
     only the caller's last words (the soak's late turns read ~1000 tokens
     again, ~13 s on the 1.5B, when each prefill took the stalest sequence)."""
-    t = LlamaCppThinker(n_threads=2, max_sequences=4, n_ctx=1024, max_tokens=8, seed=3,
+    # the prefills ask the stage's default reply (64 tokens), the turns a shorter one
+    t = LlamaCppThinker(n_threads=2, max_sequences=4, n_ctx=1024, max_tokens=64, seed=3,
                         max_context_per_seq=256)
     t.load()
     try:
@@ -339,7 +340,7 @@ def test_a_call_past_its_window_is_prefilled_cut_as_its_reply_is():
         for rid, n in enumerate(range(1, len(words.split()) + 1), start=10):
             so_far = [{"role": "user", "content": " ".join(words.split()[:n])}]
             t.prefill(WorkItem(rid, {"messages": convo + so_far},
-                               params={**params, PREFILL_ONLY: True, PREFILL_WORDS: True}))
+                               params={PREFILL_ONLY: True, PREFILL_WORDS: True}))
             for _ in range(50):
                 if t.step([rid])[rid].finished:
                     t.release(rid)

@@ -445,6 +445,7 @@ class LlamaCppThinker(ARExecutor):
             "shifted_tokens_dropped": pool.shifted_tokens_dropped,
             "kept_dropped_for_room": pool.kept_dropped_for_room,
             "kept_forgotten": pool.kept_forgotten,
+            "kept_superseded": pool.kept_superseded,
             "active": len(self._seqs),
             "free_sequences": len(pool.free),
             "last_batch_size": step.last_batch,

@@ -123,6 +123,7 @@ class SequencePool:
         self.shifted_tokens_dropped = 0       # cells the cuts removed
         self.kept_dropped_for_room = 0        # times the kept cells were dropped for a decode
         self.kept_forgotten = 0               # kept sequences dropped because their conversation ended
+        self.kept_superseded = 0              # kept sequences dropped for a newer one of their conversation
 
     @property
     def prefix_seq(self) -> int:
@@ -262,6 +263,13 @@ class SequencePool:
         """A finished request's id is free again; its cells are kept for the next
         turn of its conversation, or dropped."""
         if self._conversation_cache and seq.kv and not seq.forgotten:
+            if seq.conversation:
+                # one kept sequence a conversation, the newest: the others are its
+                # older states (a read-ahead, a reply overtaken), and every kept cell
+                # costs each step's attention (it spans the whole pool of cells)
+                for sid in [s for s, c in self._kept_for.items() if c == seq.conversation]:
+                    self._drop_kept_one(sid)
+                    self.kept_superseded += 1
             self.kept[seq.seq_id] = seq.kv  # the next turn of this conversation starts here
             if seq.conversation:
                 self._kept_for[seq.seq_id] = seq.conversation
@@ -283,9 +291,13 @@ class SequencePool:
     def forget(self, conversation: str) -> None:
         """Drop the cells kept for ``conversation`` (it ended)."""
         for sid in [s for s, c in self._kept_for.items() if c == conversation]:
-            self._lc.llama_memory_seq_rm(self._mem, sid, -1, -1)
-            del self.kept[sid], self._kept_for[sid]
+            self._drop_kept_one(sid)
             self.kept_forgotten += 1
+
+    def _drop_kept_one(self, sid: int) -> None:
+        self._lc.llama_memory_seq_rm(self._mem, sid, -1, -1)
+        del self.kept[sid]
+        self._kept_for.pop(sid, None)
 
     def close(self) -> None:
         """The context is going: nothing is kept any more."""

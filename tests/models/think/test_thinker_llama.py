@@ -359,7 +359,7 @@ def test_a_caller_who_speaks_over_the_reply_shares_its_cells(thinker):
     """Speech over a running reply prefills the conversation while that reply
     still holds its cells (the kept ones are its now): the prefill shares them
     instead of reading the whole conversation again, and the reply goes on."""
-    params = {"temperature": 0.0, "max_tokens": 12}
+    params = {"temperature": 0.0, "max_tokens": 12, CONVERSATION: "c-over"}
     convo = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper "
               "who lives alone on a rock in the northern sea with his old dog."}]
     thinker.prefill(WorkItem(970, {"messages": convo}, params=params))
@@ -376,7 +376,11 @@ def test_a_caller_who_speaks_over_the_reply_shares_its_cells(thinker):
         if thinker.step([971])[971].finished:
             thinker.release(971)
             break
+    superseded = thinker.stats()["kept_superseded"]
     assert _drain(thinker, 970).strip()      # the reply was not disturbed
+    # one kept sequence a conversation: the reply's, which came back last
+    assert thinker.stats()["kept_superseded"] == superseded + 1
+    assert list(thinker._pool._kept_for.values()).count("c-over") == 1
 
 
 def test_without_the_conversation_cache_a_prefill_only_request_ends_at_once():

@@ -18,9 +18,9 @@ outgrows the think stage's context.  ``truncation`` says what then happens:
 
 The room is the think stage's context per conversation less the reply's tokens
 and the system text (instructions and tools), counted in characters at an
-estimated ``chars_per_token`` (plus the chat template's tokens around each item) (the server holds no tokenizer; the think stage
-still fits the prompt exactly, so an estimate that is off costs a cut there,
-never a failure).  Items out of the context stay in the conversation (the
+estimated ``chars_per_token``, plus the chat template's tokens around each
+item (the server holds no tokenizer; the think stage still fits the prompt
+exactly, so an estimate that is off costs a cut there, never a failure).  Items out of the context stay in the conversation (the
 client can still retrieve them); a ``function_call`` and its output leave
 together, as a call without its result is a turn no model can read.
 """

@@ -65,10 +65,10 @@ from __future__ import annotations
 import importlib.metadata
 import math
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
-import re
 from typing import NamedTuple
 
 import numpy as np

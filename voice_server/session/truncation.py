@@ -117,7 +117,10 @@ class ThinkContext(BaseModel):
         default); None: no bound known."""
         cpt = self.chars_per_token
         if self.tokens:
-            reply = max_tokens if max_tokens is not None else self.reply_tokens
+            # at least the stage's default reply: what it reserves for the
+            # conversation read ahead while the caller speaks, and so for every
+            # reply (a shorter one must not keep turns the read-ahead left out)
+            reply = max(max_tokens or 0, self.reply_tokens)
             if tools:
                 reply = max(reply, self.tool_reply_tokens)
             reply = min(reply, self.tokens // 2)

@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Mapping
 
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import ARExecutor, StepResult, WorkItem
-from runtime.models.think.chat import CUT_STEPS, fit_messages, message_chars
+from runtime.models.think.chat import fit_messages, message_chars
 from runtime.models.think.markup_guard import GuardedReplies
 from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, ThinkerRequest, read_request
 from runtime.models.think.sampling import Range, Sampling, require_within
@@ -144,9 +144,8 @@ class AsyncStreamThinker(ARExecutor):
     def _fit(self, item: WorkItem) -> ThinkerRequest:
         req = read_request(item, self.system_prompt, self.defaults, self.supports_tools,
                            f"the {self.engine_name} thinker")
-        # cut in quarters of the budget at places that stay put (the engine's prefix cache)
-        fitted = fit_messages(req.messages, message_chars, self.max_prompt_chars,
-                              step=self.max_prompt_chars // CUT_STEPS)
+        # cut at anchors, places that never move back (the engine's prefix cache)
+        fitted = fit_messages(req.messages, message_chars, self.max_prompt_chars, anchored=True)
         self._last_truncated = fitted.truncated
         if fitted.truncated:
             self._truncated_total += 1

@@ -10,6 +10,7 @@ answer the last utterance -- instead of failing the turn.
 from __future__ import annotations
 
 import functools
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -99,10 +100,16 @@ def with_system_prompt(messages: list[Message], system_prompt: str | None) -> li
     return list(messages)
 
 
-# A window-full conversation loses its oldest turns in runs of about a
-# quarter of the window (fit_messages' ``step``): a few turns of a spoken call
-# at a time, so a cut is rare and the rest is kept.
-CUT_STEPS = 4
+# Where a window-full conversation may be cut (fit_messages' ``anchored``):
+# before a message whose text hashes to 0 mod this, about one message in four.
+ANCHOR_EVERY = 4
+
+
+def _anchor(message: Message) -> bool:
+    """A place to cut before ``message``, decided by its own text: the same
+    message is one wherever the conversation is asked from."""
+    text = f"{message.get('role')}\n{message.get('content') or ''}"
+    return zlib.crc32(text.encode("utf-8", "replace")) % ANCHOR_EVERY == 0
 
 
 @dataclass
@@ -114,7 +121,7 @@ class Fitted:
 
 
 def fit_messages(messages: list[Message], measure: Callable[[list[Message]], int],
-                 budget: int, step: int = 0) -> Fitted:
+                 budget: int, anchored: bool = False) -> Fitted:
     """Cut the conversation until ``measure(messages) <= budget``.
 
     Order of sacrifice: the oldest non-system turns, then the head of the last
@@ -127,30 +134,34 @@ def fit_messages(messages: list[Message], measure: Callable[[list[Message]], int
     result may still be over budget only if even an empty turn does not fit;
     callers keep a hard token-level cut as the last resort.
 
-    ``step`` (0: off): the oldest turns leave in runs of about this much, cut
-    where the turns dropped first reach a multiple of it.  Those places depend
-    only on the conversation's head, so a conversation that grows by a turn,
-    or is asked with a slightly different budget (another reply length), is
-    cut at the same place as the turn before: the prompt is the one the
-    engine already holds plus the new turn (a cut that moved with every turn
-    or every budget makes it read the whole conversation again).
+    ``anchored``: cut only before an anchor message (:func:`_anchor`, about
+    one in four, decided by the message's own text), the first one past the
+    turns that must go; the least cut when none is left.  An anchor is one
+    whatever the conversation's head, so as a call grows, or is sent from a
+    later first item (the server dropped its oldest), the cut stays where it
+    was or moves forward, never back: the prompt is the one the engine
+    already holds, or it with a run of old turns removed (which a cache that
+    shifts cells reuses).  A cut that moved back, or with every turn, makes
+    it read the whole conversation again.
     """
     if measure(messages) <= budget:
         return Fitted(list(messages), False)
     system = [m for m in messages if m["role"] == "system"][:1]
     turns = [m for m in messages if m["role"] != "system"]
-    whole, dropped = measure(system + turns), 0
+    least = None     # the least cut that fits, should no anchor follow it
+    at_anchor = False
     while len(turns) > 1:
         n = _unit_length(turns)
         if n >= len(turns):
             break
         del turns[:n]
-        # a place to cut: the rest fits, and (with a step) the turns dropped so
-        # far just reached a multiple of it
-        before, now = dropped, measure(system + turns)
-        dropped = whole - now
-        if now <= budget and (step <= 0 or dropped // step > before // step):
+        if least is None and measure(system + turns) <= budget:
+            least = list(turns)
+        if least is not None and (not anchored or _anchor(turns[0])):
+            at_anchor = True
             break
+    if not at_anchor and least is not None:
+        turns = least
     if not turns:
         turns = [{"role": "user", "content": ""}]
     turns[-1] = dict(turns[-1])

@@ -40,8 +40,8 @@ from typing import Any
 from runtime.errors import ErrorCode, StageError
 from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecutor, StepResult,
                               WorkItem)
-from runtime.models.think.chat import (CUT_STEPS, Fitted, Message, fit_messages,
-                                       render_template, repaired_template)
+from runtime.models.think.chat import (Fitted, Message, fit_messages, render_template,
+                                       repaired_template)
 from runtime.models.think.gguf_requant import requantized
 from runtime.models.think.llama_batch import BatchStep
 from runtime.models.think.llama_emit import ReplyEmitter
@@ -354,12 +354,12 @@ class LlamaCppThinker(ARExecutor):
         return min(max_tokens, max(self.n_ctx_seq // 2, 1))
 
     def _fit(self, messages: list[Message], tools: Tools, budget: int) -> Fitted:
-        """The conversation cut to ``budget`` tokens as rendered: its oldest turns
-        leave in quarters of the window, at places that stay put while the call
-        goes on (and alike for a prefill and its reply), so that the cells kept
-        from the turn before hold the prompt's head."""
+        """The conversation cut to ``budget`` tokens as rendered, at anchors
+        (chat.fit_messages): the cut never moves back as the call goes on,
+        whichever item the server sends first, so the cells kept from the turn
+        before hold the prompt or it with a run of old turns removed."""
         return fit_messages(messages, lambda m: len(self.tokenize(self.render(m, tools))),
-                            budget, step=self.n_ctx_seq // CUT_STEPS)
+                            budget, anchored=True)
 
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
                             words: bool = False, max_tokens: int | None = None) -> None:

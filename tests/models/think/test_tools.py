@@ -102,24 +102,29 @@ def test_fitting_keeps_a_call_with_its_result():
     assert fitted.messages[0]["content"] == "s"
 
 
-def test_a_stepped_cut_stays_put_as_the_call_grows_and_the_reply_length_changes():
+def test_an_anchored_cut_never_moves_back_as_the_call_grows_or_its_head_moves():
+    from runtime.models.think.chat import _anchor
+
     sys_ = [{"role": "system", "content": "s" * 10}]
-    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{i % 10}" * 30}
-             for i in range(12)]
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i:02d} " + "x" * 22}
+             for i in range(40)]
 
-    def head(fitted):  # the first turn the prompt keeps
-        return fitted.messages[1]["content"]
+    def first(fitted):  # the index of the first turn the prompt keeps
+        return turns.index(fitted.messages[1])
 
-    # step 0: the cut moves with every turn and with the budget (another reply length)
-    plain = [head(fit_messages(sys_ + turns[:n], message_chars, b))
-             for n, b in ((10, 250), (11, 250), (11, 220))]
-    assert len(set(plain)) == 3
-    # a step: the same place for all three; the next place once it no longer fits
-    stepped = [fit_messages(sys_ + turns[:n], message_chars, b, step=100)
-               for n, b in ((10, 250), (11, 250), (11, 220))]
-    assert {head(f) for f in stepped} == {"4" * 30} and all(f.truncated for f in stepped)
-    assert all(message_chars(f.messages) <= b for f, b in zip(stepped, (250, 250, 220)))
-    assert head(fit_messages(sys_ + turns, message_chars, 220, step=100)) == "7" * 30
+    cuts = []
+    for n in range(12, 40):     # the call grows a turn at a time
+        for head in (0, 3):     # sent whole, or from a later first item
+            f = fit_messages(sys_ + turns[head:n], message_chars, 250, anchored=True)
+            assert f.truncated and message_chars(f.messages) <= 250
+            assert _anchor(f.messages[1]) or first(f) == n - 8   # an anchor, or the least cut
+            cuts.append(first(f))
+        assert cuts[-1] == cuts[-2]     # the same place whichever head it was sent with
+    assert cuts == sorted(cuts)         # never back
+    assert len(set(cuts)) < len(cuts) // 2   # and not with every turn
+    # plain (no anchors): the least cut, which moves with every turn
+    assert [turns.index(fit_messages(sys_ + turns[:n], message_chars, 250).messages[1])
+            for n in (20, 21)] == [12, 13]
 
 
 def test_call_stream_emits_name_then_argument_pieces_then_done_at_the_last_brace():

@@ -292,8 +292,8 @@ class LlamaCppThinker(ARExecutor):
         tools = req.tools
         if item.params and item.params.get(PREFILL_ONLY):   # (the next message is the user's)
             self._admit_prefill_only(item.request_id, req.messages, tools,
-                                     bool(item.params.get(PREFILL_WORDS)), req.sampling.max_tokens)
-            self._seqs[item.request_id].conversation = item.params.get(CONVERSATION)
+                                     bool(item.params.get(PREFILL_WORDS)), req.sampling.max_tokens,
+                                     item.params.get(CONVERSATION))
             return
         shown = tools
         if tools.active and not tools.choice.forces_call and req.messages[-1]["role"] == "tool":
@@ -331,7 +331,7 @@ class LlamaCppThinker(ARExecutor):
         banned = [*(self._unspoken if shown.tools else ()), *self._never_spoken]
         sampler = (call_sampler if mode == ReplyMode.CALL
                    else self._samplers.chain(req.sampling, index=self._admitted, banned=banned))
-        seq_id, cached = self._pool.claim(ids, self._seqs.values())
+        seq_id, cached = self._pool.claim(ids, self._seqs.values(), item.params.get(CONVERSATION))
         self._seqs[item.request_id] = Seq(
             rid=item.request_id, seq_id=seq_id, sampler=sampler,
             text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached,
@@ -362,7 +362,8 @@ class LlamaCppThinker(ARExecutor):
                             budget, anchored=True)
 
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
-                            words: bool = False, max_tokens: int | None = None) -> None:
+                            words: bool = False, max_tokens: int | None = None,
+                            conversation: str | None = None) -> None:
         """The conversation's tokens up to the next user message's words: render it
         with that message as the marker and cut there (every chat template puts the
         message's header before its content).  With ``words`` the last message
@@ -382,10 +383,11 @@ class LlamaCppThinker(ARExecutor):
         marks = [i for i, t in enumerate(ids) if t == self._marker_token]
         cut = marks[-1] if marks else 0
         ids = ids[:cut] if self.opts.conversation_cache else []
-        seq_id, cached = self._pool.claim(ids, self._seqs.values())
+        seq_id, cached = self._pool.claim(ids, self._seqs.values(), conversation)
         self._seqs[rid] = Seq(rid=rid, seq_id=seq_id, sampler=None, text=Utf8Stream(),
                               max_tokens=0, prompt=ids[cached:], pos=cached, kv=ids[:cached],
-                              finished=len(ids) <= cached, prefill_only=True)
+                              finished=len(ids) <= cached, prefill_only=True,
+                              conversation=conversation)
         self._prefills_only += 1
 
     def _max_calls(self, tools: Tools, parallel: bool) -> int:

@@ -134,31 +134,41 @@ class SequencePool:
         """``ids`` are decoded into ``prefix_seq``: share them with every new request."""
         self.prefix = ids
 
-    def claim(self, ids: list[int], active: Iterable[Seq] = ()) -> tuple[int, int]:
+    def claim(self, ids: list[int], active: Iterable[Seq] = (),
+              conversation: str | None = None) -> tuple[int, int]:
         """A free sequence for this prompt and how many of its tokens are already
-        decoded: in cells kept from an earlier turn, or shared with a running
-        request of the same conversation (``active``)."""
+        decoded: in cells kept from an earlier turn of ``conversation``, or
+        shared with a running request of it (``active``).
+
+        Only the conversation's own cells: two callers who open with the same
+        words ("Hello.") match past the system prompt, and a claim by tokens
+        alone took the other caller's whole conversation for those few tokens,
+        so the other's next turn read everything again (seen in a soak whose
+        two callers ask the same questions).  Cells are never shared across
+        conversations either: a cut shifts a kept sequence's cells, and shared
+        cells would move under the other sequence too."""
         lc, mem = self._lc, self._mem
         best, best_n = None, 0
         limit = len(ids) - 1  # keep one token to decode for logits
         if self._conversation_cache:
-            for sid, kept in self.kept.items():
+            for sid, kept in self._kept_of(conversation):
                 n = common_prefix(kept, ids, limit)
                 if n > best_n:
                     best, best_n = sid, n
         # The oldest turns cut out: the cells after the cut are worth more than a
         # match that ends at the cut (the system text and the next header).
-        cut = self._cut_match(ids) if self._conversation_cache and self._can_shift else None
+        cut = (self._cut_match(ids, conversation)
+               if self._conversation_cache and self._can_shift else None)
         if cut is not None and cut.reused > best_n:
             return self._take_cut(cut)
-        shared = (self._running_match(ids, active, limit)
-                  if self._conversation_cache and self._shared_cells else None)
+        shared = (self._running_match(ids, active, limit, conversation)
+                  if self._conversation_cache and self._shared_cells and conversation else None)
         if shared is not None and shared[1] > best_n:
             return self._share(*shared)
-        # More than the system prompt and the next turn's header: a different
-        # conversation matches that far too, and must not take this one's cells;
-        # unless they hold nothing past the match (a prefill-only request's cells,
-        # or another request that stopped there): taking them loses nothing.
+        # More than the system prompt and the next turn's header (requests that
+        # name no conversation are told apart by their tokens alone); or cells
+        # that hold nothing past the match (a prefill-only request's): taking
+        # them loses nothing.
         if best is not None and (best_n >= len(self.prefix) + MIN_CONVERSATION_MATCH
                                  or best_n == len(self.kept[best]) >= 4):
             self.free.remove(best)
@@ -173,15 +183,21 @@ class SequencePool:
         self.prefix_hits += 1 if cached else 0
         return seq_id, cached
 
-    def _running_match(self, ids: list[int], active: Iterable[Seq], limit: int
-                       ) -> tuple[Seq, int] | None:
-        """The running request whose decoded cells hold the longest head of
-        ``ids`` past the system prompt and the next header (the caller spoke
-        while the reply to their last turn still ran: that reply holds the
-        conversation's cells, not the kept ones)."""
+    def _kept_of(self, conversation: str | None) -> list[tuple[int, list[int]]]:
+        """The kept sequences ``conversation`` may take: its own (those of no
+        conversation when it is None)."""
+        return [(sid, kept) for sid, kept in self.kept.items()
+                if self._kept_for.get(sid) == conversation]
+
+    def _running_match(self, ids: list[int], active: Iterable[Seq], limit: int,
+                       conversation: str) -> tuple[Seq, int] | None:
+        """The running request of ``conversation`` whose decoded cells hold the
+        longest head of ``ids`` past the system prompt and the next header (the
+        caller spoke while the reply to their last turn still ran: that reply
+        holds the conversation's cells, not the kept ones)."""
         best: tuple[Seq, int] | None = None
         for seq in active:
-            if seq.kv is None:
+            if seq.kv is None or seq.conversation != conversation:
                 continue
             n = common_prefix(seq.kv, ids, limit)
             if n >= len(self.prefix) + MIN_CONVERSATION_MATCH and (best is None or n > best[1]):
@@ -208,14 +224,16 @@ class SequencePool:
         self._lc.llama_memory_seq_rm(self._mem, seq_id, -1, -1)
         return seq_id
 
-    def _cut_match(self, ids: list[int]) -> "_Cut | None":
-        """The kept sequence that holds ``ids`` but for a run cut out after their
-        common head (the system prompt), the one that covers most of ``ids``."""
+    def _cut_match(self, ids: list[int], conversation: str | None) -> "_Cut | None":
+        """The kept sequence of ``conversation`` that holds ``ids`` but for a run
+        cut out after their common head (the system prompt), the one that covers
+        most of ``ids``.  Never a cut inside the cells it shares with the prefix
+        cache: the shift would move them for every sequence that shares them."""
         best: _Cut | None = None
         limit = len(ids) - 1  # keep one token to decode for logits
-        for sid, kept in self.kept.items():
+        for sid, kept in self._kept_of(conversation):
             head = common_prefix(kept, ids, limit)
-            if head < 4 or limit - head < SHIFT_MIN_MATCH:
+            if head < max(4, common_prefix(self.prefix, kept, len(kept))) or limit - head < SHIFT_MIN_MATCH:
                 continue
             probe = ids[head:head + SHIFT_PROBE]
             for at in range(head + 1, len(kept) - SHIFT_MIN_MATCH + 1):

@@ -383,6 +383,24 @@ def test_a_caller_who_speaks_over_the_reply_shares_its_cells(thinker):
     assert list(thinker._pool._kept_for.values()).count("c-over") == 1
 
 
+def test_a_caller_who_opens_with_anothers_words_leaves_their_cells_alone(thinker):
+    """Two callers whose first words are the same match past the system prompt:
+    the second must not take the first's kept conversation for those tokens, or
+    the first's next turn reads its whole conversation again."""
+    params = {"temperature": 0.0, "max_tokens": 24}
+    hello = "Hello, can you tell me a story about a lighthouse keeper and his dog?"
+    ann = [{"role": "user", "content": hello}]
+    thinker.prefill(WorkItem(990, {"messages": ann}, params={**params, CONVERSATION: "ann"}))
+    ann.append({"role": "assistant", "content": _drain(thinker, 990)})
+    ben = [{"role": "user", "content": hello + " Make it a sad one."}]
+    thinker.prefill(WorkItem(991, {"messages": ben}, params={**params, CONVERSATION: "ben"}))
+    _drain(thinker, 991)
+    ann.append({"role": "user", "content": "Thanks!"})
+    thinker.prefill(WorkItem(992, {"messages": ann}, params={**params, CONVERSATION: "ann"}))
+    assert len(thinker._seqs[992].prompt) <= 16, len(thinker._seqs[992].prompt)
+    _drain(thinker, 992)
+
+
 def test_without_the_conversation_cache_a_prefill_only_request_ends_at_once():
     t = LlamaCppThinker(n_threads=2, max_sequences=1, max_tokens=4, conversation_cache=False)
     t.load()

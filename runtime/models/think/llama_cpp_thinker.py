@@ -42,6 +42,7 @@ from runtime.executor import (CONVERSATION, PREFILL_ONLY, PREFILL_WORDS, ARExecu
                               WorkItem)
 from runtime.models.think.chat import (Fitted, Message, fit_messages, render_template,
                                        repaired_template)
+from runtime.models.think.cut_memory import CutMemory
 from runtime.models.think.gguf_requant import requantized
 from runtime.models.think.llama_batch import BatchStep
 from runtime.models.think.llama_emit import ReplyEmitter
@@ -136,6 +137,7 @@ class LlamaCppThinker(ARExecutor):
         self.opts = LlamaOptions.from_args(args)
         self._seqs: dict[int, Seq] = {}   # the admitted requests by request id, until released
         self._guards = GuardedReplies()   # keeps markup from speech, reply by reply (markup_guard)
+        self._cuts = CutMemory()          # where each conversation was last cut
         self._ctx = self._model = None
         # the parts, built at load
         self._vocab: LlamaVocab | None = None
@@ -312,7 +314,7 @@ class LlamaCppThinker(ARExecutor):
         # than a prefill's (the stage's default reply): a shorter reply must not
         # keep turns its conversation's prefill cut, or it finds no cells to reuse
         budget = self.n_ctx_seq - max(max_tokens, self._reply_tokens(tools, self.defaults.max_tokens))
-        fitted = self._fit(req.messages, shown, budget)
+        fitted = self._fit(req.messages, shown, budget, item.params.get(CONVERSATION))
         ids = self.tokenize(self.render(fitted.messages, shown))
         if len(ids) > budget:  # only when even an empty turn does not fit
             ids = ids[-budget:]
@@ -353,13 +355,15 @@ class LlamaCppThinker(ARExecutor):
             max_tokens = max(max_tokens, self.opts.max_tool_call_tokens)
         return min(max_tokens, max(self.n_ctx_seq // 2, 1))
 
-    def _fit(self, messages: list[Message], tools: Tools, budget: int) -> Fitted:
+    def _fit(self, messages: list[Message], tools: Tools, budget: int,
+             conversation: str | None = None) -> Fitted:
         """The conversation cut to ``budget`` tokens as rendered, at anchors
-        (chat.fit_messages): the cut never moves back as the call goes on,
-        whichever item the server sends first, so the cells kept from the turn
-        before hold the prompt or it with a run of old turns removed."""
-        return fit_messages(messages, lambda m: len(self.tokenize(self.render(m, tools))),
-                            budget, anchored=True)
+        (chat.fit_messages), and never before where it was last cut
+        (CutMemory): the cut never moves back as the call goes on, whichever
+        item the server sends first, so the cells kept from the turn before
+        hold the prompt or it with a run of old turns removed."""
+        return self._cuts.fit(conversation, messages, lambda m: fit_messages(
+            m, lambda part: len(self.tokenize(self.render(part, tools))), budget, anchored=True))
 
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
                             words: bool = False, max_tokens: int | None = None,
@@ -377,7 +381,7 @@ class LlamaCppThinker(ARExecutor):
         # words, so this prompt keeps at least what the reply's will (whose cut
         # then removes a run of these cells instead of missing them)
         fitted = self._fit(messages + [{"role": "user", "content": said}], tools,
-                           self.n_ctx_seq - reply).messages
+                           self.n_ctx_seq - reply, conversation).messages
         fitted[-1] = {**fitted[-1], "content": str(fitted[-1].get("content") or "") + MARKER}
         ids = self.tokenize(self.render(fitted, tools))
         marks = [i for i, t in enumerate(ids) if t == self._marker_token]
@@ -422,6 +426,7 @@ class LlamaCppThinker(ARExecutor):
         if not conversation:
             return
         self._pool.forget(conversation)
+        self._cuts.forget(conversation)
         for seq in self._seqs.values():   # not aborted yet: it keeps nothing when it ends
             if seq.conversation == conversation:
                 seq.forgotten = True

@@ -236,13 +236,15 @@ class SequencePool:
             if head < max(4, common_prefix(self.prefix, kept, len(kept))) or limit - head < SHIFT_MIN_MATCH:
                 continue
             probe = ids[head:head + SHIFT_PROBE]
+            # every place the probe matches: a call repeats itself ("Thank you.",
+            # a question asked twice), and the first such place can be an older
+            # turn whose match ends soon; the longest match, the earliest of equals
             for at in range(head + 1, len(kept) - SHIFT_MIN_MATCH + 1):
                 if kept[at:at + SHIFT_PROBE] != probe:
                     continue
                 run = common_prefix(kept[at:], ids[head:], limit - head)
                 if run >= SHIFT_MIN_MATCH and (best is None or head + run > best.reused):
                     best = _Cut(sid, head, at - head, head + run)
-                break  # the first place the probe matches: the earliest cut, the most kept
         return best
 
     def _take_cut(self, cut: "_Cut") -> tuple[int, int]:

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator, Mapping
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import ARExecutor, StepResult, WorkItem
+from runtime.executor import CONVERSATION, ARExecutor, StepResult, WorkItem
 from runtime.models.think.chat import fit_messages, message_chars
+from runtime.models.think.cut_memory import CutMemory
 from runtime.models.think.markup_guard import GuardedReplies
 from runtime.models.think.thinker_request import DEFAULT_SYSTEM_PROMPT, ThinkerRequest, read_request
 from runtime.models.think.sampling import Range, Sampling, require_within
@@ -83,6 +84,7 @@ class AsyncStreamThinker(ARExecutor):
         self._ending: set[Future] = set()
         self._last_usage: dict[str, int] = {}
         self._guards = GuardedReplies()   # keeps markup from speech, reply by reply (markup_guard)
+        self._cuts = CutMemory()          # where each conversation was last cut
 
     # ------------------------------------------------------------ subclass API
     async def _start(self) -> None:
@@ -144,8 +146,11 @@ class AsyncStreamThinker(ARExecutor):
     def _fit(self, item: WorkItem) -> ThinkerRequest:
         req = read_request(item, self.system_prompt, self.defaults, self.supports_tools,
                            f"the {self.engine_name} thinker")
-        # cut at anchors, places that never move back (the engine's prefix cache)
-        fitted = fit_messages(req.messages, message_chars, self.max_prompt_chars, anchored=True)
+        # cut at anchors, and never before the conversation's last cut: places
+        # that never move back (the engine's prefix cache)
+        fitted = self._cuts.fit(item.params.get(CONVERSATION) if item.params else None,
+                                req.messages, lambda m: fit_messages(
+                                    m, message_chars, self.max_prompt_chars, anchored=True))
         self._last_truncated = fitted.truncated
         if fitted.truncated:
             self._truncated_total += 1
@@ -208,6 +213,9 @@ class AsyncStreamThinker(ARExecutor):
         if self._last_batch:
             self._hist[self._last_batch] = self._hist.get(self._last_batch, 0) + 1
         return self._guards.filter(results)
+
+    def forget(self, conversation: str) -> None:
+        self._cuts.forget(conversation)
 
     def release(self, request_id: int) -> None:
         self._guards.close(request_id)

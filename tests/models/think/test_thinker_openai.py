@@ -8,7 +8,7 @@ import time
 import pytest
 
 from runtime.errors import ErrorCode, StageError
-from runtime.executor import StepResult, WorkItem
+from runtime.executor import CONVERSATION, StepResult, WorkItem
 from runtime.models.think.openai_thinker import OpenAICompatThinker, status_code_error
 from runtime.models.think.sse import sse_events
 from tests.requirements import missing
@@ -171,6 +171,22 @@ def test_status_mapping_and_truncation():
     assert t.stats()["truncated"] is True
     assert req.messages[0]["role"] == "system"
     assert sum(len(m["content"]) for m in req.messages) <= 1000
+
+
+def test_a_conversations_cut_never_moves_back_when_the_server_drops_less():
+    """A prefix-caching engine behind the server keeps the cut too (CutMemory)."""
+    t = OpenAICompatThinker(max_prompt_chars=400)
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i:02d} " * 6}
+             for i in range(12)]
+    first = t._fit(WorkItem(7, {"messages": turns}, params={CONVERSATION: "call"})).messages
+    kept = first[1]["content"]
+    assert kept.startswith("turn 07")
+    # the server then drops six turns of its own, one fewer than the thinker did:
+    # the rest would fit, but turn 06 is not given back
+    again = t._fit(WorkItem(8, {"messages": turns[6:]}, params={CONVERSATION: "call"})).messages
+    assert again[1]["content"] == kept
+    t.forget("call")
+    assert len(t._cuts) == 0
 
 
 def test_sse_parser_groups_multiline_events():

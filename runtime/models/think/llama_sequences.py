@@ -233,7 +233,8 @@ class SequencePool:
         limit = len(ids) - 1  # keep one token to decode for logits
         for sid, kept in self._kept_of(conversation):
             head = common_prefix(kept, ids, limit)
-            if head < max(4, common_prefix(self.prefix, kept, len(kept))) or limit - head < SHIFT_MIN_MATCH:
+            with_prefix = common_prefix(self.prefix, kept, len(kept))   # cells shared with it
+            if head < max(4, with_prefix) or limit - head < SHIFT_MIN_MATCH:
                 continue
             probe = ids[head:head + SHIFT_PROBE]
             # every place the probe matches: a call repeats itself ("Thank you.",

@@ -9,10 +9,17 @@ hold, and the whole conversation (~950 tokens, seconds on two cores) is
 read again.  So the thinker remembers the first message it kept after a
 cut, and cuts there again while the server still sends it; once the server
 has dropped it too, there is nothing left to remember.
+
+The turns are remembered as they will be sent again, not as they were: the
+last message of a prompt is the turn being said (a read-ahead holds the
+caller's words so far), so it is never part of what is remembered, and text
+is compared without case and punctuation (the pause's reading and the
+final transcript can differ in nothing else).
 """
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from typing import Callable
 
@@ -23,10 +30,19 @@ from runtime.models.think.chat import Fitted, Message
 MAX_CONVERSATIONS = 1024
 
 
+_NOT_A_WORD = re.compile(r"[\W_]+")
+
+
+def _turn(m: Message) -> tuple:
+    """A turn as it is compared: its role, its words, its calls."""
+    words = _NOT_A_WORD.sub(" ", str(m.get("content") or "")).strip().casefold()
+    return m.get("role"), words, repr(m.get("tool_calls"))
+
+
 def _key(turns: list[Message]) -> tuple:
-    """The first two turns, as the engine sees them: one short turn ("Yes.")
-    alone recurs in a call, two in a row hardly do."""
-    return tuple((m.get("role"), m.get("content"), repr(m.get("tool_calls"))) for m in turns[:2])
+    """The first two turns: one short turn ("Yes.") alone recurs in a call,
+    two in a row hardly do."""
+    return tuple(_turn(m) for m in turns[:2])
 
 
 class CutMemory:
@@ -46,17 +62,22 @@ class CutMemory:
         system = [m for m in messages if m["role"] == "system"][:1]
         turns = [m for m in messages if m["role"] != "system"]
         first = self._first.get(conversation)
-        at = next((i for i in range(1, len(turns)) if _key(turns[i:]) == first), None)
+        at = None if first is None else next(
+            (i for i in range(1, len(turns)) if _key(turns[i:i + len(first)]) == first), None)
         if at is not None:
             messages = system + turns[at:]
         fitted = fit(messages)
         if fitted.truncated:
-            self._remember(conversation, [m for m in fitted.messages if m["role"] != "system"])
+            self._remember(conversation, [m for m in fitted.messages if m["role"] != "system"][:-1])
         elif at is None:
             self._first.pop(conversation, None)   # dropped by the server too (or never cut)
         return Fitted(fitted.messages, fitted.truncated or at is not None)
 
     def _remember(self, conversation: str, turns: list[Message]) -> None:
+        """``turns``: those kept before the prompt's last."""
+        if not turns:     # only the turn being said was kept: nothing sent again to find
+            self._first.pop(conversation, None)
+            return
         self._first[conversation] = _key(turns)
         self._first.move_to_end(conversation)
         while len(self._first) > self._limit:

@@ -53,3 +53,21 @@ def test_it_remembers_a_bounded_number_of_conversations():
     for name in ("a", "b", "c"):
         cuts.fit(name, [SYSTEM, *_turns(10)], _fit(9 + 14 * 6))
     assert len(cuts) == 2
+
+
+def test_a_cut_made_on_the_words_so_far_holds_for_the_whole_turn():
+    """A read-ahead is cut with the caller's words so far as its last turn; the
+    reply sends the whole turn, in the final transcript's case and commas."""
+    cuts = CutMemory()
+    said = [SYSTEM, *_turns(9), {"role": "user", "content": "stop and"}]
+    first = cuts.fit("call", said, _fit(9 + 14 + 8))
+    assert [m["content"] for m in first.messages[1:]] == ["turn number 08", "stop and"]
+    reply = [SYSTEM, *_turns(9), {"role": "user", "content": "Stop, and tell me the time."}]
+    again = cuts.fit("call", reply, _fit(1000))
+    assert again.truncated
+    assert [m["content"] for m in again.messages[1:]] == ["turn number 08",
+                                                          "Stop, and tell me the time."]
+    shouted = [SYSTEM, *_turns(8), {"role": "user", "content": "TURN number 08!"},
+               {"role": "assistant", "content": "It is noon."},
+               {"role": "user", "content": "And the date?"}]
+    assert cuts.fit("call", shouted, _fit(1000)).messages[1]["content"] == "TURN number 08!"

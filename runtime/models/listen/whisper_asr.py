@@ -94,9 +94,9 @@ ALT_PROMPT = "Mm-hmm. Uh-huh. Yeah. Okay. Right."
 # segments over a reply up to this long also get the whole window's reading
 # (a backchannel with its lead-in and the pause after it: the phone's "mm hmm" is 1.5 s)
 FULL_WINDOW_MAX_S = 2.0
-# a reading that ends on a lone capital letter (not "I"): how tiny.en writes a
-# last word it half heard ("of T?" for "of tea?")
-_LONE_LETTER = re.compile(r"(?:^|\s)(?!I\b)[A-Z][.?!]*$")
+# a reading that ends on a lone letter (not "I" or "a"): how tiny.en writes a
+# last word it half heard ("of T?" for "of tea?"; "of t?" after a lead of silence)
+_LONE_LETTER = re.compile(r"(?:^|\s)(?![Ia]\b)[A-Za-z][.?!]*$")
 _WORD = re.compile(r"[\w']+")
 
 # What CTranslate2 needs of the CPU for its AVX-512 kernels.

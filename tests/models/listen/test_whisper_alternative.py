@@ -94,6 +94,10 @@ def test_a_last_word_heard_as_a_letter_is_read_again_with_the_whole_window(asr):
                           np.zeros(3200, np.float32)])
     assert asr.hear([tea], early=True)[0].text.endswith(" T?")   # early readings: as heard
     assert asr.hear([tea])[0].text == "What is the history of tea?"
+    # as the listen stage sends it, after its lead of silence: "... of t?"
+    led = np.concatenate([np.zeros(4800, np.float32), tea])
+    assert asr.hear([led], early=True)[0].text.endswith(" t?")
+    assert asr.hear([led])[0].text == "What is the history of tea?"
     # people's transcripts do not end on a letter: read once, as before
     people = [c.audio for c in human_clips()][:6]
     assert [h.text for h in asr.hear(people)] == [h.text for h in asr.hear(people, early=True)]

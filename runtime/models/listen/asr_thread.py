@@ -75,6 +75,9 @@ class Segment:
     # heard over the agent's reply: a short one is also read with Whisper's
     # whole window (whisper_asr.py), passed on as ``full_window=`` when any is
     over_reply: bool = False
+    # the caller's line sounds noisy (line_noise.py): read by the stage's
+    # stronger recogniser where it has one, passed on as ``noisy=`` when any is
+    noisy: bool = False
 
 
 @dataclass
@@ -328,6 +331,8 @@ class RecognitionThread:
                 kw["languages"] = langs
             if any(j.over_reply for j in live):
                 kw["full_window"] = [j.over_reply for j in live]
+            if any(j.noisy for j in live):
+                kw["noisy"] = [j.noisy for j in live]
             if live[0].reading == Reading.EARLY:     # a batch is all early or none
                 kw["early"] = True
             texts: list[Any] = list(self._transcribe(audio, **kw))

@@ -23,6 +23,7 @@ import soxr
 
 from runtime.models.listen.denoise import make_denoiser
 from runtime.models.listen.language import ENGLISH
+from runtime.models.listen.line_noise import LineNoise
 from runtime.models.listen.silero_vad import FRAME_SAMPLES, SileroVAD
 from runtime.models.listen.turn_text import asks_the_agent, looks_unfinished
 from runtime.models.listen.turn_wait import TEXT_CUT_P, TEXT_END_P, Pause
@@ -120,6 +121,7 @@ class UtteranceStream:
         self.resampler = (soxr.ResampleStream(p.sample_rate, LISTEN_RATE_HZ, 1, dtype="float32")
                           if p.sample_rate != LISTEN_RATE_HZ else None)
         self.denoiser = make_denoiser(p.noise_reduction)  # before VAD and ASR (None: off)
+        self.line = LineNoise()                        # how noisy the line sounds (line_noise.py)
         self.pad_samples = int(p.prefix_padding_ms * LISTEN_RATE_HZ / 1000)
         self.neg_threshold = max(0.01, p.threshold - HYSTERESIS)
         self.pending = np.zeros(0, dtype=np.float32)   # 16 kHz samples short of a frame
@@ -177,6 +179,7 @@ class UtteranceStream:
 
     # -- per frame -------------------------------------------------------
     def _frame(self, frame: np.ndarray, prob: float, out: list) -> None:
+        self.line.hear(frame)
         start = self.pos
         end = start + FRAME_SAMPLES
         self.pos = end

@@ -62,6 +62,9 @@ class SpeculativeSegments:
         # second one with Whisper's whole window (whisper_asr.py); not its
         # early readings, which the words at its end would then wait behind
         self.over_reply: Callable[[], bool] = lambda: False
+        # the stream's "its line sounds noisy" (line_noise.py), asked of every
+        # segment: the stage may read a noisy line with a stronger recogniser
+        self.noisy: Callable[[], bool] = lambda: False
         # the stream's language (language.py): asked of each segment, and
         # told what each ended utterance was heard in
         self.language = language
@@ -85,7 +88,8 @@ class SpeculativeSegments:
         audio = np.concatenate(self.parts) if len(self.parts) > 1 else self.parts[0]
         self.thread.submit(Segment(self.key, gen, audio,
                                    lambda: gen == self.gen or gen in self.awaiting,
-                                   language=self._asker(), over_reply=self.over_reply()))
+                                   language=self._asker(), over_reply=self.over_reply(),
+                                   noisy=self.noisy()))
         return gen
 
     def _asker(self):
@@ -131,7 +135,8 @@ class SpeculativeSegments:
         gen = self.gen
         audio = np.concatenate(self.parts)
         self.thread.submit(Segment(self.key, ("peek", gen), audio, lambda: gen == self.gen,
-                                   reading=Reading.EARLY, language=self._asker()))
+                                   reading=Reading.EARLY, language=self._asker(),
+                                   noisy=self.noisy()))
 
     def end(self, start_ms: int, end_ms: int) -> list[ListenEvent]:
         """The utterance is over: reuse the speculative job if it saw all of it."""
@@ -166,7 +171,8 @@ class SpeculativeSegments:
         self.parts = []
         self.counters["blips_read"] += 1
         self.thread.submit(Segment(self.key, ("blip", gen), audio, lambda: gen in self.blips,
-                                   language=self._asker(), over_reply=self.over_reply()))
+                                   language=self._asker(), over_reply=self.over_reply(),
+                                   noisy=self.noisy()))
         return []
 
     def _abandon(self) -> None:

@@ -1,0 +1,67 @@
+"""LineNoise: a person's clean recording reads clean, the same under a room's
+talk or noise reads noisy, and digital silence is no level at all."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.noise_bench import mix, noisy_sets, pink_noise
+from runtime.models.listen.line_noise import LineNoise
+from runtime.models.listen.silero_vad import FRAME_SAMPLES
+from voice_server.testing.speech_corpus import human_clips
+
+
+def _heard(audio: np.ndarray) -> LineNoise:
+    line = LineNoise()
+    for i in range(0, audio.size - FRAME_SAMPLES + 1, FRAME_SAMPLES):
+        line.hear(audio[i:i + FRAME_SAMPLES])
+    return line
+
+
+@pytest.fixture(scope="module")
+def clips():
+    return [c for c in human_clips() if c.group != "cards"]
+
+
+def test_people_read_clean_and_under_babble_or_noise_noisy(clips):
+    # noise_bench's own mixes: eight other people talking, or pink noise, at 5 dB
+    sets = noisy_sets(clips, [5.0])
+    assert [c.name for c, a in sets["clean"] if _heard(a).judge()] == []
+    for name in ("babble@5", "pink@5"):
+        assert [c.name for c, a in sets[name] if not _heard(a).judge()] == [], name
+
+
+def test_digital_silence_between_turns_keeps_a_clean_line_clean(clips):
+    quiet = np.zeros(16000 * 3, np.float32)
+    line = _heard(np.concatenate([quiet, clips[0].audio, quiet, clips[1].audio, quiet]))
+    assert not line.judge()
+    assert _heard(quiet).spread_db() is None      # nothing heard: no verdict
+
+
+def test_a_noisy_line_stays_noisy_through_one_clearer_stretch(clips):
+    rng = np.random.default_rng(3)
+    c = clips[0]
+    line = _heard(mix(c.audio, pink_noise(c.audio.size, rng), 5))
+    assert line.judge()
+    for i in range(0, 16000, FRAME_SAMPLES):        # a second of a 21 dB line
+        line.hear(mix(c.audio, pink_noise(c.audio.size, rng), 21)[i:i + FRAME_SAMPLES])
+    assert line.judge()
+
+
+def test_the_stage_reads_a_noisy_line_with_its_stronger_recogniser(clips):
+    from benchmarks.asr_bench import transcribe
+    from runtime.models.listen.executor import ListenExecutor
+
+    sets = noisy_sets(clips, [5.0])
+    clean = next(a for c, a in sets["clean"] if c.name.endswith("0880"))
+    babble = next(a for c, a in sets["babble@5"] if c.name.endswith("0880"))
+    ex = ListenExecutor(threads=1, asr_threads=1, asr_model="tiny.en", asr_noisy_model="base")
+    ex.load()
+    try:
+        assert transcribe(ex, clean, 16000, 1)
+        assert ex.stats()["asr"]["noisy_segments"] == 0
+        assert transcribe(ex, babble, 16000, 2)
+        assert ex.stats()["asr"]["noisy_segments"] >= 1
+    finally:
+        ex.close()

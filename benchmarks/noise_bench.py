@@ -13,7 +13,10 @@ Each mix goes through the real listen stage (silero VAD, Whisper tiny.en,
 one stream at a time) wide-band (16 kHz) and over the phone line (8 kHz
 G.711 mu-law), once per ``noise_reduction`` setting: ``off``, ``near_field``,
 ``far_field`` (what the Realtime settings run, runtime/models/listen/denoise.py)
-and the engines themselves (``rnnoise``, ``webrtc-N``) for the choice.
+and the engines themselves (``rnnoise``, ``webrtc-N``, ``dtln``, ``gtcrn``) for
+the choice; and ``noisy_asr``: no denoiser, but a line that sounds noisy read
+by Whisper base (the stage's ``asr_noisy_model``, line_noise.py), whose
+recognition CPU over ``off``'s is ``asr_cpu_added_s_per_caller_minute``.
 False starts: 60 s of each noise alone, the turns the VAD opened.  CPU: the
 denoiser alone, per audio second, on this machine.
 
@@ -60,8 +63,9 @@ from voice_server.testing.wer import corpus_wer
 
 LOCK = "voice_lock"        # the setting measured by voice_lock_bench (no denoiser)
 LOCK_CONDITIONS = ("talker_0db", "talker_-5db", "tv")
-SETTINGS = {"off": None, "near_field": "near_field", "far_field": "far_field",
-            "rnnoise": "rnnoise"}
+NOISY_ASR = "noisy_asr"    # no denoiser; a noisy line read by the stage's asr_noisy_model
+NOISY_MODEL = "base"
+SETTINGS = {"off": None, "near_field": "near_field", "far_field": "far_field", NOISY_ASR: None}
 BABBLE_TALKERS = 8
 NOISE_ONLY_S = 60.0
 
@@ -207,8 +211,12 @@ def conditions(results: dict, settings: list[str]) -> dict:
     lock = results.get(LOCK)
     out: dict = {}
 
+    added = results.get("asr_cpu_added_s_per_caller_minute", {})
+
     def row(setting: str, wer_off, wer_on, clean, extra: dict | None = None) -> dict:
         cpu = results["cpu_ms_per_audio_s"].get(setting)
+        if setting in added:
+            extra = {"asr_cpu_added_s_per_caller_minute": added[setting], **(extra or {})}
         return {"wer_off": wer_off, "wer_on": wer_on, "clean_wer": clean,
                 "false_starts_babble_60s": lock["false_starts_babble_60s"] if setting == LOCK and lock
                 else babble.get(setting),
@@ -267,8 +275,14 @@ def main(argv: list[str] | None = None) -> int:
     sets = noisy_sets(clips, snrs)
     ex = ListenExecutor(threads=1, asr_threads=1, asr_engine="whisper", asr_model="tiny.en")
     ex.load()
+    executors = {name: ex for name in settings}
+    if NOISY_ASR in settings:
+        executors[NOISY_ASR] = ListenExecutor(threads=1, asr_threads=1, asr_engine="whisper",
+                                              asr_model="tiny.en", asr_noisy_model=NOISY_MODEL)
+        executors[NOISY_ASR].load()
     results: dict = {"clips": len(clips), "audio_s": round(sum(c.seconds for c in clips), 1),
                      "wer": {}, "false_starts": {}, "cpu_ms_per_audio_s": {}}
+    busy: dict[str, float] = {name: 0.0 for name in settings}   # recognition, wide band
     rid = 0
     try:
         for line in lines:
@@ -276,12 +290,16 @@ def main(argv: list[str] | None = None) -> int:
                 row = results["wer"].setdefault(line, {}).setdefault(set_name, {})
                 for name, setting in settings.items():   # side by side, same mixes
                     pairs = []
+                    rec = executors[name]
+                    busy0 = rec.stats()["asr"]["busy_s"]
                     for clip, audio in items:
                         rid += 1
                         x, rate = on_line(audio, line)
-                        pairs.append((clip.text, transcribe(ex, x, rate, rid,
+                        pairs.append((clip.text, transcribe(rec, x, rate, rid,
                                                             {"noise_reduction": setting})))
                     row[name] = round(corpus_wer(pairs), 4)
+                    if line == "wide":
+                        busy[name] += rec.stats()["asr"]["busy_s"] - busy0
                 print(f"{line:<6} {set_name:<10}" + "".join(f"{k}={v * 100:5.1f}%  "
                                                            for k, v in row.items()), flush=True)
         rng = np.random.default_rng(11)
@@ -295,8 +313,15 @@ def main(argv: list[str] | None = None) -> int:
                     false_starts(ex, noise, setting, rid)
         for name, setting in settings.items():
             results["cpu_ms_per_audio_s"][name] = round(denoiser_cpu_ms(setting, noises["pink"]), 2)
+        if NOISY_ASR in settings and "off" in settings and "wide" in lines:
+            minutes = sum(c.seconds for c in clips) * len(sets) / 60.0
+            results["asr_cpu_added_s_per_caller_minute"] = {
+                NOISY_ASR: round((busy[NOISY_ASR] - busy["off"]) / minutes, 3)}
+            print("recognition CPU added by noisy_asr, s per caller-minute (all conditions):",
+                  results["asr_cpu_added_s_per_caller_minute"][NOISY_ASR])
     finally:
-        ex.close()
+        for rec in {id(r): r for r in executors.values()}.values():
+            rec.close()
     print("false starts on 60 s of noise alone:", results["false_starts"])
     print("denoiser CPU, ms per audio second:", results["cpu_ms_per_audio_s"])
     if LOCK in names:
@@ -319,6 +344,13 @@ def main(argv: list[str] | None = None) -> int:
             "false starts on noise <= 1": all(v["near_field"] <= 1
                                               for v in results["false_starts"].values()),
         }
+    if "babble@5" in wide and NOISY_ASR in settings and "off" in settings:
+        off, on = wide["babble@5"]["off"], wide["babble@5"][NOISY_ASR]
+        results.setdefault("targets", {}).update({
+            "noisy_asr: babble@5 relative WER drop >= 30%": bool(off > 0 and (off - on) / off >= 0.30),
+            "noisy_asr: clean WER rise <= 0.5 point": wide["clean"][NOISY_ASR] - wide["clean"]["off"] <= 0.005,
+        })
+    if "targets" in results:
         print("targets:", results["targets"])
     write_json(a.out, results)
     return 0

@@ -48,7 +48,7 @@ from runtime.models.think.llama_batch import BatchStep
 from runtime.models.think.llama_emit import ReplyEmitter
 from runtime.models.think.llama_options import LlamaOptions
 from runtime.models.think.llama_sampler import SamplerChains
-from runtime.models.think.llama_sequences import ReplyMode, Seq, SequencePool
+from runtime.models.think.llama_sequences import ReplyMode, Seq, SequencePool, common_prefix
 from runtime.models.think.llama_log import route_to_logger
 from runtime.models.think.llama_vocab import LlamaVocab, import_llama_cpp
 from runtime.models.think.markup_guard import GuardedReplies
@@ -62,6 +62,9 @@ from runtime.models.think.tool_dialect import CALL_START_BY_MODEL, NATIVE, diale
 from runtime.models.think.tools import NO_TOOLS, Tools
 
 log = logging.getLogger(__name__)
+# a turn of a call with kept cells that reads this many prompt tokens again is logged
+REREAD_WARN_TOKENS = 200
+REREAD_SHOWN = 24            # tokens of each side shown where they part
 
 # No token of a text reply starts with these.  The server writes its own notes to
 # the model in brackets ("[the caller said nothing for 1.5 s]", "[an answering
@@ -321,8 +324,8 @@ class LlamaCppThinker(ARExecutor):
         self._last_truncated = fitted.truncated
         if fitted.truncated:
             self._truncated_total += 1
-            log.warning("request %s: prompt truncated to %d tokens (truncated=True)",
-                        item.request_id, len(ids))
+            log.info("request %s: prompt truncated to %d tokens (truncated=True)",
+                     item.request_id, len(ids))
         # Built here, not when auto decides, so that a grammar llama.cpp refuses fails this
         # request at admission instead of the step that carries every request.
         call_sampler = (self._samplers.chain(req.sampling, index=self._admitted, grammar=grammar)
@@ -333,7 +336,10 @@ class LlamaCppThinker(ARExecutor):
         banned = [*(self._unspoken if shown.tools else ()), *self._never_spoken]
         sampler = (call_sampler if mode == ReplyMode.CALL
                    else self._samplers.chain(req.sampling, index=self._admitted, banned=banned))
-        seq_id, cached = self._pool.claim(ids, self._seqs.values(), item.params.get(CONVERSATION))
+        conversation = item.params.get(CONVERSATION)
+        kept = self._pool.kept_cells(conversation) if conversation else []
+        seq_id, cached = self._pool.claim(ids, self._seqs.values(), conversation)
+        self._say_reread(item.request_id, conversation, ids, cached, kept)
         self._seqs[item.request_id] = Seq(
             rid=item.request_id, seq_id=seq_id, sampler=sampler,
             text=Utf8Stream(), max_tokens=max_tokens, prompt=ids[cached:], pos=cached,
@@ -387,12 +393,32 @@ class LlamaCppThinker(ARExecutor):
         marks = [i for i, t in enumerate(ids) if t == self._marker_token]
         cut = marks[-1] if marks else 0
         ids = ids[:cut] if self.opts.conversation_cache else []
+        kept = self._pool.kept_cells(conversation) if conversation else []
         seq_id, cached = self._pool.claim(ids, self._seqs.values(), conversation)
+        self._say_reread(rid, conversation, ids, cached, kept)
         self._seqs[rid] = Seq(rid=rid, seq_id=seq_id, sampler=None, text=Utf8Stream(),
                               max_tokens=0, prompt=ids[cached:], pos=cached, kv=ids[:cached],
                               finished=len(ids) <= cached, prefill_only=True,
                               conversation=conversation)
         self._prefills_only += 1
+
+    def _say_reread(self, rid: int, conversation: str | None, ids: list[int], cached: int,
+                    kept: list[list[int]]) -> None:
+        """A turn of a call whose cells were kept that reads much of its prompt
+        again costs the caller seconds (~15 ms a token on two cores): the log
+        says where the prompt parted from the cells, which names the cause."""
+        if not kept or len(ids) - cached < REREAD_WARN_TOKENS:
+            return
+        cells = max(kept, key=lambda k: common_prefix(k, ids, len(ids)))
+        at = common_prefix(cells, ids, len(ids))
+
+        def text(tokens: list[int]) -> str:
+            return b"".join(self._vocab.piece(t) for t in tokens).decode("utf-8", "replace")
+
+        log.warning("request %s of conversation %s reads %d of its %d prompt tokens again: "
+                    "its kept cells (%d tokens) part from the prompt at token %d, kept %r, "
+                    "prompt %r", rid, conversation, len(ids) - cached, len(ids), len(cells), at,
+                    text(cells[at:at + REREAD_SHOWN]), text(ids[at:at + REREAD_SHOWN]))
 
     def _max_calls(self, tools: Tools, parallel: bool) -> int:
         return 1 if tools.choice.name is not None or not parallel else self.opts.max_tool_calls

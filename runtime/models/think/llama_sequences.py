@@ -183,6 +183,10 @@ class SequencePool:
         self.prefix_hits += 1 if cached else 0
         return seq_id, cached
 
+    def kept_cells(self, conversation: str) -> list[list[int]]:
+        """The tokens of the cells kept for ``conversation`` (what a claim may reuse)."""
+        return [kept for _, kept in self._kept_of(conversation)]
+
     def _kept_of(self, conversation: str | None) -> list[tuple[int, list[int]]]:
         """The kept sequences ``conversation`` may take: its own (those of no
         conversation when it is None)."""

@@ -501,3 +501,18 @@ def test_steps_report_what_prompt_and_decode_cost(thinker):
     assert grew["prompt"]["tokens"] == prompt_len and grew["prompt"]["steps"] >= 1
     assert 1 <= grew["decode"]["steps"] <= 6 and grew["decode"]["tokens"] == grew["decode"]["steps"]
     assert grew["prompt"]["cpu_s"] > 0 and grew["decode"]["wall_s"] > 0
+
+
+def test_a_turn_that_reads_its_call_again_says_where_it_parted_from_the_cells(thinker, caplog):
+    params = {"temperature": 0.0, "max_tokens": 8, CONVERSATION: "dee"}
+    story = " ".join(f"The keeper lit lamp number {i} at dusk." for i in range(30))
+    call = [{"role": "user", "content": story}]
+    thinker.prefill(WorkItem(970, {"messages": call}, params=params))
+    call.append({"role": "assistant", "content": _drain(thinker, 970)})
+    call.append({"role": "user", "content": "And then?"})
+    moved = [{"role": "user", "content": "Before that: " + story}] + call[1:]
+    with caplog.at_level("WARNING", logger="runtime.models.think.llama_cpp_thinker"):
+        thinker.prefill(WorkItem(971, {"messages": moved}, params=params))
+    _drain(thinker, 971)
+    said = [r.getMessage() for r in caplog.records if "reads" in r.getMessage()]
+    assert said and "of conversation dee" in said[0] and "'Before that:" in said[0], said

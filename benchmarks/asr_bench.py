@@ -85,12 +85,17 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+LEAD_S, TAIL_S = 0.5, 1.0    # silence around a clip: the stream's quiet before, and its end of turn
+
+
 def transcribe(ex: ListenExecutor, audio: np.ndarray, rate: int, rid: int,
-               params: dict | None = None) -> str:
+               params: dict | None = None, pad: bool = True) -> str:
     """One clip as a caller's stream (20 ms chunks, faster than real time) -> its finals
-    (``params``: more listen parameters, e.g. ``noise_reduction``)."""
-    lead, tail = np.zeros(rate // 2, np.float32), np.zeros(rate, np.float32)
-    audio = np.concatenate([lead, audio, tail])
+    (``params``: more listen parameters, e.g. ``noise_reduction``); ``pad``: with
+    LEAD_S and TAIL_S of digital silence around it (False: the clip has its own)."""
+    if pad:
+        lead, tail = np.zeros(int(rate * LEAD_S), np.float32), np.zeros(int(rate * TAIL_S), np.float32)
+        audio = np.concatenate([lead, audio, tail])
     ex.open(rid, {"sample_rate": rate, **(params or {})})
     texts: list[str] = []
     step = rate // 50

@@ -52,7 +52,7 @@ import time
 
 import numpy as np
 
-from benchmarks.asr_bench import transcribe
+from benchmarks.asr_bench import LEAD_S, TAIL_S, transcribe
 from runtime.executor import WorkItem
 from runtime.models.listen.denoise import make_denoiser
 from runtime.models.listen.executor import ListenExecutor
@@ -96,18 +96,33 @@ def on_line(audio: np.ndarray, line: str) -> tuple[np.ndarray, int]:
     return audio, LISTEN_RATE_HZ
 
 
+def padded(speech: np.ndarray, noise: np.ndarray | None = None, snr_db: float = 0.0) -> np.ndarray:
+    """``speech`` between LEAD_S and TAIL_S of quiet, and ``noise`` (as long as
+    all three) over the whole at ``snr_db`` to the speech: a room's noise goes
+    on while the caller is silent."""
+    lead, tail = int(LEAD_S * LISTEN_RATE_HZ), int(TAIL_S * LISTEN_RATE_HZ)
+    y = np.concatenate([np.zeros(lead, np.float32), speech, np.zeros(tail, np.float32)])
+    if noise is None:
+        return y
+    ps, pn = float(np.mean(speech ** 2)), float(np.mean(noise ** 2))
+    y = y + noise[:y.size] * np.sqrt(ps / (pn * 10 ** (snr_db / 10)))
+    return np.clip(y, -1.0, 1.0).astype(np.float32)
+
+
 def noisy_sets(clips: list[Clip], snrs: list[float], seed: int = 7) -> dict[str, list]:
-    """``{"clean": [(clip, audio)], "babble@5": ..., "pink@5": ...}`` at 16 kHz."""
+    """``{"clean": [(clip, audio)], "babble@5": ..., "pink@5": ...}`` at 16 kHz,
+    each clip with its lead and tail (digital silence, or the noise going on)."""
     rng = np.random.default_rng(seed)
-    sets: dict[str, list] = {"clean": [(c, c.audio) for c in clips]}
+    pad = int((LEAD_S + TAIL_S) * LISTEN_RATE_HZ)
+    sets: dict[str, list] = {"clean": [(c, padded(c.audio)) for c in clips]}
     for snr in snrs:
         for kind in ("babble", "pink"):
             items = []
             for c in clips:
                 others = [o.audio for o in clips if o.name != c.name]
-                noise = babble_noise(c.audio.size, others, rng) if kind == "babble" \
-                    else pink_noise(c.audio.size, rng)
-                items.append((c, mix(c.audio, noise, snr)))
+                n = c.audio.size + pad
+                noise = babble_noise(n, others, rng) if kind == "babble" else pink_noise(n, rng)
+                items.append((c, padded(c.audio, noise, snr)))
             sets[f"{kind}@{snr:g}"] = items
     return sets
 
@@ -296,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
                         rid += 1
                         x, rate = on_line(audio, line)
                         pairs.append((clip.text, transcribe(rec, x, rate, rid,
-                                                            {"noise_reduction": setting})))
+                                                            {"noise_reduction": setting},
+                                                            pad=False)))
                     row[name] = round(corpus_wer(pairs), 4)
                     if line == "wide":
                         busy[name] += rec.stats()["asr"]["busy_s"] - busy0

@@ -14,8 +14,11 @@ words.  On people's recordings the spread is 22-58 dB clean, 10-16 dB with
 babble or pink noise at 5 dB, 14-22 dB at 10 dB; a line goes noisy under
 ``NOISY_BELOW_DB`` and clean again over ``CLEAN_ABOVE_DB`` (one noisy stretch
 does not flip the recogniser back and forth).  Digital silence (a client
-that sends zeros, a synthetic voice's gaps) is no level at all and is left
-out, so a clean line that is silent between turns stays clean.
+that sends zeros between turns, a synthetic voice's gaps) counts at
+``SILENT_DB``: it is the floor of a clean line.  Left out, the quiet sounds
+of speech itself became the floor of a voice with exact zeros in its gaps
+(hibari's: judged noisy on half its segments in a served call).  A line
+with no sound at all has no verdict.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ WINDOW_S = 10.0
 MIN_S = 0.5                # judged only on this much sound
 NOISY_BELOW_DB = 19.0
 CLEAN_ABOVE_DB = 23.0
-SILENT_DB = -90.0          # a frame under this is digital silence, not a level
+SILENT_DB = -90.0          # a frame's level at its quietest (digital silence)
 FRAME_RATE_HZ = 31.25      # the listen stage's 32 ms frames
 
 
@@ -43,16 +46,14 @@ class LineNoise:
     def hear(self, frame: np.ndarray) -> None:
         """One frame of the line, as the VAD and the recogniser get it."""
         power = float(np.dot(frame, frame)) / max(frame.size, 1)
-        level = 10.0 * np.log10(power) if power > 0.0 else -np.inf
-        if level > SILENT_DB:
-            self._levels.append(level)
+        self._levels.append(max(10.0 * np.log10(power), SILENT_DB) if power > 0.0 else SILENT_DB)
 
     def spread_db(self) -> float | None:
         """Speech over what lies under it, in dB (None: too little heard yet)."""
         if len(self._levels) < self._min_frames:
             return None
         low, high = np.percentile(np.fromiter(self._levels, float), (10, 90))
-        return float(high - low)
+        return None if high <= SILENT_DB else float(high - low)
 
     def judge(self) -> bool:
         """The verdict now, with hysteresis (asked when a segment is read)."""

@@ -28,7 +28,8 @@ from collections import deque
 import numpy as np
 
 WINDOW_S = 10.0
-MIN_S = 0.5                # judged only on this much sound
+MIN_S = 2.0                # judged only on this much of the line (a call that opens with
+                           # speech: its first words alone spread less than speech and quiet)
 NOISY_BELOW_DB = 19.0
 CLEAN_ABOVE_DB = 23.0
 SILENT_DB = -90.0          # a frame's level at its quietest (digital silence)

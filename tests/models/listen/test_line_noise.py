@@ -48,6 +48,8 @@ def test_a_synthetic_voice_with_exact_zeros_in_its_gaps_reads_clean():
                       "came in from the sea one winter night", "heart", 16000)
     line = _heard(said.astype(np.float32) / 32768)
     assert line.spread_db() > 30 and not line.judge()
+    # a call that opens with words: its first second is no verdict yet
+    assert _heard(said[:16000].astype(np.float32) / 32768).spread_db() is None
 
 
 def test_a_noisy_line_stays_noisy_through_one_clearer_stretch(clips):

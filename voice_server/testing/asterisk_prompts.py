@@ -82,7 +82,7 @@ PACKAGES = tuple(s.package for s in SPEAKERS)
 class Clip:
     """One prompt: 16 kHz mono float32 samples, its language and its speaker."""
 
-    name: str          # its path under SOUNDS, without the suffix: "es_MX_f_Allison/dictate/forhelp"
+    name: str          # its path under SOUNDS, no suffix: "es_MX_f_Allison/dictate/forhelp"
     language: str
     speaker: str
     audio: np.ndarray

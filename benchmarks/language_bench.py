@@ -53,7 +53,7 @@ speakers), ``detect_acc_people_by_speaker``,
 ``detect_acc_people_all_languages``, ``lock_people`` (what the lock rule
 makes of them, as ``lock``), ``people_speakers``, ``people_utterances`` and
 ``people_long_enough`` (per speaker and cut, how many prompts had the
-cut's length of speech).  ``--people-only`` runs just that part (~5 min).
+cut's length of speech).  ``--people-only`` runs just that part (~3 min).
 No package has sentences of people in German, Portuguese or Japanese.
 """
 

@@ -3,7 +3,7 @@ telephone prompts, from Debian packages.
 
 Language detection was judged on synthetic voices only (espeak-ng, Kokoro,
 hibari), and a voice decides more than a language does there.  These are
-people: six speakers, each reading 170 to 380 telephone prompts of a phrase
+people: six speakers, each reading 169 to 375 telephone prompts of a phrase
 or a sentence ("Press 2 to call the person who sent this message"),
 recorded at 8 kHz.  That is the telephone band a phone caller arrives in,
 but read clearly by voice talents in a studio, not spoken as callers speak

@@ -25,6 +25,15 @@ STAMPS := .stamps
 APT_PACKAGES := flite libflite1 flite1-dev espeak-ng libespeak-ng1 sox chromium \
 	sip-tester kamailio baresip-core \
 	pocketsphinx-testdata alsa-utils iproute2
+# Recordings of people speaking Spanish, French and Italian (Asterisk's telephone
+# prompts, six speakers; voice_server/testing/asterisk_prompts.py), read by
+# benchmarks/language_bench.py alone: `make bench-data`, never part of setup (no test
+# reads them).  82 MB to download (es-wav 23.8, fr-wav 18.5, it-wav 18.3, it-menardi-wav
+# 18.8, fr-armelle 1.5, es-co 1.0), 106 MB installed.  Without their recommends: one
+# of them recommends asterisk itself.  Their GSM prompts are decoded by setup's sox.
+BENCH_APT_PACKAGES := asterisk-core-sounds-es-wav asterisk-prompt-es-co \
+	asterisk-core-sounds-fr-wav asterisk-prompt-fr-armelle \
+	asterisk-core-sounds-it-wav asterisk-prompt-it-menardi-wav
 HOST ?= 127.0.0.1
 PORT ?= 8000
 CONFIG ?= configs/voice-cpu.yaml
@@ -66,25 +75,36 @@ CAMPPLUS := $(MODELS_DIR)/campplus/campplus_cn_en_common.onnx
 QWEN_05B := $(MODELS_DIR)/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct-q4_0.gguf
 QWEN_15B := $(MODELS_DIR)/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 
-.PHONY: setup serve test bench clean-venv apt clients model-1.5b
+.PHONY: setup serve test bench bench-data clean-venv apt clients model-1.5b
 
 setup: $(STAMPS)/apt $(STAMPS)/pip $(SMART_TURN) $(GTCRN) $(DTLN) $(CAMPPLUS) $(QWEN_05B) $(QWEN_15B)
 
+# $(call apt_install,PACKAGES,APT-GET OPTIONS): the Debian packages not installed yet
+# are installed (as root), or named with the line that would install them (as anyone
+# else, who then stops).  Installed ones are skipped: running it again costs a dpkg query.
+define apt_install
+@missing=""; for p in $(1); do \
+  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+done; \
+if [ -n "$$missing" ]; then \
+  if [ "$$(id -u)" = 0 ]; then \
+    echo "installing Debian packages:$$missing"; \
+    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q$(if $(2), $(2)) $$missing || exit 1; \
+  else \
+    echo "missing Debian packages:$$missing"; \
+    echo "run: sudo apt-get install -y$(if $(2), $(2))$$missing"; exit 1; \
+  fi; \
+fi
+endef
+
 $(STAMPS)/apt:
-	@missing=""; for p in $(APT_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then \
-	    echo "installing Debian packages:$$missing"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get update -q && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
-	  else \
-	    echo "missing Debian packages:$$missing"; \
-	    echo "run: sudo apt-get install -y$$missing"; exit 1; \
-	  fi; \
-	fi
+	$(call apt_install,$(APT_PACKAGES))
 	@mkdir -p $(STAMPS) && touch $@
+
+# No stamp: the dpkg query is quick, and sees a package removed since.
+bench-data:
+	$(call apt_install,$(BENCH_APT_PACKAGES),--no-install-recommends)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

@@ -3,6 +3,7 @@ which language a caller speaks, how well Whisper base hears it, and how often
 the brain answers in it.
 
     python -m benchmarks.language_bench [--out FILE] [--quick] [--languages es,de]
+    python -m benchmarks.language_bench --people-only --languages es,fr,it --out FILE
 
 Per language (en, es, de, fr, it, pt, ja), into ``{"languages": {"es": {...}}}``
 (default benchmarks/results/languages.json):
@@ -31,20 +32,35 @@ Per language (en, es, de, fr, it, pt, ja), into ``{"languages": {"es": {...}}}``
   the same run (and Spanish in Kokoro's ``kumo-es``, what it costs against
   the profile's espeak-ng).
 
-THE SPEECH IS SYNTHETIC (no recordings of people in these languages ship
-here), from two speakers a language: espeak-ng's formant voice at 130 words a
-minute (its Japanese voice reads kana; kanji are written as kana here), and
+THE SPEECH IS SYNTHETIC (but for the people's keys below), from two
+speakers a language: espeak-ng's formant voice at 130 words a minute (its
+Japanese voice reads kana; kanji are written as kana here), and
 the language's neural voice, the one a reply in it gets (hibari's heart,
 Kokoro's jf_alpha, and for es/fr/it/pt/de Kokoro's Japanese kumo reading
 eSpeak NG's phonemes, with an accent).  Detection and WER are upper bounds
 for clean, evenly paced speech and lower ones for these voices' accents.  The
 speak side's keys (round-trip WER, DNSMOS of each language's voice) are added
 by benchmarks of the speak stage into the same file.
+
+PEOPLE, for Spanish, French and Italian only: two speakers a language read
+Asterisk's telephone prompts (8 kHz; voice_server/testing/asterisk_prompts.py;
+``make bench-data`` installs the six Debian packages, ``make setup`` does not;
+without them the bench says so in one line and goes on).  Per speaker and
+cut, :data:`PEOPLE_UTTERANCES` prompts with at least the cut's length of
+speech, drawn with a fixed seed, cut by the same ``utterances()`` and
+detected by the same Whisper base: ``detect_acc_people`` (pooled over both
+speakers), ``detect_acc_people_by_speaker``,
+``detect_acc_people_all_languages``, ``lock_people`` (what the lock rule
+makes of them, as ``lock``), ``people_speakers``, ``people_utterances`` and
+``people_long_enough`` (per speaker and cut, how many prompts had the
+cut's length of speech).  ``--people-only`` runs just that part (~3 min).
+No package has sentences of people in German, Portuguese or Japanese.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import re
 import subprocess
 import tempfile
@@ -64,6 +80,9 @@ RESULTS = ROOT / "benchmarks" / "results" / "languages.json"
 SR = 16000
 LANGS = ("en", "es", "de", "fr", "it", "pt", "ja")
 DURATIONS = (1.0, 2.0, 4.0)
+# People's recordings: prompts per speaker and cut, and the seed that draws them.
+PEOPLE_UTTERANCES = 20
+PEOPLE_SEED = 0
 
 # Sentences the voices read (a caller's everyday requests), per language.
 SENTENCES = {
@@ -206,17 +225,34 @@ def speech_of(synth, text: str) -> np.ndarray:
     return soxr.resample(pcm.astype(np.float32) / 32768, synth.sample_rate, SR).astype(np.float32)
 
 
+def detectors() -> tuple[object, object]:
+    """Whisper base as the multilingual profile's listen stage detects with
+    (among its ``asr_languages``), and the same among all 99 languages."""
+    from runtime.models.listen.whisper_asr import WhisperASR
+
+    asr = WhisperASR("base", threads=2, window_s=10, beam_size=5, no_repeat_ngram_size=3,
+                     alt_prompt="", languages=served_languages())
+    every = WhisperASR("base", threads=2, window_s=10, alt_prompt="")     # all 99 languages
+    return asr, every
+
+
+def lock_outcome(found: list[tuple[str, float]], lang: str, secs: float) -> dict:
+    """What the shipped lock rule makes of utterances of ``secs`` heard as
+    ``found``: it locks only on long and sure enough ones (a wrong lock is
+    worse than none)."""
+    from runtime.models.listen.language import LOCK_MIN_S, LOCK_P
+
+    locks = [g for g, p in found if secs >= LOCK_MIN_S and p >= LOCK_P]
+    return {"locked": round(len(locks) / len(found), 3),
+            "wrong": sum(g != lang for g in locks),
+            "heard": sorted((g, round(p, 2)) for g, p in found)}
+
+
 def hearing(langs: list[str], n_utt: int, n_sent: int, tmp: Path) -> dict:
     """Detection per utterance length over two synthetic speakers of each
     language (espeak-ng's formant voice and the language's neural voice),
     pooled and per speaker; WER per speaker (``wer``: espeak-ng's, as before)."""
-    from runtime.models.listen.language import LOCK_MIN_S, LOCK_P
-    from runtime.models.listen.whisper_asr import WhisperASR
-
-    served = served_languages()
-    asr = WhisperASR("base", threads=2, window_s=10, beam_size=5, no_repeat_ngram_size=3,
-                     alt_prompt="", languages=served)
-    every = WhisperASR("base", threads=2, window_s=10, alt_prompt="")     # all 99 languages
+    asr, every = detectors()
     out = {}
     for lang in langs:
         texts = SENTENCES[lang][:max(n_sent, n_utt)]
@@ -235,11 +271,7 @@ def hearing(langs: list[str], n_utt: int, n_sent: int, tmp: Path) -> dict:
                 by_voice.setdefault(voice, {})[key] = round(sum(g == lang for g, _ in mine) / len(mine), 3)
             acc[key] = round(sum(g == lang for g, _ in found) / len(found), 3)
             acc_all[key] = round(hits_all / len(found), 3)
-            # what the lock rule makes of it: locks only when long and sure enough
-            locks = [g for g, p in found if secs >= LOCK_MIN_S and p >= LOCK_P]
-            lock_ok[key] = {"locked": round(len(locks) / len(found), 3),
-                            "wrong": sum(g != lang for g in locks),
-                            "heard": sorted((g, round(p, 2)) for g, p in found)}
+            lock_ok[key] = lock_outcome(found, lang, secs)
         t0 = time.perf_counter()
         for voice, audio in speakers.items():
             heard = asr.hear(audio[:n_sent], [lang] * n_sent)
@@ -254,6 +286,108 @@ def hearing(langs: list[str], n_utt: int, n_sent: int, tmp: Path) -> dict:
                      "samples": wer_by_voice["espeak-ng"]["samples"]}
         print(lang, out[lang]["detect_acc"], by_voice, "wer", out[lang]["wer_by_voice"], flush=True)
     return out
+
+
+def long_enough(audio: list[np.ndarray], secs: float, n: int,
+                rng: random.Random) -> tuple[list[np.ndarray], int]:
+    """``n`` recordings drawn by ``rng`` from those with at least ``secs`` of
+    speech (so that ``utterances()`` cuts each from one prompt, as a caller's
+    utterance is one), topped up with the longest others where too few are;
+    and how many had that much."""
+    spans = [_voiced(x).size / SR for x in audio]
+    long_ = [i for i, s in enumerate(spans) if s >= secs]
+    if len(long_) >= n:
+        chosen = rng.sample(long_, n)
+    else:
+        rest = sorted((i for i in range(len(audio)) if spans[i] < secs), key=lambda i: -spans[i])
+        chosen = long_ + rest[: n - len(long_)]
+        rng.shuffle(chosen)
+    return [audio[i] for i in chosen], len(long_)
+
+
+def people_hearing(langs: list[str], n_utt: int) -> dict:
+    """Detection per utterance length on recordings of people (Spanish,
+    French, Italian: two speakers each), pooled and per speaker, with what
+    the lock rule makes of them; {} with one line said when the packages
+    are not installed."""
+    from voice_server.testing.asterisk_prompts import missing_packages, speaker_clips, speakers_of
+
+    langs = [lang for lang in langs if speakers_of(lang)]
+    missing = missing_packages([s for lang in langs for s in speakers_of(lang)])
+    if not langs or missing:
+        if missing:
+            print("people's recordings not installed (make bench-data: " + " ".join(missing)
+                  + "): no people's rows", flush=True)
+        return {}
+    asr, every = detectors()
+    out = {}
+    for lang in langs:
+        found: dict[str, list] = {f"{secs:g}s": [] for secs in DURATIONS}
+        hits_all = dict.fromkeys(found, 0)
+        by_speaker, pool = {}, {}
+        for speaker in speakers_of(lang):
+            audio = [c.audio for c in speaker_clips(speaker)]
+            rng = random.Random(PEOPLE_SEED)    # one per speaker: the same draw in any run
+            for secs in DURATIONS:
+                key = f"{secs:g}s"
+                chosen, n_long = long_enough(audio, secs, n_utt, rng)
+                utts = utterances(chosen, secs, n_utt)
+                mine = asr.detect(utts)
+                found[key] += mine
+                hits_all[key] += sum(g == lang for g, _ in every.detect(utts))
+                by_speaker.setdefault(speaker.name, {})[key] = \
+                    round(sum(g == lang for g, _ in mine) / len(mine), 3)
+                pool.setdefault(speaker.name, {})[key] = n_long
+        out[lang] = {
+            "detect_acc_people": {k: round(sum(g == lang for g, _ in f) / len(f), 3)
+                                  for k, f in found.items()},
+            "detect_acc_people_by_speaker": by_speaker,
+            "detect_acc_people_all_languages": {k: round(hits_all[k] / len(f), 3)
+                                                for k, f in found.items()},
+            "lock_people": {f"{secs:g}s": lock_outcome(found[f"{secs:g}s"], lang, secs)
+                            for secs in DURATIONS},
+            "people_speakers": [s.name for s in speakers_of(lang)],
+            "people_utterances": {k: len(f) for k, f in found.items()},
+            "people_long_enough": pool}
+        print(lang, "people", out[lang]["detect_acc_people"], by_speaker, flush=True)
+    return out
+
+
+def people_about(n_people: int, t0: float) -> dict:
+    """How the people's rows were measured, for the results file."""
+    from voice_server.testing.asterisk_prompts import SPEAKERS
+
+    return {
+        "speech": "people: Asterisk's telephone prompts from Debian packages, 8 kHz, "
+                  "read by voice talents (voice_server/testing/asterisk_prompts.py)",
+        "speakers": {s.name: {"language": s.language, "package": s.package} for s in SPEAKERS},
+        "asr_model": "whisper base (CTranslate2 int8), its language head",
+        "detect_among": served_languages(),
+        "per_speaker_and_cut": n_people,
+        "pick": f"prompts with at least the cut's length of speech, random.Random({PEOPLE_SEED}) "
+                "per speaker, cut by utterances() (0.3 s lead-in, 0.2 s pause)",
+        "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def detection_table(rows: dict[str, dict]) -> str:
+    """Detection per language and length, the synthetic speakers' row and the
+    people's (pooled, then each person), with the wrong locks at 2 s."""
+    lines = [f"{'detect_acc':<24}{'1s':>7}{'2s':>7}{'4s':>7}  wrong locks, 2 s"]
+
+    def line(label: str, acc: dict, lock: dict | None) -> str:
+        wrong = f"{lock['wrong']} of {len(lock['heard'])}" if lock else ""
+        cells = "".join(f"{acc[k]:>7.2f}" for k in ("1s", "2s", "4s"))
+        return f"{label:<24}{cells}  {wrong}".rstrip()
+
+    for lang, row in rows.items():
+        if "detect_acc" in row:
+            lines.append(line(f"{lang} synthetic", row["detect_acc"], row["lock"]["2s"]))
+        if "detect_acc_people" in row:
+            lines.append(line(f"{lang} people", row["detect_acc_people"],
+                              row["lock_people"]["2s"]))
+            for name, acc in row["detect_acc_people_by_speaker"].items():
+                lines.append(line(f"  {name}", acc, None))
+    return "\n".join(lines)
 
 
 def answering(langs: list[str], n_q: int, no_line: bool) -> dict:
@@ -362,12 +496,24 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--first-audio-rounds", type=int, default=None,
                     help="spoken turns per condition on a served multilingual profile "
                          "(default 5, --quick 1; 0: skip)")
+    ap.add_argument("--people-only", action="store_true",
+                    help="only detection and locks on people's recordings (es, fr, it; "
+                         "make bench-data): no synthetic speech, brain or first audio")
     args = ap.parse_args(argv)
     langs = [x for x in args.languages.split(",") if x]
     n_utt, n_sent, n_q = (2, 2, 2) if args.quick else (5, 5, 8)
+    n_people = 2 if args.quick else PEOPLE_UTTERANCES
     t0 = time.perf_counter()
+    if args.people_only:
+        people = people_hearing(langs, n_people)
+        if people:
+            print(detection_table(people))
+            merge_languages(args.out, people, "listen_people", people_about(n_people, t0))
+            print(f"wrote {args.out} in {time.perf_counter() - t0:.1f} s")
+        return
     with tempfile.TemporaryDirectory() as tmp:
         heard = hearing(langs, n_utt, n_sent, Path(tmp))
+    people = people_hearing(langs, n_people)
     answers = {} if args.no_answers else answering(langs, n_q, no_line=True)
     rounds = args.first_audio_rounds if args.first_audio_rounds is not None else \
         (1 if args.quick else 5)
@@ -379,7 +525,7 @@ def main(argv: list[str] | None = None) -> None:
     about = {
         "speech": "synthetic: espeak-ng's voice of each language and the language's neural "
                   "voice (hibari heart, Kokoro jf_alpha, Kokoro kumo-xx from eSpeak NG's "
-                  "phonemes); no recordings of people",
+                  "phonemes); the *_people keys: recordings of people (listen_people)",
         "asr_model": "whisper base (CTranslate2 int8), beam 5, 10 s window",
         "detect_among": served_languages(),
         "brain": "qwen2.5-coder-1.5b Q4_K_M (configs/voice-cpu.yaml), temperature 0.2, "
@@ -390,8 +536,12 @@ def main(argv: list[str] | None = None) -> None:
                        "of the caller's last frame to the first audio delta; "
                        f"{rounds} per condition; English's in the same run",
         "quick": bool(args.quick), "seconds": round(time.perf_counter() - t0, 1)}
-    merge_languages(args.out, {lang: {**heard[lang], **answers.get(lang, {})} for lang in langs},
-                    "listen_think", about)   # the speak side's keys stay
+    rows = {lang: {**heard[lang], **people.get(lang, {}), **answers.get(lang, {})}
+            for lang in langs}
+    print(detection_table(rows))
+    merge_languages(args.out, rows, "listen_think", about)   # the speak side's keys stay
+    if people:
+        merge_languages(args.out, {}, "listen_people", people_about(n_people, t0))
     print(f"wrote {args.out} in {about['seconds']} s")
 
 

@@ -65,10 +65,10 @@ from runtime.thread_cpu import thread_cpu_s
 from runtime.models.listen.asr_thread import RecognitionThread
 from runtime.models.listen.client_audio import to_mono_float32
 from runtime.models.listen.language import LanguageLock
+from runtime.models.listen.noisy_line_asr import NoisyLineASR
 from runtime.models.listen.silero_vad import SileroVAD, make_session
 from runtime.models.listen.stream import UtteranceStream
 from runtime.models.listen.utterance_asr import SpeculativeSegments, StreamingDecoder
-from runtime.models.listen.noisy_line_asr import NoisyLineASR
 from runtime.models.listen.vad_params import DEFAULTS, VadParams
 from runtime.models.listen.voice_lock import VoiceAsk
 from runtime.models.listen.whisper_asr import ALT_PROMPT
@@ -104,6 +104,7 @@ class ListenExecutor(ChunkExecutor):
       (line_noise.py; e.g. ``base``: 40% fewer words lost under a room's talk
       at 5 dB, about twice tiny.en's CPU for those callers only; default null:
       every line is read by ``asr_model``); ``noisy_segments`` in the stats;
+    * ``asr_threads``: cores recognition may use (default 1);
     * ``asr_max_batch``: segments decoded in one Whisper call (default 8);
     * ``asr_window_s``: Whisper's input window, 10..30 s (default 10: a third
       of the CPU of the full 30 s window for the same word error rate here,

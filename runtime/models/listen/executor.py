@@ -101,7 +101,7 @@ class ListenExecutor(ChunkExecutor):
     * ``asr_model``: Whisper model, ``tiny.en`` (default, from a wheel), ``base``
       (from two wheels), or a local CTranslate2 folder / hub id;
     * ``asr_noisy_model``: a stronger Whisper model for lines that sound noisy
-      (line_noise.py; e.g. ``base``: 40% fewer words lost under a room's talk
+      (line_noise.py; e.g. ``base``: 30-40% fewer words lost under a room's talk
       at 5 dB, about twice tiny.en's CPU for those callers only; default null:
       every line is read by ``asr_model``); ``noisy_segments`` in the stats;
     * ``asr_threads``: cores recognition may use (default 1);

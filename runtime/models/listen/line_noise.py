@@ -1,9 +1,9 @@
 """How noisy a caller's line is: the spread between its loud and its quiet frames.
 
-Whisper tiny.en, the default recogniser, loses 40% of a person's words under
-the talk of a room at 5 dB (people's recordings mixed with babble); Whisper
-base loses 24%, and is right more often on clean speech too, at about twice
-the CPU.  No denoiser here did better than a tenth of that gain (they remove
+Whisper tiny.en, the default recogniser, loses 41-52% of a person's words
+under the talk of a room at 5 dB (people's recordings mixed with eight other
+people's, benchmarks/noise_bench.py); Whisper base loses 24-36%, and is right
+more often on clean speech too, at about twice the CPU.  No denoiser here did better than a tenth of that gain (they remove
 what Whisper reads consonants from).  So a line that sounds noisy is read by
 the stronger recogniser (the listen stage's ``asr_noisy_model``), and a clean
 one keeps the quick one.

@@ -73,6 +73,12 @@ class CutMemory:
             self._first.pop(conversation, None)   # dropped by the server too (or never cut)
         return Fitted(fitted.messages, fitted.truncated or at is not None)
 
+    def remember(self, conversation: str, turns: list[Message]) -> None:
+        """The conversation was cut before ``turns`` (those kept before the
+        prompt's last) by its caller (a thinker that lined the prompt up with
+        its cells)."""
+        self._remember(conversation, turns)
+
     def _remember(self, conversation: str, turns: list[Message]) -> None:
         """``turns``: those kept before the prompt's last."""
         if not turns:     # only the turn being said was kept: nothing sent again to find

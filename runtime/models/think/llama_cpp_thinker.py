@@ -65,6 +65,7 @@ log = logging.getLogger(__name__)
 # a turn of a call with kept cells that reads this many prompt tokens again is logged
 REREAD_WARN_TOKENS = 200
 REREAD_SHOWN = 24            # tokens of each side shown where they part
+ALIGN_PROBE = 16             # tokens of the kept cells' first turn looked for in a prompt
 
 # No token of a text reply starts with these.  The server writes its own notes to
 # the model in brackets ("[the caller said nothing for 1.5 s]", "[an answering
@@ -368,8 +369,35 @@ class LlamaCppThinker(ARExecutor):
         (CutMemory): the cut never moves back as the call goes on, whichever
         item the server sends first, so the cells kept from the turn before
         hold the prompt or it with a run of old turns removed."""
-        return self._cuts.fit(conversation, messages, lambda m: fit_messages(
+        fitted = self._cuts.fit(conversation, messages, lambda m: fit_messages(
             m, lambda part: len(self.tokenize(self.render(part, tools))), budget, anchored=True))
+        return self._aligned(fitted, tools, conversation)
+
+    def _aligned(self, fitted: Fitted, tools: Tools, conversation: str | None) -> Fitted:
+        """The prompt without the old turns it holds before the conversation's
+        kept cells begin: a cut that moved back all the same (the cut memory
+        lost its place: seen in a soak, a call's 909-token prompt began two turns
+        before its cells and was read whole) would be read whole; those turns
+        are the oldest, already gone from the cells, so they go from the prompt."""
+        kept = self._pool.kept_cells(conversation) if conversation else []
+        if not kept:
+            return fitted
+        ids = self.tokenize(self.render(fitted.messages, tools))
+        cells = max(kept, key=lambda k: common_prefix(k, ids, len(ids)))
+        head = common_prefix(cells, ids, len(ids))
+        probe = cells[head:head + ALIGN_PROBE]
+        if len(probe) < ALIGN_PROBE or not any(
+                ids[at:at + ALIGN_PROBE] == probe for at in range(head + 1, len(ids) - ALIGN_PROBE)):
+            return fitted      # the cells hold the prompt's head, or none of it
+        system = [m for m in fitted.messages if m["role"] == "system"][:1]
+        turns = [m for m in fitted.messages if m["role"] != "system"]
+        for i in range(1, len(turns)):
+            later = system + turns[i:]
+            if common_prefix(cells, self.tokenize(self.render(later, tools)), len(ids)) \
+                    >= head + ALIGN_PROBE:
+                self._cuts.remember(conversation, turns[i:-1])
+                return Fitted(later, True)
+        return fitted
 
     def _admit_prefill_only(self, rid: int, messages: list[Message], tools: Tools,
                             words: bool = False, max_tokens: int | None = None,

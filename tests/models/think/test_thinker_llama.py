@@ -516,3 +516,23 @@ def test_a_turn_that_reads_its_call_again_says_where_it_parted_from_the_cells(th
     _drain(thinker, 971)
     said = [r.getMessage() for r in caplog.records if "reads" in r.getMessage()]
     assert said and "of conversation dee" in said[0] and "'Before that:" in said[0], said
+
+
+def test_a_prompt_that_begins_before_its_calls_kept_cells_loses_those_turns(thinker):
+    """Cells kept from a prompt that began at turn 2 (the server had dropped the
+    first two); a later prompt of the call that begins at turn 0 again (a cut
+    that moved back) would read everything: its turns before the cells go."""
+    params = {"temperature": 0.0, "max_tokens": 8, CONVERSATION: "eve"}
+    said = [{"role": "user" if i % 2 == 0 else "assistant",
+             "content": f"Turn {i}: the keeper of the lighthouse counted {i} ships "
+                        f"passing the rocks in the fog before the dawn."} for i in range(6)]
+    first = said[2:] + [{"role": "user", "content": "What did he count?"}]
+    thinker.prefill(WorkItem(960, {"messages": first}, params=params))
+    reply = _drain(thinker, 960)
+    moved_back = said + first[-1:] + [{"role": "assistant", "content": reply},
+                                      {"role": "user", "content": "And then?"}]
+    thinker.prefill(WorkItem(961, {"messages": moved_back}, params=params))
+    seq = thinker._seqs[961]
+    assert len(seq.prompt) <= 40, (len(seq.prompt), seq.pos)
+    _drain(thinker, 961)
+    thinker._cuts.forget("eve")

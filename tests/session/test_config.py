@@ -309,6 +309,8 @@ def test_the_multilingual_profile_is_the_default_with_whisper_base():
     listen_multi = {s["name"]: s for s in multi["stages"]}["listen"]["args"]
     assert (listen["asr_model"], listen_multi["asr_model"]) == ("tiny.en", "base")
     assert "en" in listen_multi.pop("asr_languages")   # what detection picks among
+    # the English profile reads a noisy line with base; the multilingual one reads every line so
+    assert listen.pop("asr_noisy_model") == "base"
     assert {**listen_multi, "asr_model": "tiny.en"} == listen
     speak_multi = {s["name"]: s for s in multi["stages"]}["speak"]["args"]
     assert "jf_alpha" in speak_multi.pop("preload_voices")   # Kokoro loads at start, not mid-call

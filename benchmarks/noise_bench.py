@@ -293,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     executors = {name: ex for name in settings}
     if NOISY_ASR in settings:
         executors[NOISY_ASR] = ListenExecutor(threads=1, asr_threads=1, asr_engine="whisper",
-                                              asr_model="tiny.en", asr_noisy_model=NOISY_MODEL)
+                                              asr_model="tiny.en", asr_noisy_model=NOISY_MODEL,
+                                              asr_noisy_preload=True)
         executors[NOISY_ASR].load()
     results: dict = {"clips": len(clips), "audio_s": round(sum(c.seconds for c in clips), 1),
                      "wer": {}, "false_starts": {}, "cpu_ms_per_audio_s": {}}

@@ -103,7 +103,9 @@ class ListenExecutor(ChunkExecutor):
     * ``asr_noisy_model``: a stronger Whisper model for lines that sound noisy
       (line_noise.py; e.g. ``base``: 30-40% fewer words lost under a room's talk
       at 5 dB, about twice tiny.en's CPU for those callers only; default null:
-      every line is read by ``asr_model``); ``noisy_segments`` in the stats;
+      every line is read by ``asr_model``); ``noisy_segments`` in the stats.
+      It loads when the first noisy line is heard (the quick model reads
+      meanwhile); ``asr_noisy_preload: true`` loads it at start-up instead;
     * ``asr_threads``: cores recognition may use (default 1);
     * ``asr_max_batch``: segments decoded in one Whisper call (default 8);
     * ``asr_window_s``: Whisper's input window, 10..30 s (default 10: a third
@@ -181,6 +183,7 @@ class ListenExecutor(ChunkExecutor):
                              f"listen: asr_engine must be whisper or pocketsphinx, got {self.engine!r}")
         self.asr_model = str(args.get("asr_model", "tiny.en"))
         self.asr_noisy_model = args.get("asr_noisy_model")    # None: one recogniser for all
+        self.asr_noisy_preload = bool(args.get("asr_noisy_preload", False))
         self.asr_threads = max(1, int(args.get("asr_threads", 1)))
         self.asr_max_batch = max(1, int(args.get("asr_max_batch", 8)))
         self.asr_window_s = float(args.get("asr_window_s", 10.0))
@@ -240,7 +243,10 @@ class ListenExecutor(ChunkExecutor):
             self.multilingual = asr.multilingual
             hear = asr.hear
             if self.asr_noisy_model and str(self.asr_noisy_model) != self.asr_model:
-                self._noisy = NoisyLineASR(asr.hear, whisper(str(self.asr_noisy_model)).hear)
+                noisy_model = str(self.asr_noisy_model)
+                self._noisy = NoisyLineASR(asr.hear, lambda: whisper(noisy_model).hear)
+                if self.asr_noisy_preload:
+                    self._noisy.load()
                 hear = self._noisy.hear
             self._thread = RecognitionThread(hear, self.asr_max_batch, name="listen-asr",
                                              early_max_wait_s=self.peek_max_wait_ms / 1000.0,
@@ -324,7 +330,7 @@ class ListenExecutor(ChunkExecutor):
             out["asr"] = {k: round(v, 3) if isinstance(v, float) else v
                           for k, v in self._thread.counters.items()} | self._thread.load()
             if self._noisy is not None:
-                out["asr"]["noisy_segments"] = self._noisy.noisy_segments
+                out["asr"].update(self._noisy.stats())
             out["cpu_s"] = self.cpu_by_role()
         if delays:
             out["vad_decision_ms"] = {"n": len(delays), "p50": delays[len(delays) // 2],

@@ -69,7 +69,8 @@ def test_the_stage_reads_a_noisy_line_with_its_stronger_recogniser(clips):
     sets = noisy_sets(clips, [5.0])
     clean = next(a for c, a in sets["clean"] if c.name.endswith("0880"))
     babble = next(a for c, a in sets["babble@5"] if c.name.endswith("0880"))
-    ex = ListenExecutor(threads=1, asr_threads=1, asr_model="tiny.en", asr_noisy_model="base")
+    ex = ListenExecutor(threads=1, asr_threads=1, asr_model="tiny.en", asr_noisy_model="base",
+                         asr_noisy_preload=True)
     ex.load()
     try:
         assert transcribe(ex, clean, 16000, 1, pad=False)

@@ -75,7 +75,7 @@ class StreamState(enum.Enum):
     PENDING = "pending"    # an onset, not yet min_speech_ms of speech
     SPEECH = "speech"      # a confirmed utterance, until the wait after it ends it
     CHECKING = "checking"  # speech by the VAD, waiting for the voice lock's verdict (no event yet)
-    FOREIGN = "foreign"    # someone else's speech: ignored until a pause
+    FOREIGN = "foreign"    # someone else's speech (or a noisy room's): ignored until a pause
 
 
 class UtteranceStream:
@@ -288,6 +288,12 @@ class UtteranceStream:
             # A monologue (or endless noise) still has to yield transcripts periodically.
             self._end_utterance(end, out)
             self.preroll = np.zeros(0, dtype=np.float32)
+            if self.line.judge():
+                # max_utterance_s of sound without one pause, on a line that
+                # sounds noisy, is the room's talk (people breathe): no new
+                # turn opens, and none barges in on the reply to this one,
+                # until it stops.  A clean line opens the next turn at once.
+                self.state = StreamState.FOREIGN
 
     def _maybe_confirm(self, out: list) -> None:
         if self.speech_frames * FRAME_SAMPLES * 1000 / LISTEN_RATE_HZ >= self.p.min_speech_ms:

@@ -79,3 +79,44 @@ def test_the_stage_reads_a_noisy_line_with_its_stronger_recogniser(clips):
         assert ex.stats()["asr"]["noisy_segments"] >= 1
     finally:
         ex.close()
+
+
+def _started(ex, rid: int, audio: np.ndarray, params: dict) -> list[int]:
+    """The sample offsets (20 ms steps) at which speech_started came."""
+    from runtime.executor import WorkItem
+    from runtime.models.voice_contract import SPEECH_STARTED
+
+    ex.open(rid, {"sample_rate": 16000, **params})
+    at: list[int] = []
+    try:
+        for i in range(0, audio.size, 320):
+            evs = ex.process([WorkItem(rid, audio[i:i + 320], {}, final=i + 320 >= audio.size)])[0]
+            at += [i for e in evs if e["type"] == SPEECH_STARTED]
+            ex.collect()
+    finally:
+        ex.release(rid)
+    return at
+
+
+def test_a_room_talking_without_a_pause_opens_one_turn_not_one_per_cut(clips):
+    """Eight people talking at once are speech to the VAD from end to end; cut
+    at max_utterance_s, the line (noisy) opens no new turn until the sound
+    stops, and then the caller's words open one."""
+    from benchmarks.noise_bench import babble_noise
+    from runtime.models.listen.executor import ListenExecutor
+
+    rng = np.random.default_rng(11)
+    room = babble_noise(16000 * 14, [c.audio for c in clips], rng) * 0.3
+    caller = clips[0].audio
+    ex = ListenExecutor(threads=1, asr_threads=1, asr_model="tiny.en")
+    ex.load()
+    try:
+        at = _started(ex, 1, np.concatenate([room, np.zeros(16000, np.float32), caller]),
+                      {"max_utterance_s": 4.0})
+        assert sum(a < room.size for a in at) == 1, at      # the room's 14 s: one turn
+        assert at[-1] > room.size, at                       # then the caller is heard
+        # a clean line's monologue goes on in a new turn at once after the cut
+        long_talk = np.concatenate([np.zeros(8000, np.float32)] + [c.audio for c in clips[:3]])
+        assert len(_started(ex, 2, long_talk, {"max_utterance_s": 1.0})) >= 3
+    finally:
+        ex.close()

@@ -35,7 +35,8 @@ one (``window_s``, a third of the CPU): the cut window misreads short
 sounds that the whole one reads right (a phone line's flite "mm hmm":
 "And then make a man" against "MMMM."; "Start" against "Stop." for a quick
 "stop").  That reading, when it differs, is the ``alternative`` where the
-acknowledgements prompt gave none; the server weighs it as it weighs that
+acknowledgements prompt gave none (a prompted reading of the same words,
+"Start." for "Start", is none); the server weighs it as it weighs that
 one: it can turn a misheard hum back into a backchannel and a misheard
 "stop" into the word.  It costs ~0.3 s more for those segments only.
 
@@ -488,7 +489,10 @@ class WhisperASR:
             own, alt = _mean_log_prob(scored[k]), _mean_log_prob(scored[len(short) + k])
             text = cut_loop(self._tokenizer.decode(alt_ids[k]).strip(),
                             pieces[i].size / LISTEN_RATE_HZ)
-            if alt_ids[k] and alt_ids[k] != ids[i] and alt >= own - ALT_MARGIN:
+            # the same words ("Start." for "Start") are no other reading: the
+            # whole window's (for a sound over a reply) may still give one
+            same = _WORD.findall(text.lower()) == _WORD.findall(self._tokenizer.decode(ids[i]).lower())
+            if alt_ids[k] and not same and alt >= own - ALT_MARGIN:
                 out[i] = text
         return out
 

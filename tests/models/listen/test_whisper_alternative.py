@@ -83,6 +83,20 @@ def test_a_hum_over_the_reply_is_read_again_with_the_whole_window(asr):
     assert asr.hear([long], full_window=[True])[0].alternative is None
 
 
+def test_a_prompted_reading_of_the_same_words_leaves_room_for_the_whole_windows(asr):
+    # turn_bench's quick "stop" with a short lead-in: the cut window writes
+    # "Start", the acknowledgements prompt "Start." (the same word: no other
+    # reading), the whole window "Stop.", which the server then weighs
+    pcm = flite_pcm("stop", 16000, "slt", 0.8)
+    loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > 300)
+    stop = np.concatenate([np.zeros(1600, np.float32),
+                           pcm[loud[0]:loud[-1] + 1].astype(np.float32) / 32768,
+                           np.zeros(4800, np.float32)])
+    alone, over = asr.hear([stop])[0], asr.hear([stop], full_window=[True])[0]
+    assert alone.text.strip(".").lower() == "start" and alone.alternative is None, alone
+    assert over.alternative and over.alternative.strip(".").lower() == "stop", over
+
+
 def test_a_last_word_heard_as_a_letter_is_read_again_with_the_whole_window(asr):
     # the long call's "what is the history of tea" in hibari's voice: the cut
     # window writes "... of T?", which the turn reader takes for a cut sentence

@@ -90,7 +90,8 @@ class LlamaCppThinker(ARExecutor):
     requantize (None | "q4_0": convert once into cache_dir for faster batched
     decoding, see gguf_requant), cache_dir, prefix_cache (True),
     conversation_cache (True), warm_batch (False: one full batch at load, see
-    _warm), tool_format (auto: ``native`` when the GGUF's
+    _warm), slow_step_ms (None: a one-token step slower than this at load logs a
+    warning, see _time_step; ``step_ms_at_load`` in the stats), tool_format (auto: ``native`` when the GGUF's
     template renders tools, else ``prompted``; see tool_dialect),
     tool_call_threshold (the dialect's: 0.005 native, 0.003 prompted; with
     tool_choice auto, the probability of a call's first token at which the
@@ -154,6 +155,7 @@ class LlamaCppThinker(ARExecutor):
         self._truncated_total = 0
         self._last_truncated = False
         self._prefills_only = 0
+        self.step_ms_at_load: float | None = None   # _time_step's figure (slow_step_ms set)
         # the auto tool-call rules: the args' if given, else resolved at load from
         # the model's measured value or its dialect's
         self.tool_call_threshold = self.opts.tool_call_threshold
@@ -225,6 +227,8 @@ class LlamaCppThinker(ARExecutor):
             self._fill_prefix_cache()
         if self.opts.warm_batch:
             self._warm()
+        if self.opts.slow_step_ms is not None:
+            self._time_step()
         log.info("LlamaCppThinker: %s loaded in %.2fs (n_ctx=%d, per seq %d, %d sequences)",
                  path, time.perf_counter() - t0, self.opts.n_ctx, self.n_ctx_seq,
                  self.opts.max_sequences)
@@ -249,6 +253,32 @@ class LlamaCppThinker(ARExecutor):
         if not word or not self._step.decode_alone(word * n, seq):
             log.warning("warm_batch: decoding a full batch at load failed")
         self._lc.llama_memory_seq_rm(self._lc.llama_get_memory(self._ctx), seq, -1, -1)
+
+    def _time_step(self, tries: int = 3) -> None:
+        """A one-token step's time at load, the best of ``tries``: it bounds how
+        soon a reply's first words can be spoken, and a CPU without the vector
+        units this model was sized for (AVX-512 on our 2-core boxes) can take
+        twice as long a step and three times as long to its first audio
+        (docs/PERFORMANCE.md, "The default on a CPU without AVX-512").  Slower
+        than ``slow_step_ms``: a warning, at start, naming the figure."""
+        word = self.tokenize(" hello")[-1:]
+        seq = self._pool.free[-1]             # at load no request holds one
+        memory = self._lc.llama_get_memory(self._ctx)
+        best = None
+        for _ in range(tries if word else 0):
+            t0 = time.perf_counter()
+            ok = self._step.decode_alone(word, seq)
+            ms = (time.perf_counter() - t0) * 1000.0
+            self._lc.llama_memory_seq_rm(memory, seq, -1, -1)
+            if not ok:
+                return
+            best = ms if best is None else min(best, ms)
+        self.step_ms_at_load = None if best is None else round(best, 1)
+        limit = self.opts.slow_step_ms
+        if best is not None and limit is not None and best > limit:
+            log.warning("think: one reply step takes %.0f ms on this CPU (this model is "
+                        "configured for under %.0f): the agent's first words will come "
+                        "late; a smaller model answers sooner", best, limit)
 
     def close(self) -> None:
         lc = getattr(self, "_lc", None)
@@ -518,6 +548,7 @@ class LlamaCppThinker(ARExecutor):
             "prefix_tokens": len(pool.prefix),
             "prefix_hits": pool.prefix_hits,
             "prefills_only": self._prefills_only,
+            "step_ms_at_load": self.step_ms_at_load,
             "tool_calls": self._emitter.tool_calls,
             "auto_decisions": decision.decisions,
             "auto_calls": decision.calls,

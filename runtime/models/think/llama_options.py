@@ -64,6 +64,9 @@ class LlamaOptions(BaseModel):
     conversation_cache: bool = True
     # decode one batch of n_ubatch tokens at load and forget it (llama_cpp_thinker._warm)
     warm_batch: bool = False
+    # a one-token step slower than this at load logs a warning (llama_cpp_thinker._time_step):
+    # on such a CPU every reply starts late, and the operator should hear it at start
+    slow_step_ms: float | None = Field(None, gt=0)
 
     # tools: None thresholds take the model's or the dialect's measured ones at load
     tool_format: str = "auto"

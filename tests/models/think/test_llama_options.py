@@ -46,6 +46,7 @@ def test_args_of_others_pass_through_and_null_system_prompt_is_kept():
     ({"seed": -1}, "seed"),
     ({"kv_type": "q5_1"}, "kv_type"),
     ({"kv_type": "q8_0", "flash_attn": "off"}, "flash_attn"),
+    ({"slow_step_ms": 0}, "slow_step_ms"),
 ])
 def test_a_bad_arg_fails_construction_naming_it(args, named):
     with pytest.raises(StageError) as e:

@@ -536,3 +536,21 @@ def test_a_prompt_that_begins_before_its_calls_kept_cells_loses_those_turns(thin
     assert len(seq.prompt) <= 40, (len(seq.prompt), seq.pos)
     _drain(thinker, 961)
     thinker._cuts.forget("eve")
+
+
+def test_a_step_slower_than_slow_step_ms_at_load_is_logged_with_its_time(thinker, caplog):
+    """The operator of a CPU too slow for the model hears it when the stage
+    starts, not from callers; without the option no step is timed."""
+    assert thinker.stats()["step_ms_at_load"] is None
+    t = LlamaCppThinker(n_threads=1, max_sequences=1, max_tokens=4, slow_step_ms=0.001)
+    with caplog.at_level("WARNING", logger="runtime.models.think.llama_cpp_thinker"):
+        t.load()
+    try:
+        ms = t.stats()["step_ms_at_load"]
+        assert ms is not None and ms > 0
+        warned = [r.getMessage() for r in caplog.records if "one reply step takes" in r.getMessage()]
+        assert len(warned) == 1 and f"{ms:.0f} ms" in warned[0], warned
+        s = t.stats()   # the timed steps left no request's cell behind
+        assert s["kv_cells_used"] == 0 and s["prefix_tokens"] > 0, s
+    finally:
+        t.close()

@@ -30,6 +30,17 @@ ANSWER_PAUSE_MS = 900.0  # a person who answered waits this long for us
 NO_ANSWER_MS = 6000.0  # no speech at all this long after the call starts
 GREETING_END_MS = 1500.0  # a machine whose beep we missed: its greeting ended this long ago
 BEEP_MIN_MS = 160.0
+# The note the model reads after the beep (a user text item, under the greeting's
+# transcript).  It says what the greeting was and what a message holds: told only
+# "an answering machine is recording: leave a short message, then say goodbye",
+# the default brain (Qwen 1.5B) answered "I will leave a short message and then
+# say goodbye.", read the greeting back or refused, in 5 of 5 calls of different
+# callers; with this one it said who it was and why it called in 3 of 5 and in a
+# fourth after reading the greeting back (docs/PERFORMANCE.md, "The message an
+# answering machine records").
+MESSAGE_NOTE = ("[That was an answering machine's greeting, not a person; it is recording "
+                "now. Leave your message for them: in one or two sentences, say who you "
+                "are and why you called, then say goodbye.]")
 _RATE = 16000
 _FRAME = 512  # 32 ms
 _BEEP_BAND = (400.0, 2600.0)

@@ -192,7 +192,7 @@ from .function_calls import FunctionCalls
 from .input_buffer import InputBuffer
 from .interruption import InterruptionState, Interruptions
 from .items import Content, Conversation, Item
-from .answering_machine import NO_ANSWER_MS, AnsweringMachineDetector, Verdict
+from .answering_machine import MESSAGE_NOTE, NO_ANSWER_MS, AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
 from .lead_sizer import LeadSizer
 from .silence import SilenceWatch, silence_note
@@ -534,8 +534,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
         """After the beep: the model is told it speaks to a recording; once
         that reply has been heard the call ends (the goodbye path)."""
         self._message_left = True
-        out = self._user_note("[an answering machine is recording: leave a short message, "
-                              "then say goodbye]", now_ms)
+        out = self._user_note(MESSAGE_NOTE, now_ms)
         out += self._auto_response(now_ms)
         if self._responses.active is not None:
             self._silence.goodbye_id = self._responses.active.id

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from runtime.models.model_files import QWEN_15B
+from voice_server.session.answering_machine import MESSAGE_NOTE
 
 from tests.models.think.profile_thinker import MARKUP, TOOLS, profile_thinker
 from tests.models.think.test_thinker_llama_tools import _calls, _run
@@ -42,3 +43,20 @@ def test_a_text_request_is_the_call_it_means_not_spoken_markup(brain):
     assert not MARKUP.search(text), text
     [call] = _calls(events)
     assert call["name"] == "send_message" and "sam" in json.loads(call["arguments"])["contact"].lower()
+
+
+def test_an_answering_machine_gets_a_message_that_says_who_called_and_why(brain):
+    """After the beep the session adds MESSAGE_NOTE under the greeting's
+    transcript, and its instructions follow the stage's prompt (prompt.py):
+    the message names the caller and the reason, not the greeting's words or a
+    refusal."""
+    system = brain.opts.system_prompt + "\n\n" + (
+        "You are Sam from Bright Dental. You call patients to confirm their "
+        "cleaning on Tuesday at 3 pm.")
+    text, events = _run(brain, 3, [{"role": "system", "content": system},
+                                   {"role": "user", "content": "Hello, this is Mark. Leave a message."},
+                                   {"role": "user", "content": MESSAGE_NOTE}], tools=[])
+    said = text.lower()
+    assert "tuesday" in said and ("sam" in said or "bright dental" in said), text
+    assert "leave a" not in said and "assist" not in said, text
+    assert not events

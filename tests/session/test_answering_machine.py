@@ -94,9 +94,10 @@ def test_the_beep_is_a_steady_tone_and_speech_is_not():
 
 def test_nobody_speaking_gets_the_agent_to_speak_first():
     from voice_server.session.answering_machine import NO_ANSWER_MS
+    from voice_server.session.silence import no_answer_note
 
     s = amd_session()
     cmds = feed_until(s, NO_ANSWER_MS + 100)
     det = [e for e in events(cmds) if e["type"] == "voice_agent.answering_machine.detected"]
     assert [d["result"] for d in det] == ["silence"]
-    assert "said nothing" in of(cmds, StartResponse)[0].messages[-1]["content"]
+    assert of(cmds, StartResponse)[0].messages[-1]["content"] == no_answer_note(NO_ANSWER_MS)

@@ -195,7 +195,7 @@ from .items import Content, Conversation, Item
 from .answering_machine import MESSAGE_NOTE, NO_ANSWER_MS, AnsweringMachineDetector, Verdict
 from .keypad import KEYS, Keypad, entry_text
 from .lead_sizer import LeadSizer
-from .silence import SilenceWatch, silence_note
+from .silence import SilenceWatch, no_answer_note, silence_note
 from .output_pacer import OutputPacer
 from .playback import Playback
 from .prompt import Prompt
@@ -523,7 +523,7 @@ class Session(ClientEventHandlers, Turns, Interruptions, Responses, FunctionCall
                                                    result=verdict.value,
                                                    audio_end_ms=int(pos))))
             if verdict is Verdict.SILENCE:
-                out += self._user_note(silence_note(NO_ANSWER_MS, goodbye=False), now_ms)
+                out += self._user_note(no_answer_note(NO_ANSWER_MS), now_ms)
             if verdict is not Verdict.MACHINE:
                 out += self._maybe_auto_respond(now_ms)  # a person (or nobody yet): speak
         if m.verdict is Verdict.MACHINE and not self._message_left and m.greeting_over(pos):

@@ -27,6 +27,17 @@ def silence_note(idle_ms: float, goodbye: bool) -> str:
     return note + "]"
 
 
+def no_answer_note(idle_ms: float) -> str:
+    """The note of an outbound call where nobody has said anything yet: the
+    agent speaks first.  Told "[the caller said nothing for 6 s]" with nothing
+    before it, the default brain read the note aloud ("The caller said nothing
+    for six seconds.") in 3 of 3 calls; asked to greet, it greeted and said why
+    it called or how it could help in 3 of 3 (docs/PERFORMANCE.md, "The message
+    an answering machine records")."""
+    return (f"[nobody has spoken yet, {idle_ms / 1000:g} s after the call connected: "
+            "greet the caller and say why you called or how you can help]")
+
+
 class SilenceWatch:
     """When the caller's silence runs out, the check-ins since they last spoke,
     and the goodbye in progress.
@@ -78,4 +89,4 @@ class SilenceWatch:
         return bool(self.hang_up_after) and self.check_ins > self.hang_up_after
 
 
-__all__ = ["SilenceWatch", "silence_note", "GOODBYE_GRACE_MS"]
+__all__ = ["SilenceWatch", "silence_note", "no_answer_note", "GOODBYE_GRACE_MS"]

@@ -12,7 +12,8 @@ import json
 import pytest
 
 from runtime.models.model_files import QWEN_15B
-from voice_server.session.answering_machine import MESSAGE_NOTE
+from voice_server.session.answering_machine import MESSAGE_NOTE, NO_ANSWER_MS
+from voice_server.session.silence import no_answer_note
 
 from tests.models.think.profile_thinker import MARKUP, TOOLS, profile_thinker
 from tests.models.think.test_thinker_llama_tools import _calls, _run
@@ -45,18 +46,22 @@ def test_a_text_request_is_the_call_it_means_not_spoken_markup(brain):
     assert call["name"] == "send_message" and "sam" in json.loads(call["arguments"])["contact"].lower()
 
 
-def test_an_answering_machine_gets_a_message_that_says_who_called_and_why(brain):
-    """After the beep the session adds MESSAGE_NOTE under the greeting's
-    transcript, and its instructions follow the stage's prompt (prompt.py):
-    the message names the caller and the reason, not the greeting's words or a
-    refusal."""
-    system = brain.opts.system_prompt + "\n\n" + (
-        "You are Sam from Bright Dental. You call patients to confirm their "
-        "cleaning on Tuesday at 3 pm.")
-    text, events = _run(brain, 3, [{"role": "system", "content": system},
-                                   {"role": "user", "content": "Hello, this is Mark. Leave a message."},
-                                   {"role": "user", "content": MESSAGE_NOTE}], tools=[])
+# an outbound call's instructions; the session puts them after the stage's prompt (prompt.py)
+CALLER = "You are Sam from Bright Dental. You call patients to confirm their cleaning on Tuesday at 3 pm."
+
+
+@pytest.mark.parametrize("heard", [
+    ["Hello, this is Mark. Leave a message.", MESSAGE_NOTE],   # a machine, after its beep
+    [no_answer_note(NO_ANSWER_MS)],                              # nobody said anything
+])
+def test_an_outbound_call_says_who_is_calling_and_why_not_the_servers_note(brain, heard):
+    """The notes the session adds for an answering machine and for silence on
+    an outbound call get a message naming the caller and the reason, not the
+    note or the greeting read aloud, nor a refusal."""
+    messages = [{"role": "system", "content": brain.opts.system_prompt + "\n\n" + CALLER}]
+    messages += [{"role": "user", "content": text} for text in heard]
+    text, events = _run(brain, 3, messages, tools=[])
     said = text.lower()
     assert "tuesday" in said and ("sam" in said or "bright dental" in said), text
-    assert "leave a" not in said and "assist" not in said, text
+    assert not any(w in said for w in ("leave a", "assist", "said nothing", "nobody")), text
     assert not events

@@ -34,10 +34,10 @@ BEEP_MIN_MS = 160.0
 # transcript).  It says what the greeting was and what a message holds: told only
 # "an answering machine is recording: leave a short message, then say goodbye",
 # the default brain (Qwen 1.5B) answered "I will leave a short message and then
-# say goodbye.", read the greeting back or refused, in 5 of 5 calls of different
-# callers; with this one it said who it was and why it called in 3 of 5 and in a
-# fourth after reading the greeting back (docs/PERFORMANCE.md, "The message an
-# answering machine records").
+# say goodbye.", read the greeting back or refused, in 4 of 4 calls whose
+# instructions said who calls and why; with this one it said who it was and why
+# it called in 3 of 4, and in the fourth before reading the greeting back
+# (docs/PERFORMANCE.md, "The message an answering machine records").
 MESSAGE_NOTE = ("[That was an answering machine's greeting, not a person; it is recording "
                 "now. Leave your message for them: in one or two sentences, say who you "
                 "are and why you called, then say goodbye.]")

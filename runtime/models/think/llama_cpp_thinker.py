@@ -91,8 +91,9 @@ class LlamaCppThinker(ARExecutor):
     decoding, see gguf_requant), cache_dir, prefix_cache (True),
     conversation_cache (True), warm_batch (False: one full batch at load, see
     _warm), slow_step_ms (None: a one-token step slower than this at load logs a
-    warning, see _time_step; ``step_ms_at_load`` in the stats), tool_format (auto: ``native`` when the GGUF's
-    template renders tools, else ``prompted``; see tool_dialect),
+    warning, see _time_step; ``step_ms_at_load`` in the stats), tool_format
+    (auto: ``native`` when the GGUF's template renders tools, else
+    ``prompted``; see tool_dialect),
     tool_call_threshold (the dialect's: 0.005 native, 0.003 prompted; with
     tool_choice auto, the probability of a call's first token at which the
     reply becomes a call), tool_name_threshold (native: 0.5, the probability
